@@ -1,0 +1,1 @@
+"""Backends: where a step runs. See `base.Backend` for the protocol."""

@@ -1,0 +1,151 @@
+"""The backend protocol: submit a step, ask its state, read its logs, cancel it.
+
+Backends know nothing of Dagster. The executor hands them a `LaunchRequest` (a command line,
+an environment and a `ComputeSpec`) and reads back `StepStatus` values whose `reason` is one
+of `FailureReason` — the executor decides from the reason whether to relaunch (Preempted,
+Evicted, Lost), escalate memory (OOMKilled) or fail.
+
+Example:
+    >>> status = StepStatus.failed(FailureReason.OOM_KILLED, "exceeded 256Mi", exit_code=137)
+    >>> status.is_terminal, status.reason
+    (True, 'OOMKilled')
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Protocol, runtime_checkable
+
+from ..spec import ComputeSpec
+
+
+class StepState(str, enum.Enum):
+    PENDING = "Pending"
+    RUNNING = "Running"
+    SUCCEEDED = "Succeeded"
+    FAILED = "Failed"
+
+
+class FailureReason(str, enum.Enum):
+    OOM_KILLED = "OOMKilled"  # memory limit hit; the executor escalates memory
+    PREEMPTED = "Preempted"  # capacity reclaimed (priority preemption, spot, SIGTERM from outside)
+    EVICTED = "Evicted"  # node pressure / API eviction
+    LOST = "Lost"  # node failure, job vanished
+    UNSCHEDULABLE = "Unschedulable"  # Pending past the step's timeout
+    DEADLINE_EXCEEDED = "DeadlineExceeded"  # ran past its time limit
+    IMAGE_PULL = "ImagePullBackOff"  # image cannot be pulled
+    CONFIG_ERROR = "CreateContainerConfigError"  # bad secret/configmap reference etc.
+    CANCELLED = "Cancelled"  # cancelled by the executor (run terminated)
+    ERROR = "Error"  # the step process exited non-zero
+
+
+# Reasons after which the step is relaunched at the same size and resumes from its checkpoint.
+RELAUNCH_REASONS = frozenset({FailureReason.PREEMPTED, FailureReason.EVICTED, FailureReason.LOST})
+
+
+@dataclass(frozen=True)
+class StepStatus:
+    """State of one submitted step attempt, with a human reason."""
+
+    state: StepState
+    reason: str | None = None  # a FailureReason value when failed; scheduler reason when pending
+    message: str = ""  # human detail: scheduler message, exit code, node name...
+    exit_code: int | None = None
+    node: str | None = None  # where it runs (first node for gangs)
+
+    @property
+    def is_terminal(self) -> bool:
+        return self.state in (StepState.SUCCEEDED, StepState.FAILED)
+
+    @classmethod
+    def pending(cls, reason: str = "", message: str = "") -> StepStatus:
+        return cls(StepState.PENDING, reason or None, message)
+
+    @classmethod
+    def running(cls, node: str | None = None) -> StepStatus:
+        return cls(StepState.RUNNING, node=node)
+
+    @classmethod
+    def succeeded(cls, node: str | None = None) -> StepStatus:
+        return cls(StepState.SUCCEEDED, exit_code=0, node=node)
+
+    @classmethod
+    def failed(
+        cls,
+        reason: FailureReason,
+        message: str = "",
+        exit_code: int | None = None,
+        node: str | None = None,
+    ) -> StepStatus:
+        return cls(StepState.FAILED, reason.value, message, exit_code, node)
+
+
+@dataclass(frozen=True)
+class LaunchRequest:
+    """Everything a backend needs to start one attempt of one step."""
+
+    run_id: str
+    step_key: str
+    attempt: int  # 0 for the first launch; every relaunch is a new attempt
+    command: Sequence[str]  # argv of the step process (`dagster api execute_step ...`)
+    env: Mapping[str, str]  # extra environment for the step process
+    spec: ComputeSpec
+    tenant: str | None = None  # resolved tenant (kubernetes backend)
+    grace_period_s: float = 30.0  # SIGTERM → SIGKILL, time for the checkpoint save
+    labels: Mapping[str, str] = field(default_factory=dict)  # run/step/attempt labels
+
+
+@dataclass(frozen=True)
+class JobHandle:
+    """A backend's reference to a submitted attempt."""
+
+    backend: str
+    job_id: str  # pid, Job name or Slurm job id
+    step_key: str
+    tenant: str | None = None
+    namespace: str | None = None
+
+
+@dataclass(frozen=True)
+class ResourceUsage:
+    """Accounted usage of a finished (or running) attempt."""
+
+    cpu_seconds: float = 0.0  # requested CPU × wall seconds
+    memory_gib_seconds: float = 0.0  # requested memory (GiB) × wall seconds
+    gpu_seconds: float = 0.0  # GPUs × wall seconds
+    wall_seconds: float = 0.0
+    max_rss_bytes: int | None = None
+    nodes: tuple[str, ...] = ()
+
+
+@runtime_checkable
+class Backend(Protocol):
+    """What every backend implements. Calls are made from the executor's one thread."""
+
+    name: str
+
+    def submit(self, request: LaunchRequest) -> JobHandle:
+        """Start the attempt (or queue it). Raise `SubmitError` for refusals a user must fix."""
+
+    def status(self, handle: JobHandle) -> StepStatus:
+        """Current state; cheap (served from a watch/cache where the backend has one)."""
+
+    def logs(self, handle: JobHandle, tail_lines: int | None = None) -> str:
+        """The attempt's stdout/stderr so far (last `tail_lines` lines if given)."""
+
+    def cancel(self, handle: JobHandle) -> None:
+        """Stop the attempt and everything it started; idempotent."""
+
+    def usage(self, handle: JobHandle) -> ResourceUsage:
+        """Resource-seconds of the attempt so far."""
+
+    def close(self) -> None:
+        """Release connections/threads; cancel nothing."""
+
+
+def cpu_quantity(cpu: float) -> str:
+    """CPU as a Kubernetes quantity: 2 → "2", 0.5 → "500m"."""
+    return str(int(cpu)) if float(cpu).is_integer() else f"{int(round(cpu * 1000))}m"
+

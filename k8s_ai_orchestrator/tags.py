@@ -1,0 +1,104 @@
+"""`compute(...)`: declare a step's size as op tags; and op tags → `ComputeSpec`.
+
+Example:
+    >>> compute("m", memory="64Gi")
+    {'k8s_ai/size': 'm', 'k8s_ai/memory': '64Gi'}
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from .spec import DEFAULT_SIZE_CLASSES, SPEC_FIELDS, ComputeSpec, SizeClass, resolve_spec
+
+TAG_PREFIX = "k8s_ai/"
+
+
+def _tag_value(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
+
+
+def compute(
+    size: str | None = None,
+    *,
+    cpu: float | str | None = None,
+    memory: str | int | None = None,
+    gpu: int | None = None,
+    gpu_type: str | None = None,
+    nodes: int | None = None,
+    tasks_per_node: int | None = None,
+    gpus_per_node: int | None = None,
+    preemptible: bool | None = None,
+    backend: str | None = None,
+    tenant: str | None = None,
+    timeout: float | None = None,
+) -> dict[str, str]:
+    """Op tags declaring what a step needs. Validated now; resolved again at launch.
+
+    Args:
+        size: a size class: xs (1 CPU/2Gi), s, m, l, xl (72 CPU/450Gi), gpu-1, gpu-8.
+        cpu: CPU cores (per task for multi-node steps): 4, 0.5 or "500m".
+        memory: memory request and limit (per node), a Kubernetes quantity: "16Gi", "2G".
+        gpu: GPUs (per node).
+        gpu_type: GPU model to select nodes by (the executor maps it to node labels).
+        nodes: nodes for a multi-node gang step (> 1 runs on Slurm).
+        tasks_per_node: ranks per node for gang steps.
+        gpus_per_node: GPUs per node for gang steps (same as ``gpu``).
+        preemptible: may run on preemptible capacity (low priority); resumes from checkpoint.
+        backend: force "local", "kubernetes" or "slurm" for this step.
+        tenant: the vCluster tenant to run in (must be in the run's allowed tenants).
+        timeout: seconds the step may stay Pending before it fails with the last reason.
+
+    Returns:
+        A dict of ``k8s_ai/...`` op tags.
+
+    Raises:
+        ComputeSpecError: a field has a bad value; the message names field, value and
+            what is allowed.
+
+    Example:
+        >>> compute(cpu=4, memory="16Gi")
+        {'k8s_ai/cpu': '4', 'k8s_ai/memory': '16Gi'}
+    """
+    fields = {
+        "size": size,
+        "cpu": cpu,
+        "memory": memory,
+        "gpu": gpu,
+        "gpu_type": gpu_type,
+        "nodes": nodes,
+        "tasks_per_node": tasks_per_node,
+        "gpus_per_node": gpus_per_node,
+        "preemptible": preemptible,
+        "backend": backend,
+        "tenant": tenant,
+        "timeout": timeout,
+    }
+    given = {name: value for name, value in fields.items() if value is not None}
+    if tenant is not None and not str(tenant).strip():
+        given["tenant"] = tenant
+    resolve_spec(given, DEFAULT_SIZE_CLASSES)
+    return {TAG_PREFIX + name: _tag_value(value) for name, value in given.items()}
+
+
+def spec_fields_from_tags(tags: Mapping[str, str]) -> dict[str, Any]:
+    """The raw `k8s_ai/*` fields of a step's tags (unknown `k8s_ai/` keys are kept, to fail)."""
+    return {
+        key[len(TAG_PREFIX) :]: value for key, value in tags.items() if key.startswith(TAG_PREFIX)
+    }
+
+
+def spec_from_tags(
+    tags: Mapping[str, str],
+    table: Mapping[str, SizeClass] | None = None,
+    *,
+    step: str | None = None,
+) -> ComputeSpec:
+    """Resolve a step's op tags (possibly hand-edited) into a validated `ComputeSpec`."""
+    return resolve_spec(spec_fields_from_tags(tags), table, step=step)
+
+
+__all__ = ["TAG_PREFIX", "SPEC_FIELDS", "compute", "spec_from_tags"]

@@ -1,0 +1,1 @@
+"""Test doubles and real local clusters for testing pipelines offline."""
