@@ -1,13 +1,15 @@
 """Run heavy AI pipeline steps from Dagster: right-sized, checkpointed, explained.
 
 Example:
-    >>> from dagster import asset
-    >>> from k8s_ai_orchestrator import compute
+    >>> from dagster import Definitions, asset
+    >>> from k8s_ai_orchestrator import ai_executor, compute
     >>> @asset(op_tags=compute("xs"))
     ... def tiles(): ...
+    >>> defs = Definitions(assets=[tiles], executor=ai_executor)
 """
 
 from .errors import ComputeSpecError, OrchestratorError
+from .executor import ai_executor
 from .tags import compute
 
-__all__ = ["ComputeSpecError", "OrchestratorError", "compute"]
+__all__ = ["ComputeSpecError", "OrchestratorError", "ai_executor", "compute"]

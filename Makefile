@@ -1,0 +1,32 @@
+# make demo: run the example pipeline on the embedded local backend.
+# make test: install system packages the tests need (Slurm, munge, Chromium), then run pytest.
+PY ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.PHONY: demo test lint typecheck bench system-deps clean
+
+$(STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PY) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q -e '.[dev]'
+	touch $(STAMP)
+
+demo: $(STAMP)
+	$(BIN)/python -m example_project.demo
+
+system-deps:
+	bash scripts/install-system-deps.sh
+
+test: $(STAMP) system-deps
+	$(BIN)/ruff check k8s_ai_orchestrator example_project tests benchmarks
+	$(BIN)/ruff format --check k8s_ai_orchestrator example_project tests benchmarks
+	$(BIN)/mypy k8s_ai_orchestrator
+	$(BIN)/pytest -q
+
+bench: $(STAMP)
+	$(BIN)/python -m benchmarks
+
+clean:
+	rm -rf $(VENV) .demo artifacts

@@ -1,0 +1,210 @@
+"""Configuration of the Kubernetes backend: tenants, images, priority classes, GPU placement.
+
+The executor passes the `kubernetes` section of its config to `KubernetesConfig.from_dict`.
+Unknown keys are refused with a `ConfigError` that lists the allowed ones, so a typo never
+silently falls back to a default.
+
+Example:
+    >>> config = KubernetesConfig.from_dict(
+    ...     {"image": "ghcr.io/acme/pipeline:1.0",
+    ...      "tenants": {"team-a": {"kubeconfig": "/etc/team-a/kubeconfig"}}}
+    ... )
+    >>> config.tenants["team-a"].namespace
+    'default'
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..errors import ConfigError
+
+DEFAULT_SECURITY_CONTEXT: Mapping[str, Any] = {
+    "runAsNonRoot": True,
+    "runAsUser": 1000,
+    "allowPrivilegeEscalation": False,
+    "capabilities": {"drop": ["ALL"]},
+    "seccompProfile": {"type": "RuntimeDefault"},
+}
+
+DEFAULT_GPU_TOLERATIONS: tuple[Mapping[str, Any], ...] = (
+    {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"},
+)
+
+
+@dataclass(frozen=True)
+class PriorityClasses:
+    """PriorityClass names: preemptible steps get the low one, every other step the default."""
+
+    default: str = "k8s-ai-standard"
+    preemptible: str = "k8s-ai-preemptible"
+
+
+@dataclass(frozen=True)
+class TenantConfig:
+    """How to reach one tenant's API and where its steps run.
+
+    Exactly one of `kubeconfig` (a file) or `vcluster` (a vCluster name whose `vc-<name>`
+    secret in `host_namespace` on the host cluster holds the kubeconfig) is set.
+    """
+
+    name: str
+    kubeconfig: str | None = None  # path of a kubeconfig file for the tenant's API
+    context: str | None = None  # kubeconfig context; None = the file's current context
+    vcluster: str | None = None  # vCluster name: the kubeconfig is secret vc-<name>
+    host_namespace: str | None = None  # host namespace holding that secret
+    host_kubeconfig: str | None = None  # host cluster kubeconfig; None = in-cluster
+    server: str | None = None  # API URL override (vCluster exportKubeConfig.server)
+    namespace: str = "default"  # namespace for the step Jobs inside the tenant
+    image: str | None = None  # overrides the backend-wide image
+    service_account: str | None = None  # overrides the backend-wide service account
+    allowed_sizes: tuple[str, ...] | None = None  # size classes this tenant accepts
+
+    @classmethod
+    def from_dict(cls, name: str, raw: Mapping[str, Any]) -> TenantConfig:
+        where = f"kubernetes.tenants.{name}"
+        _check_keys(raw, _TENANT_KEYS, where)
+        has_file, has_vcluster = "kubeconfig" in raw, "vcluster" in raw
+        if has_file == has_vcluster:
+            raise ConfigError(
+                f"{where}: give either 'kubeconfig' (a file) or 'vcluster' + 'host_namespace' "
+                "(the vCluster whose vc-<name> secret holds the kubeconfig)"
+            )
+        if has_vcluster and not raw.get("host_namespace"):
+            raise ConfigError(
+                f"{where}: 'vcluster: {raw['vcluster']}' needs 'host_namespace', the host "
+                f"namespace vCluster was installed in (usually vcluster-{raw['vcluster']})"
+            )
+        sizes = raw.get("allowed_sizes")
+        return cls(
+            name=name,
+            kubeconfig=_opt_str(raw, "kubeconfig", where),
+            context=_opt_str(raw, "context", where),
+            vcluster=_opt_str(raw, "vcluster", where),
+            host_namespace=_opt_str(raw, "host_namespace", where),
+            host_kubeconfig=_opt_str(raw, "host_kubeconfig", where),
+            server=_opt_str(raw, "server", where),
+            namespace=_opt_str(raw, "namespace", where) or "default",
+            image=_opt_str(raw, "image", where),
+            service_account=_opt_str(raw, "service_account", where),
+            allowed_sizes=tuple(_str_list(sizes, f"{where}.allowed_sizes")) if sizes else None,
+        )
+
+
+@dataclass(frozen=True)
+class KubernetesConfig:
+    """The Kubernetes backend's settings (the executor config's `kubernetes` section)."""
+
+    tenants: Mapping[str, TenantConfig] = field(default_factory=dict)
+    image: str | None = None  # container image of step pods
+    image_pull_policy: str = "IfNotPresent"
+    image_pull_secrets: tuple[str, ...] = ()  # names of docker-registry secrets
+    service_account: str | None = None  # service account of step pods
+    env_vars: tuple[str, ...] = ()  # "KEY=VALUE", or "KEY" to copy from the executor's env
+    env_secrets: tuple[str, ...] = ()  # secrets loaded whole with envFrom
+    env_config_maps: tuple[str, ...] = ()  # config maps loaded whole with envFrom
+    volumes: tuple[Mapping[str, Any], ...] = ()  # pod volumes (Kubernetes API dicts)
+    volume_mounts: tuple[Mapping[str, Any], ...] = ()  # container volume mounts
+    labels: Mapping[str, str] = field(default_factory=dict)  # extra labels on Jobs and pods
+    priority_classes: PriorityClasses = field(default_factory=PriorityClasses)
+    security_context: Mapping[str, Any] = field(default_factory=lambda: DEFAULT_SECURITY_CONTEXT)
+    gpu_node_selectors: Mapping[str, Mapping[str, str]] = field(default_factory=dict)  # per size
+    gpu_type_label: str = "nvidia.com/gpu.product"  # node label `gpu_type` is matched against
+    gpu_tolerations: tuple[Mapping[str, Any], ...] = DEFAULT_GPU_TOLERATIONS
+    command_prefix: tuple[str, ...] = ("dagster",)  # replaces `python -m dagster` in step argv
+    python: str = "python"  # replaces argv[0] of any other step command
+    watch_reconnect_backoff_s: float = 1.0  # first wait after a watch error (doubles, max 30)
+    watch_timeout_s: int = 300  # server-side timeout of one watch request
+    pending_events_interval_s: float = 5.0  # min seconds between event reads of a Pending step
+    api_retries: int = 4  # retries of a transient API error (429, 5xx, connection reset)
+
+    @classmethod
+    def from_dict(cls, raw: Mapping[str, Any] | None) -> KubernetesConfig:
+        """Validate the raw config section; `ConfigError` names the bad key and the allowed ones.
+
+        Example:
+            >>> KubernetesConfig.from_dict({"imagee": "x"})  # doctest: +IGNORE_EXCEPTION_DETAIL
+            Traceback (most recent call last):
+            ConfigError: kubernetes: unknown key(s) ['imagee']; allowed: ...
+        """
+        raw = dict(raw or {})
+        _check_keys(raw, _TOP_KEYS, "kubernetes")
+        tenants_raw = raw.get("tenants") or {}
+        if not isinstance(tenants_raw, Mapping):
+            raise ConfigError("kubernetes.tenants must map tenant names to their settings")
+        priority = raw.get("priority_classes") or {}
+        _check_keys(priority, {"default", "preemptible"}, "kubernetes.priority_classes")
+        defaults = cls()
+        return cls(
+            tenants={name: TenantConfig.from_dict(name, t) for name, t in tenants_raw.items()},
+            image=_opt_str(raw, "image", "kubernetes"),
+            image_pull_policy=_opt_str(raw, "image_pull_policy", "kubernetes")
+            or defaults.image_pull_policy,
+            image_pull_secrets=tuple(_str_list(raw.get("image_pull_secrets"), "image_pull_secrets")),
+            service_account=_opt_str(raw, "service_account", "kubernetes"),
+            env_vars=tuple(_str_list(raw.get("env_vars"), "kubernetes.env_vars")),
+            env_secrets=tuple(_str_list(raw.get("env_secrets"), "kubernetes.env_secrets")),
+            env_config_maps=tuple(_str_list(raw.get("env_config_maps"), "env_config_maps")),
+            volumes=tuple(raw.get("volumes") or ()),
+            volume_mounts=tuple(raw.get("volume_mounts") or ()),
+            labels=dict(raw.get("labels") or {}),
+            priority_classes=PriorityClasses(**priority),
+            security_context=dict(raw.get("security_context") or DEFAULT_SECURITY_CONTEXT),
+            gpu_node_selectors={k: dict(v) for k, v in (raw.get("gpu_node_selectors") or {}).items()},
+            gpu_type_label=_opt_str(raw, "gpu_type_label", "kubernetes") or defaults.gpu_type_label,
+            gpu_tolerations=tuple(raw.get("gpu_tolerations", DEFAULT_GPU_TOLERATIONS)),
+            command_prefix=tuple(
+                _str_list(raw.get("command_prefix"), "kubernetes.command_prefix")
+                or defaults.command_prefix
+            ),
+            python=_opt_str(raw, "python", "kubernetes") or defaults.python,
+            watch_reconnect_backoff_s=float(
+                raw.get("watch_reconnect_backoff_s", defaults.watch_reconnect_backoff_s)
+            ),
+            watch_timeout_s=int(raw.get("watch_timeout_s", defaults.watch_timeout_s)),
+            pending_events_interval_s=float(
+                raw.get("pending_events_interval_s", defaults.pending_events_interval_s)
+            ),
+            api_retries=int(raw.get("api_retries", defaults.api_retries)),
+        )
+
+    def tenant(self, name: str) -> TenantConfig:
+        """The named tenant's settings; `ConfigError` listing the configured ones if absent."""
+        try:
+            return self.tenants[name]
+        except KeyError:
+            raise ConfigError(
+                f"tenant '{name}' is not configured; configured tenants: "
+                f"{sorted(self.tenants) or 'none'} (add it under kubernetes.tenants)"
+            ) from None
+
+
+_TENANT_KEYS = frozenset(TenantConfig.__dataclass_fields__) - {"name"}
+_TOP_KEYS = frozenset(KubernetesConfig.__dataclass_fields__)
+
+
+def _check_keys(raw: Any, allowed: frozenset[str] | set[str], where: str) -> None:
+    if not isinstance(raw, Mapping):
+        raise ConfigError(f"{where} must be a mapping, got {type(raw).__name__}")
+    unknown = set(raw) - set(allowed)
+    if unknown:
+        raise ConfigError(
+            f"{where}: unknown key(s) {sorted(unknown)}; allowed: {', '.join(sorted(allowed))}"
+        )
+
+
+def _opt_str(raw: Mapping[str, Any], key: str, where: str) -> str | None:
+    value = raw.get(key)
+    if value is not None and not isinstance(value, str):
+        raise ConfigError(f"{where}.{key} must be a string, got {value!r}")
+    return value
+
+
+def _str_list(value: Any, where: str) -> Sequence[str]:
+    if value is None:
+        return ()
+    if isinstance(value, str) or not all(isinstance(item, str) for item in value):
+        raise ConfigError(f"{where} must be a list of strings, got {value!r}")
+    return list(value)

@@ -1,0 +1,206 @@
+"""The batch/v1 Job of one step attempt, built with dagster-k8s's job construction.
+
+dagster-k8s supplies image, env, secrets, service account, volumes and the `dagster-k8s/config`
+tag (for users migrating from `k8s_job_executor`); this module lays the step's `ComputeSpec`
+over it: requests and memory limit, GPUs and their node placement, the priority class, a
+pod failure policy that surfaces disruptions, the grace period for the checkpoint save, labels
+and a restricted security context.
+
+Example:
+    >>> from k8s_ai_orchestrator.spec import resolve_spec
+    >>> from k8s_ai_orchestrator.backends.base import LaunchRequest
+    >>> request = LaunchRequest("r1", "tiles", 0, ["python", "-c", "pass"], {},
+    ...                         resolve_spec({"size": "xs"}), tenant="team-a")
+    >>> job_name(request)
+    'k8s-ai-a1545e1a21bca1436bdec68575ea92c4-0'
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from dagster_k8s.job import (
+    K8S_RESOURCE_REQUIREMENTS_KEY,
+    USER_DEFINED_K8S_CONFIG_KEY,
+    DagsterK8sJobConfig,
+    UserDefinedDagsterK8sConfig,
+    construct_dagster_k8s_job,
+    get_user_defined_k8s_config,
+)
+from dagster_k8s.models import k8s_snake_case_dict
+from dagster_k8s.utils import sanitize_k8s_label
+from kubernetes.client import ApiClient, Configuration, V1SecurityContext
+
+from ..errors import ConfigError, SubmitError
+from .base import LaunchRequest, cpu_quantity
+from .k8s_config import KubernetesConfig, TenantConfig
+
+LABEL_PREFIX = "k8s-ai"
+RUN_LABEL = f"{LABEL_PREFIX}/run-id"
+STEP_LABEL = f"{LABEL_PREFIX}/step"
+TENANT_LABEL = f"{LABEL_PREFIX}/tenant"
+ATTEMPT_LABEL = f"{LABEL_PREFIX}/attempt"
+JOB_LABEL = f"{LABEL_PREFIX}/job"
+MANAGED_BY = {"app.kubernetes.io/managed-by": "k8s-ai-orchestrator"}
+GPU_RESOURCE = "nvidia.com/gpu"
+
+# Keys of `LaunchRequest.labels` read as dagster-k8s step tags rather than turned into labels.
+DAGSTER_K8S_TAG_KEYS = (USER_DEFINED_K8S_CONFIG_KEY, K8S_RESOURCE_REQUIREMENTS_KEY)
+
+_SERIALIZER = ApiClient(Configuration())
+
+
+def job_name(request: LaunchRequest) -> str:
+    """A DNS-safe, 63-character-bounded Job name, unique per run, step and attempt."""
+    digest = hashlib.md5(f"{request.run_id}/{request.step_key}".encode()).hexdigest()
+    return f"k8s-ai-{digest}-{request.attempt}"
+
+
+def run_selector(run_id: str) -> str:
+    """The label selector of every pod and Job of one run."""
+    return f"{RUN_LABEL}={sanitize_k8s_label(run_id)}"
+
+
+def container_args(command: Sequence[str], config: KubernetesConfig) -> list[str]:
+    """The container argv: `python -m dagster ...` → `command_prefix ...`, else python + rest.
+
+    Example:
+        >>> container_args(["/venv/bin/python", "-m", "dagster", "api", "execute_step", "{}"],
+        ...                KubernetesConfig())
+        ['dagster', 'api', 'execute_step', '{}']
+    """
+    if len(command) >= 3 and list(command[1:3]) == ["-m", "dagster"]:
+        return [*config.command_prefix, *command[3:]]
+    return [config.python, *command[1:]]
+
+
+def build_job(
+    request: LaunchRequest, tenant: TenantConfig, config: KubernetesConfig
+) -> dict[str, Any]:
+    """The Job manifest (API JSON form) for one step attempt in `tenant`."""
+    step_tags = {k: v for k, v in request.labels.items() if k in DAGSTER_K8S_TAG_KEYS}
+    user_config = _user_config(request, step_tags)
+    name = job_name(request)
+    image = tenant.image or config.image
+    if not image and "image" not in user_config.container_config:
+        raise ConfigError(
+            f"step '{request.step_key}': no image for tenant '{tenant.name}'; set "
+            "kubernetes.image or kubernetes.tenants.<tenant>.image in the executor config"
+        )
+    job = construct_dagster_k8s_job(
+        job_config=_dagster_job_config(tenant, config, image),
+        args=container_args(request.command, config),
+        job_name=name,
+        pod_name=name,
+        component="step_worker",
+        user_defined_k8s_config=user_config,
+        labels=_labels(request, name, config),
+        env_vars=[{"name": k, "value": v} for k, v in sorted(request.env.items())],
+    )
+    manifest: dict[str, Any] = _SERIALIZER.sanitize_for_serialization(job)
+    _apply_spec(manifest, request, config)
+    annotations = {
+        f"{LABEL_PREFIX}/run-id": request.run_id,
+        f"{LABEL_PREFIX}/step-key": request.step_key,
+        f"{LABEL_PREFIX}/tenant": tenant.name,
+        f"{LABEL_PREFIX}/size": request.spec.describe(),
+    }
+    for metadata in (manifest["metadata"], manifest["spec"]["template"]["metadata"]):
+        metadata.setdefault("annotations", {}).update(annotations)
+    return manifest
+
+
+def _user_config(request: LaunchRequest, tags: Mapping[str, str]) -> UserDefinedDagsterK8sConfig:
+    try:
+        return get_user_defined_k8s_config(tags)
+    except Exception as error:  # dagster raises its own config and JSON errors here
+        raise SubmitError(
+            f"step '{request.step_key}': the {USER_DEFINED_K8S_CONFIG_KEY} tag is invalid "
+            f"({type(error).__name__}: {error}); fix the tag's JSON or remove it"
+        ) from None
+
+
+def _dagster_job_config(
+    tenant: TenantConfig, config: KubernetesConfig, image: str | None
+) -> DagsterK8sJobConfig:
+    return DagsterK8sJobConfig(
+        job_image=image,
+        image_pull_policy=config.image_pull_policy,
+        image_pull_secrets=[{"name": name} for name in config.image_pull_secrets],
+        service_account_name=tenant.service_account or config.service_account,
+        env_config_maps=list(config.env_config_maps),
+        env_secrets=list(config.env_secrets),
+        env_vars=list(config.env_vars),
+        volume_mounts=list(config.volume_mounts),
+        volumes=list(config.volumes),
+        security_context=k8s_snake_case_dict(V1SecurityContext, config.security_context),
+    )
+
+
+def _labels(request: LaunchRequest, name: str, config: KubernetesConfig) -> dict[str, str]:
+    extra = {k: v for k, v in request.labels.items() if k not in DAGSTER_K8S_TAG_KEYS}
+    labels = {**config.labels, **extra, **MANAGED_BY}
+    labels.update(
+        {
+            RUN_LABEL: request.run_id,
+            STEP_LABEL: request.step_key,
+            TENANT_LABEL: request.tenant or "",
+            ATTEMPT_LABEL: str(request.attempt),
+            JOB_LABEL: name,
+        }
+    )
+    return {k: sanitize_k8s_label(v) for k, v in labels.items()}
+
+
+def _apply_spec(manifest: dict[str, Any], request: LaunchRequest, config: KubernetesConfig) -> None:
+    spec = request.spec
+    if spec.is_gang:
+        raise SubmitError(
+            f"step '{request.step_key}': {spec.describe()} is a multi-node gang; the "
+            "kubernetes backend runs single-pod steps; gang steps go to the slurm backend"
+        )
+    job_spec = manifest["spec"]
+    job_spec["backoffLimit"] = 0
+    job_spec["podFailurePolicy"] = {
+        "rules": [{"action": "FailJob", "onPodConditions": [{"type": "DisruptionTarget"}]}]
+    }
+    pod = job_spec["template"]["spec"]
+    pod["terminationGracePeriodSeconds"] = max(1, int(round(request.grace_period_s)))
+    pod["priorityClassName"] = (
+        config.priority_classes.preemptible if spec.preemptible else config.priority_classes.default
+    )
+    container = pod["containers"][0]
+    resources = container.setdefault("resources", {}) or {}
+    container["resources"] = resources
+    requests = {**(resources.get("requests") or {})}
+    limits = {**(resources.get("limits") or {})}
+    requests.update({"cpu": cpu_quantity(spec.cpu), "memory": spec.memory_quantity})
+    limits["memory"] = spec.memory_quantity
+    limits.pop("cpu", None)
+    if spec.gpu:
+        limits[GPU_RESOURCE] = str(spec.gpu)
+        requests[GPU_RESOURCE] = str(spec.gpu)
+        _place_on_gpus(pod, request, config)
+    resources["requests"], resources["limits"] = requests, limits
+
+
+def _place_on_gpus(pod: dict[str, Any], request: LaunchRequest, config: KubernetesConfig) -> None:
+    spec = request.spec
+    selector = dict(pod.get("nodeSelector") or {})
+    selector.update(config.gpu_node_selectors.get(spec.size or "", {}))
+    if spec.gpu_type:
+        selector[config.gpu_type_label] = spec.gpu_type
+    if selector:
+        pod["nodeSelector"] = selector
+    tolerations = list(pod.get("tolerations") or [])
+    tolerations.extend(t for t in config.gpu_tolerations if t not in tolerations)
+    if tolerations:
+        pod["tolerations"] = tolerations
+
+
+def describe_manifest(manifest: Mapping[str, Any]) -> str:
+    """Stable JSON text of a manifest, for golden files and debugging."""
+    return json.dumps(manifest, indent=2, sort_keys=True) + "\n"

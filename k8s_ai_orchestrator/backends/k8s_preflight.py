@@ -1,0 +1,188 @@
+"""Checks before a tenant's first step of a size: may we create Jobs, and can the step fit?
+
+Three questions, each answered once per tenant (permission) or per tenant and size (fit):
+a SelfSubjectAccessReview for `create jobs.batch` in the namespace; the step's requests
+against every ResourceQuota's hard limits; and the requests against the largest visible node's
+allocatable resources. A failure is a `SubmitError` that names step, tenant, limit and fix.
+
+A step that fits a quota's hard limit but not what is left of it right now is not refused:
+other steps free quota as they finish. It stays Pending with the quota reason and fails
+after its timeout.
+
+Example:
+    >>> check = Preflight(retry=ApiRetry())  # doctest: +SKIP
+    >>> check.run(request, tenant_config, api_client)  # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from decimal import Decimal
+from typing import Any
+
+from kubernetes.client import ApiClient, AuthorizationV1Api, CoreV1Api
+from kubernetes.client.exceptions import ApiException
+from kubernetes.utils import parse_quantity
+
+from ..errors import SubmitError
+from ..spec import ComputeSpec, format_memory
+from .base import LaunchRequest
+from .k8s_api import ApiRetry
+from .k8s_config import KubernetesConfig, TenantConfig
+from .k8s_jobs import GPU_RESOURCE
+
+_LOG = logging.getLogger(__name__)
+
+# Quota keys compared with the step's requests, and the values reading them.
+_QUOTA_KEYS = {
+    "requests.cpu": "cpu",
+    "cpu": "cpu",
+    "requests.memory": "memory",
+    "memory": "memory",
+    "limits.memory": "memory",
+    f"requests.{GPU_RESOURCE}": "gpu",
+}
+
+
+def step_needs(spec: ComputeSpec) -> dict[str, Decimal]:
+    """What one pod of the step requests, by resource kind."""
+    return {
+        "cpu": Decimal(str(spec.cpu)),
+        "memory": Decimal(spec.memory_bytes),
+        "gpu": Decimal(spec.gpu),
+    }
+
+
+def _show(kind: str, value: Decimal) -> str:
+    if kind == "memory":
+        return format_memory(int(value))
+    return f"{value.normalize():f}"
+
+
+class Preflight:
+    """Pre-flight checks, cached per tenant (permission) and per tenant and size (fit)."""
+
+    def __init__(self, config: KubernetesConfig, retry: ApiRetry) -> None:
+        self._config = config
+        self._retry = retry
+        self._checked: set[tuple[Any, ...]] = set()
+
+    def run(self, request: LaunchRequest, tenant: TenantConfig, api_client: ApiClient) -> None:
+        """Raise `SubmitError` if the step can never run in the tenant."""
+        spec = request.spec
+        access_key = (tenant.name, tenant.namespace)
+        if access_key not in self._checked:
+            self._check_access(request.step_key, tenant, api_client)
+            self._checked.add(access_key)
+        fit_key = (tenant.name, spec.cpu, spec.memory_bytes, spec.gpu, spec.gpu_type)
+        if fit_key not in self._checked:
+            self._check_quota(request.step_key, spec, tenant, api_client)
+            self._check_nodes(request.step_key, spec, tenant, api_client)
+            self._checked.add(fit_key)
+
+    def _check_access(self, step: str, tenant: TenantConfig, api_client: ApiClient) -> None:
+        body = {
+            "spec": {
+                "resourceAttributes": {
+                    "namespace": tenant.namespace,
+                    "verb": "create",
+                    "group": "batch",
+                    "resource": "jobs",
+                }
+            }
+        }
+        api = AuthorizationV1Api(api_client)
+        review = self._retry.call(
+            "check permissions", tenant.name, lambda: api.create_self_subject_access_review(body)
+        )
+        if not review.status.allowed:
+            raise SubmitError(
+                f"step '{step}': the executor may not create Jobs in namespace "
+                f"'{tenant.namespace}' of tenant '{tenant.name}'"
+                f"{': ' + review.status.reason if review.status.reason else ''}; grant its "
+                "identity create/get/list/watch/delete on jobs.batch and get/list/watch on pods "
+                "and pods/log there (helm chart: rbac.create=true)"
+            )
+
+    def _check_quota(
+        self, step: str, spec: ComputeSpec, tenant: TenantConfig, api_client: ApiClient
+    ) -> None:
+        core = CoreV1Api(api_client)
+        quotas = self._retry.call(
+            "read resource quotas",
+            tenant.name,
+            lambda: core.list_namespaced_resource_quota(tenant.namespace),
+        )
+        needs = step_needs(spec)
+        for quota in quotas.items:
+            hard: Mapping[str, str] = (quota.status and quota.status.hard) or quota.spec.hard or {}
+            used: Mapping[str, str] = (quota.status and quota.status.used) or {}
+            for key, kind in _QUOTA_KEYS.items():
+                if key not in hard or not needs[kind]:
+                    continue
+                limit = parse_quantity(hard[key])
+                if needs[kind] > limit:
+                    raise SubmitError(
+                        f"step '{step}' ({spec.describe()}) can never run in tenant "
+                        f"'{tenant.name}': it requests {key}={_show(kind, needs[kind])} but "
+                        f"ResourceQuota '{quota.metadata.name}' allows {hard[key]} in namespace "
+                        f"'{tenant.namespace}'; raise policies.resourceQuota.quota.{key} in the "
+                        "tenant's vCluster values (helm chart: quota.hard) or pick a smaller size"
+                    )
+                left = limit - parse_quantity(used.get(key, "0"))
+                if needs[kind] > left:
+                    _LOG.warning(
+                        "step '%s' requests %s=%s but only %s of quota '%s' is free in tenant "
+                        "'%s' right now; it will wait Pending until quota frees up",
+                        step,
+                        key,
+                        _show(kind, needs[kind]),
+                        _show(kind, left),
+                        quota.metadata.name,
+                        tenant.name,
+                    )
+
+    def _check_nodes(
+        self, step: str, spec: ComputeSpec, tenant: TenantConfig, api_client: ApiClient
+    ) -> None:
+        core = CoreV1Api(api_client)
+        try:
+            nodes = self._retry.call("list nodes", tenant.name, core.list_node).items
+        except ApiException as error:
+            if error.status in (401, 403):
+                return  # the tenant may not see nodes; the scheduler will explain instead
+            raise
+        selector = {self._config.gpu_type_label: spec.gpu_type} if spec.gpu_type else {}
+        candidates = [
+            n
+            for n in nodes
+            if not (n.spec and n.spec.unschedulable)
+            and all((n.metadata.labels or {}).get(k) == v for k, v in selector.items())
+        ]
+        if not nodes:
+            return
+        needs = step_needs(spec)
+        largest: dict[str, Decimal] = {kind: Decimal(0) for kind in needs}
+        for node in candidates:
+            free = _allocatable(node.status.allocatable or {})
+            if all(free[kind] >= needs[kind] for kind in needs):
+                return
+            largest = {kind: max(largest[kind], free[kind]) for kind in needs}
+        short = [k for k in needs if needs[k] > largest[k]] or list(needs)
+        where = f" with {self._config.gpu_type_label}={spec.gpu_type}" if selector else ""
+        raise SubmitError(
+            f"step '{step}' ({spec.describe()}) can never run in tenant '{tenant.name}': no "
+            f"schedulable node{where} has enough allocatable "
+            + ", ".join(f"{k} (needs {_show(k, needs[k])}, largest {_show(k, largest[k])})" for k in short)
+            + "; add a node pool with larger nodes to the host cluster (and sync it into the "
+            "vCluster), or pick a smaller size class"
+        )
+
+
+def _allocatable(allocatable: Mapping[str, str]) -> dict[str, Decimal]:
+    return {
+        "cpu": parse_quantity(allocatable.get("cpu", "0")),
+        "memory": parse_quantity(allocatable.get("memory", "0")),
+        "gpu": parse_quantity(allocatable.get(GPU_RESOURCE, "0")),
+    }

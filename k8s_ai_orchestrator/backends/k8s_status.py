@@ -1,0 +1,167 @@
+"""Pod state → `StepStatus`, with the reason the executor acts on. Pure: no I/O.
+
+The mapping reads what a real kubelet, scheduler and Job controller write: container
+`terminated.reason` (OOMKilled), pod `status.reason` (Evicted, NodeLost, DeadlineExceeded),
+the `DisruptionTarget` condition (PreemptionByScheduler, EvictionByEvictionAPI,
+DeletionByTaintManager...), the `PodScheduled=False` condition carrying the scheduler's message,
+and container `waiting` reasons that can never resolve by themselves (ImagePullBackOff...).
+
+Example:
+    >>> pod = {"status": {"phase": "Failed", "containerStatuses": [{"state": {"terminated":
+    ...        {"reason": "OOMKilled", "exitCode": 137}}}]}}
+    >>> pod_status(pod).reason
+    'OOMKilled'
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from .base import FailureReason, StepStatus
+
+# DisruptionTarget condition reasons (current and pre-1.27 spellings).
+_DISRUPTION_REASONS = {
+    "PreemptionByScheduler": FailureReason.PREEMPTED,
+    "PreemptionByKubeScheduler": FailureReason.PREEMPTED,
+    "EvictionByEvictionAPI": FailureReason.EVICTED,
+    "TerminationByKubelet": FailureReason.EVICTED,
+    "DeletionByTaintManager": FailureReason.LOST,
+    "DeletionByPodGC": FailureReason.LOST,
+}
+
+# Pod `status.reason` values of a failed pod.
+_POD_REASONS = {
+    "Evicted": FailureReason.EVICTED,
+    "Preempting": FailureReason.PREEMPTED,
+    "NodeLost": FailureReason.LOST,
+    "NodeShutdown": FailureReason.LOST,
+    "Terminated": FailureReason.LOST,
+    "UnexpectedAdmissionError": FailureReason.LOST,
+    "DeadlineExceeded": FailureReason.DEADLINE_EXCEEDED,
+}
+
+# Container waiting reasons that fail the step at once: waiting longer cannot help.
+FAIL_FAST_WAITING = {
+    "ImagePullBackOff": FailureReason.IMAGE_PULL,
+    "ErrImagePull": FailureReason.IMAGE_PULL,
+    "InvalidImageName": FailureReason.IMAGE_PULL,
+    "CreateContainerConfigError": FailureReason.CONFIG_ERROR,
+    "CreateContainerError": FailureReason.CONFIG_ERROR,
+}
+
+
+def pod_status(pod: Mapping[str, Any]) -> StepStatus:
+    """The step status a pod (API JSON form) stands for."""
+    status = pod.get("status") or {}
+    node = (pod.get("spec") or {}).get("nodeName")
+    phase = status.get("phase") or "Pending"
+    if phase == "Succeeded":
+        return StepStatus.succeeded(node)
+    if phase == "Failed":
+        return failed_pod_status(pod)
+    waiting = _waiting(status)
+    if waiting is not None and waiting[0] in FAIL_FAST_WAITING:
+        return StepStatus.failed(FAIL_FAST_WAITING[waiting[0]], waiting[1], node=node)
+    disruption = _condition(status, "DisruptionTarget")
+    if disruption is not None and disruption.get("status") == "True":
+        return _disrupted(disruption, node)
+    if phase == "Running":
+        return StepStatus.running(node)
+    return pending_status(pod)
+
+
+def failed_pod_status(pod: Mapping[str, Any]) -> StepStatus:
+    """Why a pod in phase Failed failed: disruption, pod reason, OOM or the exit code."""
+    status = pod.get("status") or {}
+    node = (pod.get("spec") or {}).get("nodeName")
+    terminated = _terminated(status)
+    exit_code = terminated.get("exitCode") if terminated else None
+    disruption = _condition(status, "DisruptionTarget")
+    if disruption is not None and disruption.get("status") == "True":
+        return _disrupted(disruption, node, exit_code)
+    reason = status.get("reason")
+    if reason in _POD_REASONS:
+        message = status.get("message") or reason
+        return StepStatus.failed(_POD_REASONS[reason], message, exit_code, node)
+    if terminated and terminated.get("reason") == "OOMKilled":
+        message = "container exceeded its memory limit"
+        limit = _memory_limit(pod)
+        if limit:
+            message = f"container exceeded its memory limit of {limit}"
+        return StepStatus.failed(FailureReason.OOM_KILLED, message, exit_code or 137, node)
+    detail = (terminated or {}).get("message") or (terminated or {}).get("reason") or "Error"
+    message = f"exit code {exit_code}: {detail}" if exit_code is not None else detail
+    return StepStatus.failed(FailureReason.ERROR, message, exit_code, node)
+
+
+def pending_status(pod: Mapping[str, Any]) -> StepStatus:
+    """A Pending step with the scheduler's or kubelet's reason, if any."""
+    status = pod.get("status") or {}
+    scheduled = _condition(status, "PodScheduled")
+    if scheduled is not None and scheduled.get("status") == "False":
+        return StepStatus.pending(
+            scheduled.get("reason") or "Unschedulable", scheduled.get("message") or ""
+        )
+    waiting = _waiting(status)
+    if waiting is not None:
+        return StepStatus.pending(waiting[0], waiting[1])
+    return StepStatus.pending()
+
+
+def deleted_pod_status(pod: Mapping[str, Any]) -> StepStatus:
+    """A pod deleted before it finished, by someone other than the executor."""
+    last = pod_status(pod)
+    if last.is_terminal:
+        return last
+    node = (pod.get("spec") or {}).get("nodeName")
+    return StepStatus.failed(
+        FailureReason.LOST, f"pod {pod_name(pod)} was deleted before it finished", node=node
+    )
+
+
+def pod_name(pod: Mapping[str, Any]) -> str:
+    return str((pod.get("metadata") or {}).get("name", "?"))
+
+
+def _disrupted(
+    condition: Mapping[str, Any], node: str | None, exit_code: int | None = None
+) -> StepStatus:
+    reason = condition.get("reason") or ""
+    failure = _DISRUPTION_REASONS.get(reason, FailureReason.EVICTED)
+    message = condition.get("message") or reason
+    return StepStatus.failed(failure, f"{reason}: {message}", exit_code, node)
+
+
+def _condition(status: Mapping[str, Any], kind: str) -> Mapping[str, Any] | None:
+    for condition in status.get("conditions") or ():
+        if condition.get("type") == kind:
+            return condition
+    return None
+
+
+def _terminated(status: Mapping[str, Any]) -> Mapping[str, Any] | None:
+    for container in status.get("containerStatuses") or ():
+        state = container.get("state") or {}
+        if state.get("terminated"):
+            return state["terminated"]
+        last = (container.get("lastState") or {}).get("terminated")
+        if last:
+            return last
+    return None
+
+
+def _waiting(status: Mapping[str, Any]) -> tuple[str, str] | None:
+    for container in status.get("containerStatuses") or ():
+        waiting = (container.get("state") or {}).get("waiting")
+        if waiting and waiting.get("reason") not in (None, "ContainerCreating", "PodInitializing"):
+            return waiting["reason"], waiting.get("message") or waiting["reason"]
+    return None
+
+
+def _memory_limit(pod: Mapping[str, Any]) -> str | None:
+    for container in (pod.get("spec") or {}).get("containers") or ():
+        limit = ((container.get("resources") or {}).get("limits") or {}).get("memory")
+        if limit:
+            return str(limit)
+    return None

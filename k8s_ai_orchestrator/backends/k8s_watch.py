@@ -1,0 +1,209 @@
+"""One list+watch of a run's pods per tenant namespace, kept in memory for `status()`.
+
+A background thread lists the run's pods once, then watches from that resourceVersion. All
+steps of the run in that namespace share it, so asking a step's status costs no API request.
+A 410 Gone (the resourceVersion is too old) re-lists; any other error reconnects after a
+backoff that doubles up to 30 s. Pods that vanish between two lists count as deleted.
+
+Example:
+    >>> watch = PodWatch(core_api, "default", "k8s-ai/run-id=r1")  # doctest: +SKIP
+    >>> watch.start(); watch.pods("k8s-ai-0f3c...-0")  # doctest: +SKIP
+    []
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from kubernetes.client import CoreV1Api
+from kubernetes.client.exceptions import ApiException
+from kubernetes.watch.watch import iter_resp_lines
+
+from .k8s_jobs import JOB_LABEL
+
+Pod = Mapping[str, Any]
+_MAX_BACKOFF_S = 30.0
+
+
+class PodWatch:
+    """The pods of one run in one namespace, as last seen by a list+watch.
+
+    Args:
+        core: the tenant's CoreV1Api.
+        namespace: the namespace the run's Jobs are created in.
+        selector: label selector of the run's pods.
+        backoff_s: first wait after a failed request; doubles up to 30 s.
+        timeout_s: server-side timeout of one watch request (it is then renewed).
+        sleep: waits between reconnects (tests pass a fast one).
+        logger: where reconnects are reported.
+    """
+
+    def __init__(
+        self,
+        core: CoreV1Api,
+        namespace: str,
+        selector: str,
+        *,
+        backoff_s: float = 1.0,
+        timeout_s: int = 300,
+        sleep: Callable[[float], None] = time.sleep,
+        logger: logging.Logger | None = None,
+    ) -> None:
+        self._core = core
+        self.namespace = namespace
+        self._selector = selector
+        self._backoff_s = backoff_s
+        self._timeout_s = timeout_s
+        self._sleep = sleep
+        self._log = logger or logging.getLogger(__name__)
+        self._lock = threading.Condition()
+        self._pods: dict[str, Pod] = {}
+        self._deleted: dict[str, Pod] = {}
+        self._stopped = threading.Event()
+        self._synced = threading.Event()
+        self._response: Any = None
+        self._thread = threading.Thread(
+            target=self._run, name=f"k8s-ai-watch-{namespace}", daemon=True
+        )
+        self.relists = 0  # lists made (1 + one per 410 or reconnect without a resourceVersion)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        """Stop watching; returns once the thread has exited (or after 5 s)."""
+        self._stopped.set()
+        _shutdown(self._response)
+        self._thread.join(timeout=5)
+
+    def wait_synced(self, timeout: float) -> bool:
+        return self._synced.wait(timeout)
+
+    def pods(self, job: str) -> list[Pod]:
+        """Live pods of a Job, oldest first."""
+        with self._lock:
+            found = [p for p in self._pods.values() if _job_of(p) == job]
+        return sorted(found, key=lambda p: (p.get("metadata") or {}).get("creationTimestamp", ""))
+
+    def deleted(self, job: str) -> Pod | None:
+        """The last state of a Job's pod that was deleted, if one was."""
+        with self._lock:
+            return self._deleted.get(job)
+
+    def wait_for_change(self, timeout: float) -> None:
+        """Block until any pod changes or `timeout` seconds pass."""
+        with self._lock:
+            self._lock.wait(timeout)
+
+    def _run(self) -> None:
+        version: str | None = None
+        backoff = self._backoff_s
+        while not self._stopped.is_set():
+            try:
+                if version is None:
+                    version = self._relist()
+                version = self._watch(version)
+                backoff = self._backoff_s
+            except ApiException as error:
+                if error.status == 410:
+                    self._log.info("watch of %s expired (410 Gone); re-listing", self.namespace)
+                    version = None
+                    continue
+                self._log.warning(
+                    "watch of pods in %s failed (%s %s); reconnecting in %.1fs",
+                    self.namespace,
+                    error.status,
+                    error.reason,
+                    backoff,
+                )
+                backoff = self._pause(backoff)
+            except Exception as error:  # connection reset, protocol error, timeout, bad JSON
+                if self._stopped.is_set():
+                    return
+                self._log.warning(
+                    "watch of pods in %s lost (%s); reconnecting in %.1fs",
+                    self.namespace,
+                    type(error).__name__,
+                    backoff,
+                )
+                backoff = self._pause(backoff)
+
+    def _pause(self, backoff: float) -> float:
+        self._sleep(backoff)
+        return min(backoff * 2, _MAX_BACKOFF_S)
+
+    def _relist(self) -> str:
+        response = self._core.list_namespaced_pod(
+            self.namespace, label_selector=self._selector, _preload_content=False
+        )
+        listing = json.loads(response.data)
+        fresh = {p["metadata"]["name"]: p for p in listing.get("items") or ()}
+        with self._lock:
+            for name, pod in self._pods.items():
+                if name not in fresh:
+                    self._deleted[_job_of(pod)] = pod
+            self._pods = fresh
+            self._lock.notify_all()
+        self.relists += 1
+        self._synced.set()
+        return str(listing["metadata"]["resourceVersion"])
+
+    def _watch(self, version: str) -> str:
+        self._response = self._core.list_namespaced_pod(
+            self.namespace,
+            label_selector=self._selector,
+            watch=True,
+            resource_version=version,
+            allow_watch_bookmarks=True,
+            timeout_seconds=self._timeout_s,
+            _preload_content=False,
+            _request_timeout=(10, self._timeout_s + 30),
+        )
+        try:
+            for line in iter_resp_lines(self._response):
+                if self._stopped.is_set():
+                    break
+                if line.strip():
+                    version = self._apply(json.loads(line)) or version
+        finally:
+            response, self._response = self._response, None
+            response.release_conn()
+        return version
+
+    def _apply(self, event: Mapping[str, Any]) -> str | None:
+        kind, pod = event.get("type"), event.get("object") or {}
+        if kind == "ERROR":
+            raise ApiException(status=int(pod.get("code") or 500), reason=pod.get("message"))
+        version = (pod.get("metadata") or {}).get("resourceVersion")
+        if kind == "BOOKMARK":
+            return version
+        name = pod["metadata"]["name"]
+        with self._lock:
+            if kind == "DELETED":
+                self._pods.pop(name, None)
+                self._deleted[_job_of(pod)] = pod
+            else:
+                self._pods[name] = pod
+            self._lock.notify_all()
+        return version
+
+
+def _job_of(pod: Pod) -> str:
+    labels = (pod.get("metadata") or {}).get("labels") or {}
+    return str(labels.get(JOB_LABEL) or labels.get("job-name") or "")
+
+
+def _shutdown(response: Any) -> None:
+    """Unblock a thread reading a watch response by shutting its socket down."""
+    connection = getattr(response, "connection", None)
+    sock = getattr(connection, "sock", None)
+    if sock is not None:
+        try:
+            sock.shutdown(2)
+        except OSError:
+            pass

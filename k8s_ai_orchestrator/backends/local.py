@@ -1,0 +1,431 @@
+"""The embedded local backend: each step is a real subprocess on this machine.
+
+Admission: steps wait, in submission order, until their CPU, memory and GPU requests fit the
+local capacity. Memory limits are enforced the way a kernel cgroup would: the resident set of
+the step's whole process tree is sampled and the tree is killed at the limit (reported as
+OOMKilled, exit 137). A step killed by SIGTERM from outside the executor is reported as
+Preempted.
+
+Example:
+    >>> backend = LocalBackend(LocalCapacity(cpus=2, memory_bytes=4 * 1024**3, gpus=0))
+    >>> backend.capacity.cpus
+    2.0
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import tempfile
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Literal
+
+import psutil
+
+from ..errors import ConfigError, SubmitError
+from ..spec import ComputeSpec, format_memory, parse_cpu, parse_memory
+from .base import FailureReason, JobHandle, LaunchRequest, ResourceUsage, StepState, StepStatus
+
+OOM_EXIT_CODE = 137
+Oversize = Literal["run_alone", "fail"]
+
+
+def detect_gpus() -> int:
+    """Number of NVIDIA GPUs `nvidia-smi -L` lists (0 without a driver)."""
+    if not shutil.which("nvidia-smi"):
+        return 0
+    try:
+        out = subprocess.run(
+            ["nvidia-smi", "-L"], capture_output=True, text=True, timeout=10, check=False
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return 0
+    return sum(1 for line in out.stdout.splitlines() if line.startswith("GPU "))
+
+
+@dataclass(frozen=True)
+class LocalCapacity:
+    """What the local backend may hand out at once."""
+
+    cpus: float
+    memory_bytes: int
+    gpus: int = 0
+
+    @classmethod
+    def detect(cls) -> LocalCapacity:
+        return cls(
+            cpus=float(os.cpu_count() or 1),
+            memory_bytes=psutil.virtual_memory().total,
+            gpus=detect_gpus(),
+        )
+
+    @classmethod
+    def from_config(cls, raw: Mapping[str, object]) -> LocalCapacity:
+        """Build from the executor's `local` config; missing values are detected."""
+        detected = cls.detect()
+        cpus = raw.get("cpus")
+        memory = raw.get("memory")
+        gpus = raw.get("gpus")
+        try:
+            capacity = cls(
+                cpus=parse_cpu(cpus, field="local.cpus") if cpus is not None else detected.cpus,
+                memory_bytes=(
+                    parse_memory(memory, field="local.memory")
+                    if memory is not None
+                    else detected.memory_bytes
+                ),
+                gpus=int(gpus) if gpus is not None else detected.gpus,  # type: ignore[call-overload]
+            )
+        except ValueError as exc:
+            raise ConfigError(f"executor config: {exc}; omit the key to detect it") from None
+        if capacity.gpus < 0:
+            raise ConfigError(f"executor config: local.gpus={gpus!r} must be >= 0")
+        return capacity
+
+    def fits(self, spec: ComputeSpec) -> bool:
+        return (
+            local_cpu(spec) <= self.cpus + 1e-9
+            and local_memory(spec) <= self.memory_bytes
+            and local_gpus(spec) <= self.gpus
+        )
+
+    def describe(self) -> str:
+        return f"{self.cpus:g} CPU / {format_memory(self.memory_bytes)} / {self.gpus} GPU"
+
+
+def local_cpu(spec: ComputeSpec) -> float:
+    return spec.total_cpu
+
+
+def local_memory(spec: ComputeSpec) -> int:
+    return spec.memory_bytes * spec.nodes
+
+
+def local_gpus(spec: ComputeSpec) -> int:
+    return spec.gpu * spec.nodes
+
+
+@dataclass
+class _Attempt:
+    request: LaunchRequest
+    handle: JobHandle
+    log_path: Path
+    alone: bool  # larger than the machine: runs with nothing else
+    gpu_ids: tuple[int, ...] = ()
+    process: subprocess.Popen[bytes] | None = None
+    log_file: IO[bytes] | None = None
+    started_at: float | None = None
+    ended_at: float | None = None
+    status: StepStatus = field(default_factory=lambda: StepStatus.pending("WaitingForCapacity"))
+    max_rss: int = 0
+    kill_reason: FailureReason | None = None
+    kill_message: str = ""
+
+
+class LocalBackend:
+    """Runs steps as local process trees with admission control and RSS-based OOM kills.
+
+    Args:
+        capacity: what may run at once (`LocalCapacity.detect()` by default).
+        oversize: a step larger than the whole capacity either runs alone ("run_alone") or
+            is refused at submit ("fail").
+        sample_interval_s: how often RSS is sampled and queued steps are admitted.
+        log_dir: where each attempt's stdout/stderr is written.
+        clock: monotonic clock, injectable for tests.
+    """
+
+    name = "local"
+
+    def __init__(
+        self,
+        capacity: LocalCapacity | None = None,
+        *,
+        oversize: Oversize = "run_alone",
+        sample_interval_s: float = 0.05,
+        log_dir: str | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.capacity = capacity or LocalCapacity.detect()
+        if self.capacity.cpus <= 0 or self.capacity.memory_bytes <= 0:
+            raise ConfigError(
+                f"local capacity {self.capacity.describe()} cannot run anything: "
+                "set local.cpus and local.memory above 0, or omit them to detect the machine's"
+            )
+        self.oversize = oversize
+        self._interval = sample_interval_s
+        self._log_dir = Path(log_dir or tempfile.mkdtemp(prefix="k8s-ai-local-"))
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._queue: deque[_Attempt] = deque()
+        self._running: dict[str, _Attempt] = {}
+        self._attempts: dict[str, _Attempt] = {}
+        self._stop = threading.Event()
+        self._wake = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="k8s-ai-local", daemon=True)
+        self._thread.start()
+
+    # -- Backend protocol -------------------------------------------------------------------
+
+    def placement_warnings(self, spec: ComputeSpec) -> list[str]:
+        """Why this step will not run exactly as sized here (shown as warning events)."""
+        notes = []
+        if not self.capacity.fits(spec):
+            notes.append(
+                f"step needs {spec.describe()}, more than this machine's "
+                f"{self.capacity.describe()}: it runs alone, with the memory limit still enforced"
+            )
+        if spec.gpu and self.capacity.gpus == 0:
+            notes.append(f"step asks for {spec.gpu} GPU but this machine has none: it runs on CPU")
+        return notes
+
+    def submit(self, request: LaunchRequest) -> JobHandle:
+        spec = request.spec
+        cpu_mem_fit = local_cpu(spec) <= self.capacity.cpus and local_memory(spec) <= (
+            self.capacity.memory_bytes
+        )
+        if not cpu_mem_fit and self.oversize == "fail":
+            raise SubmitError(
+                f"step '{request.step_key}' needs {spec.describe()} but the local backend has "
+                f"{self.capacity.describe()} and local.oversize is 'fail': run it on a cluster "
+                "backend, shrink it with compute(...), or set local.oversize: run_alone"
+            )
+        job_id = f"{request.run_id[:8]}-{request.step_key}-{request.attempt}"
+        handle = JobHandle(backend=self.name, job_id=job_id, step_key=request.step_key)
+        log_path = self._log_dir / f"{_safe_file_name(job_id)}.log"
+        attempt = _Attempt(request, handle, log_path, alone=not cpu_mem_fit)
+        with self._lock:
+            self._attempts[job_id] = attempt
+            self._queue.append(attempt)
+        self._wake.set()
+        return handle
+
+    def status(self, handle: JobHandle) -> StepStatus:
+        with self._lock:
+            return self._attempts[handle.job_id].status
+
+    def logs(self, handle: JobHandle, tail_lines: int | None = None) -> str:
+        path = self._attempts[handle.job_id].log_path
+        if not path.exists():
+            return ""
+        text = path.read_text(errors="replace")
+        if tail_lines is None:
+            return text
+        return "\n".join(text.splitlines()[-tail_lines:])
+
+    def cancel(self, handle: JobHandle) -> None:
+        with self._lock:
+            attempt = self._attempts.get(handle.job_id)
+            if attempt is None or attempt.status.is_terminal:
+                return
+            if attempt in self._queue:
+                self._queue.remove(attempt)
+                attempt.status = StepStatus.failed(FailureReason.CANCELLED, "cancelled while queued")
+                return
+            attempt.kill_reason = FailureReason.CANCELLED
+            attempt.kill_message = "cancelled by the executor"
+        self._terminate(attempt, attempt.request.grace_period_s)
+        self._reap(attempt, block=True)
+
+    def usage(self, handle: JobHandle) -> ResourceUsage:
+        with self._lock:
+            attempt = self._attempts[handle.job_id]
+            if attempt.started_at is None:
+                return ResourceUsage()
+            wall = (attempt.ended_at or self._clock()) - attempt.started_at
+            spec = attempt.request.spec
+            return ResourceUsage(
+                cpu_seconds=local_cpu(spec) * wall,
+                memory_gib_seconds=local_memory(spec) / 1024**3 * wall,
+                gpu_seconds=min(local_gpus(spec), self.capacity.gpus) * wall,
+                wall_seconds=wall,
+                max_rss_bytes=attempt.max_rss or None,
+                nodes=("localhost",),
+            )
+
+    def close(self) -> None:
+        """Stop the monitor thread and kill anything still running (nothing is left behind)."""
+        with self._lock:
+            running = list(self._running.values())
+            self._queue.clear()
+        for attempt in running:
+            attempt.kill_reason = FailureReason.CANCELLED
+            self._terminate(attempt, grace_s=1.0)
+            self._reap(attempt, block=True)
+        self._stop.set()
+        self._wake.set()
+        self._thread.join(timeout=5)
+
+    # -- monitor thread ---------------------------------------------------------------------
+
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            self._reap_and_police()
+            self._admit()
+            self._wake.wait(self._interval)
+            self._wake.clear()
+
+    def _free(self) -> tuple[float, int, set[int]]:
+        cpus = self.capacity.cpus - sum(local_cpu(a.request.spec) for a in self._running.values())
+        memory = self.capacity.memory_bytes - sum(
+            local_memory(a.request.spec) for a in self._running.values()
+        )
+        used_gpus = {g for a in self._running.values() for g in a.gpu_ids}
+        return cpus, memory, set(range(self.capacity.gpus)) - used_gpus
+
+    def _admit(self) -> None:
+        with self._lock:
+            while self._queue:
+                head = self._queue[0]
+                spec = head.request.spec
+                cpus, memory, free_gpus = self._free()
+                wanted_gpus = min(local_gpus(spec), self.capacity.gpus)
+                if head.alone:
+                    fits = not self._running
+                else:
+                    fits = (
+                        local_cpu(spec) <= cpus + 1e-9
+                        and local_memory(spec) <= memory
+                        and wanted_gpus <= len(free_gpus)
+                    )
+                if not fits:
+                    head.status = StepStatus.pending(
+                        "WaitingForCapacity",
+                        f"waiting for local capacity: needs {spec.describe()}, free "
+                        f"{max(cpus, 0):g} CPU / {format_memory(max(memory, 0))} / "
+                        f"{len(free_gpus)} GPU",
+                    )
+                    return
+                self._queue.popleft()
+                head.gpu_ids = tuple(sorted(free_gpus))[:wanted_gpus]
+                self._start(head)
+
+    def _start(self, attempt: _Attempt) -> None:
+        env = {**os.environ, **attempt.request.env}
+        if attempt.gpu_ids or attempt.request.spec.gpu:
+            env["CUDA_VISIBLE_DEVICES"] = ",".join(str(g) for g in attempt.gpu_ids)
+        attempt.log_file = open(attempt.log_path, "ab")  # noqa: SIM115 - closed on reap
+        try:
+            attempt.process = subprocess.Popen(
+                list(attempt.request.command),
+                env=env,
+                stdin=subprocess.DEVNULL,
+                stdout=attempt.log_file,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+        except OSError as exc:
+            attempt.log_file.close()
+            attempt.status = StepStatus.failed(FailureReason.ERROR, f"could not start: {exc}")
+            return
+        attempt.started_at = self._clock()
+        attempt.status = StepStatus.running(node="localhost")
+        self._running[attempt.handle.job_id] = attempt
+
+    def _reap_and_police(self) -> None:
+        with self._lock:
+            running = list(self._running.values())
+        for attempt in running:
+            if self._reap(attempt, block=False):
+                continue
+            rss = _tree_rss(attempt.process)
+            attempt.max_rss = max(attempt.max_rss, rss)
+            limit = local_memory(attempt.request.spec)
+            if rss > limit:
+                attempt.kill_reason = FailureReason.OOM_KILLED
+                attempt.kill_message = (
+                    f"resident memory {format_memory_approx(rss)} exceeded the limit "
+                    f"{format_memory(limit)}"
+                )
+                _kill_group(attempt.process, signal.SIGKILL)
+                self._reap(attempt, block=True)
+
+    def _terminate(self, attempt: _Attempt, grace_s: float) -> None:
+        _kill_group(attempt.process, signal.SIGTERM)
+        process = attempt.process
+        if process is None:
+            return
+        try:
+            process.wait(timeout=grace_s)
+        except subprocess.TimeoutExpired:
+            pass
+        _kill_group(process, signal.SIGKILL)
+
+    def _reap(self, attempt: _Attempt, *, block: bool) -> bool:
+        process = attempt.process
+        if process is None:
+            return True
+        code = process.wait() if block else process.poll()
+        if code is None:
+            return False
+        _kill_group(process, signal.SIGKILL)  # leftovers of the tree
+        with self._lock:
+            if attempt.handle.job_id not in self._running:
+                return True
+            del self._running[attempt.handle.job_id]
+            attempt.ended_at = self._clock()
+            attempt.status = _exit_status(code, attempt.kill_reason, attempt.kill_message)
+        if attempt.log_file is not None:
+            attempt.log_file.close()
+        self._wake.set()
+        return True
+
+
+def _exit_status(code: int, kill_reason: FailureReason | None, kill_message: str) -> StepStatus:
+    node = "localhost"
+    if kill_reason is FailureReason.OOM_KILLED:
+        return StepStatus.failed(kill_reason, kill_message, OOM_EXIT_CODE, node)
+    if kill_reason is not None:
+        return StepStatus.failed(kill_reason, kill_message, code, node)
+    if code == 0:
+        return StepStatus.succeeded(node)
+    if code == -signal.SIGTERM:
+        return StepStatus.failed(
+            FailureReason.PREEMPTED, "terminated by SIGTERM from outside the executor", 143, node
+        )
+    if code == -signal.SIGKILL:
+        return StepStatus.failed(FailureReason.LOST, "killed by SIGKILL", OOM_EXIT_CODE, node)
+    return StepStatus.failed(FailureReason.ERROR, f"step process exited with code {code}", code)
+
+
+def _tree_rss(process: subprocess.Popen[bytes] | None) -> int:
+    if process is None:
+        return 0
+    try:
+        root = psutil.Process(process.pid)
+        members = [root, *root.children(recursive=True)]
+    except psutil.Error:
+        return 0
+    total = 0
+    for member in members:
+        try:
+            total += member.memory_info().rss
+        except psutil.Error:
+            continue
+    return total
+
+
+def _kill_group(process: subprocess.Popen[bytes] | None, sig: signal.Signals) -> None:
+    if process is None:
+        return
+    try:
+        os.killpg(process.pid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def format_memory_approx(num_bytes: int) -> str:
+    return f"{num_bytes / 1024**2:.0f}Mi"
+
+
+def _safe_file_name(text: str) -> str:
+    return "".join(c if c.isalnum() or c in "-_." else "_" for c in text)
+
+
+__all__ = ["LocalBackend", "LocalCapacity", "OOM_EXIT_CODE", "StepState"]

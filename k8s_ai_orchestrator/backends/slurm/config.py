@@ -1,0 +1,109 @@
+"""`SlurmConfig`: how the executor reaches Slurm. Its field names are the executor's
+`slurm:` config keys.
+
+Example:
+    >>> SlurmConfig(partition="gpu", workdir="/shared/k8s_ai").transport
+    'cli'
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from ...errors import ConfigError
+
+TRANSPORTS = ("cli", "rest")
+_SLURM_WORD = re.compile(r"^[A-Za-z0-9_.,+-]+$")
+_TIME_LIMIT = re.compile(r"^(?:(\d+)-)?(\d+)(?::(\d+))?(?::(\d+))?$")
+
+
+@dataclass(frozen=True)
+class SlurmConfig:
+    """Where and how gang steps are submitted.
+
+    Example:
+        >>> SlurmConfig(transport="rest", rest_url="http://slurm:6820", rest_user="ml").rest_url
+        'http://slurm:6820'
+    """
+
+    transport: str = "cli"  # "cli": sbatch/squeue/scontrol/scancel; "rest": slurmrestd with JWT
+    partition: str | None = None  # None = the cluster's default partition
+    account: str | None = None  # --account for every job
+    python: str | None = None  # interpreter on compute nodes; None = the step command's argv[0]
+    workdir: str = "/tmp/k8s_ai_slurm"  # directory shared by the submitting host and all nodes
+    ssh_host: str | None = None  # run the CLI on this login node over ssh (cli transport)
+    rest_url: str | None = None  # slurmrestd base URL, e.g. "http://slurm-login:6820"
+    rest_user: str | None = None  # X-SLURM-USER-NAME
+    rest_token: str | None = None  # X-SLURM-USER-TOKEN (`scontrol token`)
+    time_limit: int | str | None = None  # minutes, or Slurm's "D-HH:MM:SS"; None = partition's
+    grace_period_s: int = 30  # USR2 this long before the time limit: checkpoint (and requeue)
+    slurm_conf: str | None = None  # SLURM_CONF for the CLI and the job; None = Slurm's default
+    command_timeout_s: float = 30.0  # bound on every sbatch/squeue/scontrol/HTTP call
+    rest_api_version: str = "v0.0.38"  # slurmrestd OpenAPI plugin version
+
+    def __post_init__(self) -> None:
+        if self.transport not in TRANSPORTS:
+            raise ConfigError(
+                f"slurm.transport={self.transport!r} is not allowed: use 'cli' or 'rest'"
+            )
+        for name in ("partition", "account"):
+            value = getattr(self, name)
+            if value is not None and not _SLURM_WORD.match(value):
+                raise ConfigError(
+                    f"slurm.{name}={value!r} is not a Slurm name: use letters, digits, '_', "
+                    "'.', '-', ','"
+                )
+        if not self.workdir.startswith("/") or re.search(r"[\s%]", self.workdir):
+            raise ConfigError(
+                f"slurm.workdir={self.workdir!r} must be an absolute path without whitespace "
+                "or '%' on a filesystem every node mounts"
+            )
+        if self.transport == "rest" and not (self.rest_url and self.rest_user and self.rest_token):
+            raise ConfigError(
+                "slurm.transport='rest' needs rest_url, rest_user and rest_token "
+                "(create a token with `scontrol token username=<user>`)"
+            )
+        if self.grace_period_s < 0:
+            raise ConfigError(f"slurm.grace_period_s={self.grace_period_s!r} must be >= 0")
+        self.time_limit_minutes()
+
+    def time_limit_minutes(self) -> int | None:
+        """`time_limit` in whole minutes (rounded up), or None for the partition default.
+
+        Example:
+            >>> SlurmConfig(time_limit="1-02:30:00").time_limit_minutes()
+            1590
+        """
+        if self.time_limit is None:
+            return None
+        if isinstance(self.time_limit, int) and not isinstance(self.time_limit, bool):
+            if self.time_limit > 0:
+                return self.time_limit
+        elif isinstance(self.time_limit, str):
+            match = _TIME_LIMIT.match(self.time_limit.strip())
+            if match:
+                return _minutes(*match.groups(), has_days=match.group(1) is not None)
+        raise ConfigError(
+            f"slurm.time_limit={self.time_limit!r} is not allowed: give minutes (120) or "
+            '"D-HH:MM:SS" / "HH:MM:SS" / "MM"'
+        )
+
+
+def _minutes(
+    days: str | None, first: str, second: str | None, third: str | None, *, has_days: bool
+) -> int:
+    numbers = [int(part) for part in (first, second, third) if part is not None]
+    if has_days:  # D-HH, D-HH:MM, D-HH:MM:SS
+        hours, minutes, seconds = (numbers + [0, 0])[:3]
+        total = int(days or 0) * 86400 + hours * 3600 + minutes * 60 + seconds
+    elif len(numbers) == 1:  # MM
+        total = numbers[0] * 60
+    elif len(numbers) == 2:  # MM:SS
+        total = numbers[0] * 60 + numbers[1]
+    else:  # HH:MM:SS
+        total = numbers[0] * 3600 + numbers[1] * 60 + numbers[2]
+    minutes_total = -(-total // 60)
+    if minutes_total <= 0:
+        raise ConfigError("slurm.time_limit must be at least one minute")
+    return minutes_total

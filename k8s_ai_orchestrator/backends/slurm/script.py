@@ -1,0 +1,203 @@
+"""The batch job of one step attempt: its options and its bash script.
+
+Every user-controlled value (step key, run id, environment, command line) reaches the script
+either through `shlex.quote` or after reduction to a safe character set; nothing is pasted.
+
+Example:
+    >>> safe_name("train[part=2024-01-01]; rm -rf /")
+    'train_part_2024-01-01__rm_-rf__-8f1b1dd6'
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import re
+import shlex
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import PurePosixPath
+from typing import Any
+from urllib.parse import quote
+
+from ...errors import SubmitError
+from ..base import LaunchRequest
+from .config import SlurmConfig
+
+JOB_DIR_ENV = "K8S_AI_SLURM_JOB_DIR"  # the attempt's directory in the shared workdir
+MiB = 1024**2
+_UNSAFE = re.compile(r"[^A-Za-z0-9_.-]")
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+def safe_name(text: str, limit: int = 60) -> str:
+    """`text` reduced to [A-Za-z0-9_.-] (for job names and paths), made unique by a hash
+    suffix whenever characters were replaced or the text was cut."""
+    cleaned = _UNSAFE.sub("_", text)
+    if cleaned == text and len(text) <= limit and text not in ("", ".", ".."):
+        return text
+    digest = hashlib.sha256(text.encode()).hexdigest()[:8]
+    return f"{cleaned[: limit - 9]}-{digest}"
+
+
+@dataclass(frozen=True)
+class BatchJob:
+    """One sbatch job: what both transports submit."""
+
+    name: str  # --job-name, safe characters only
+    comment: str  # k8s_ai:run=<run>,step=<step>,attempt=<n>, percent-encoded
+    nodes: int
+    tasks_per_node: int
+    cpus_per_task: int
+    memory_mb: int  # per node
+    gpus_per_node: int
+    partition: str | None
+    account: str | None
+    time_limit_min: int | None
+    signal_lead_s: int  # USR2 this long before the time limit
+    requeue: bool  # preemptible steps: requeue on USR2 and on node failure
+    job_dir: str  # the attempt's directory in the shared workdir (also the working directory)
+    output_path: str  # stdout+stderr, append mode (a requeued job appends)
+    env: tuple[tuple[str, str], ...]  # exported before the step process starts
+    command: tuple[str, ...]  # the step process argv
+
+    def directives(self) -> list[str]:
+        """The sbatch options, one per `#SBATCH` line."""
+        options = [
+            f"--job-name={self.name}",
+            f"--comment={self.comment}",
+            f"--nodes={self.nodes}",
+            f"--ntasks-per-node={self.tasks_per_node}",
+            f"--cpus-per-task={self.cpus_per_task}",
+            f"--mem={self.memory_mb}M",
+        ]
+        if self.gpus_per_node:
+            options.append(f"--gres=gpu:{self.gpus_per_node}")
+        if self.partition:
+            options.append(f"--partition={self.partition}")
+        if self.account:
+            options.append(f"--account={self.account}")
+        if self.time_limit_min:
+            options.append(f"--time={self.time_limit_min}")
+        options += [
+            f"--signal=B:USR2@{self.signal_lead_s}",
+            "--requeue" if self.requeue else "--no-requeue",
+            "--open-mode=append",
+            f"--output={self.output_path}",
+            f"--chdir={self.job_dir}",
+        ]
+        return options
+
+
+def batch_job(request: LaunchRequest, config: SlurmConfig) -> BatchJob:
+    """The batch job for one step attempt."""
+    spec = request.spec
+    job_dir = PurePosixPath(config.workdir, safe_name(request.run_id), safe_name(request.step_key))
+    env = dict(request.env)
+    env[JOB_DIR_ENV] = str(job_dir)
+    if config.slurm_conf:
+        env["SLURM_CONF"] = config.slurm_conf
+    bad = sorted(name for name in env if not _ENV_NAME.match(name))
+    if bad:
+        raise SubmitError(
+            f"step '{request.step_key}': environment variable names {bad} cannot be exported "
+            "by a batch script; use letters, digits and '_'"
+        )
+    command = list(request.command)
+    if not command:
+        raise SubmitError(f"step '{request.step_key}': empty command")
+    if config.python:
+        command[0] = config.python
+    comment = ",".join(
+        (
+            f"k8s_ai:run={quote(request.run_id, safe='')}",
+            f"step={quote(request.step_key, safe='')}",
+            f"attempt={request.attempt}",
+        )
+    )
+    return BatchJob(
+        name=f"k8sai.{safe_name(request.run_id, 8)}.{safe_name(request.step_key)}",
+        comment=comment,
+        nodes=spec.nodes,
+        tasks_per_node=spec.tasks_per_node,
+        cpus_per_task=max(1, math.ceil(spec.cpu)),
+        memory_mb=max(1, math.ceil(spec.memory_bytes / MiB)),
+        gpus_per_node=spec.gpu,
+        partition=config.partition,
+        account=config.account,
+        time_limit_min=config.time_limit_minutes(),
+        signal_lead_s=int(config.grace_period_s),
+        requeue=spec.preemptible,
+        job_dir=str(job_dir),
+        output_path=str(job_dir / f"attempt-{request.attempt}.log"),
+        env=tuple(sorted(env.items())),
+        command=tuple(command),
+    )
+
+
+# The body after the exports. The step process runs in the background so that the USR2 trap
+# runs while it works; `wait` returns early (status > 128) whenever a trapped signal arrives.
+_BODY = """\
+k8s_ai_usr2=0
+trap 'k8s_ai_usr2=1; kill -USR2 "$k8s_ai_step" 2>/dev/null' USR2
+trap 'kill -TERM "$k8s_ai_step" 2>/dev/null' TERM
+{command} &
+k8s_ai_step=$!
+while :; do
+    wait "$k8s_ai_step"
+    k8s_ai_rc=$?
+    if [ "$k8s_ai_rc" -le 128 ] || ! kill -0 "$k8s_ai_step" 2>/dev/null; then
+        break
+    fi
+    if [ "$k8s_ai_usr2" = 1 ] && [ "$k8s_ai_requeue" = 1 ]; then
+        k8s_ai_usr2=0
+        k8s_ai_deadline=$((SECONDS + k8s_ai_save_s))
+        while kill -0 "$k8s_ai_step" 2>/dev/null && [ "$SECONDS" -lt "$k8s_ai_deadline" ]; do
+            sleep 1
+        done
+        echo "k8s_ai: requeueing job $SLURM_JOB_ID after the checkpoint window" >&2
+        scontrol requeue "$SLURM_JOB_ID"
+    fi
+done
+exit "$k8s_ai_rc"
+"""
+
+
+def render_script(job: BatchJob) -> str:
+    """The bash batch script: `#SBATCH` options, exports, then the supervised step process."""
+    lines = ["#!/bin/bash"]
+    lines += [f"#SBATCH {option}" for option in job.directives()]
+    lines.append("set -u")
+    lines += [f"export {name}={shlex.quote(value)}" for name, value in job.env]
+    lines.append(f"k8s_ai_requeue={1 if job.requeue else 0}")
+    lines.append(f"k8s_ai_save_s={max(1, job.signal_lead_s // 2)}")
+    return "\n".join(lines) + "\n" + _BODY.format(command=shlex.join(job.command))
+
+
+def rest_job_properties(job: BatchJob, base_env: Mapping[str, str]) -> dict[str, Any]:
+    """The slurmrestd `job` object equivalent to the script's `#SBATCH` lines."""
+    props: dict[str, Any] = {
+        "name": job.name,
+        "comment": job.comment,
+        "nodes": [job.nodes, job.nodes],
+        "tasks": job.nodes * job.tasks_per_node,
+        "tasks_per_node": job.tasks_per_node,
+        "cpus_per_task": job.cpus_per_task,
+        "memory_per_node": job.memory_mb,
+        "signal": f"B:USR2@{job.signal_lead_s}",
+        "requeue": job.requeue,
+        "open_mode": "append",
+        "standard_output": job.output_path,
+        "standard_error": job.output_path,
+        "current_working_directory": job.job_dir,
+        "environment": dict(base_env),
+    }
+    if job.gpus_per_node:
+        props["gres"] = f"gpu:{job.gpus_per_node}"
+    if job.partition:
+        props["partition"] = job.partition
+    if job.account:
+        props["account"] = job.account
+    if job.time_limit_min:
+        props["time_limit"] = job.time_limit_min
+    return props

@@ -1,0 +1,148 @@
+"""Slurm job states → `StepStatus`, and the `JobInfo` both transports report.
+
+Example:
+    >>> to_step_status(JobInfo("7", "OUT_OF_MEMORY", exit_code=0, signal=9)).reason
+    'OOMKilled'
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from datetime import datetime
+
+from ..base import FailureReason, StepStatus
+
+# Slurm base states of a job that has not finished: the step is pending or running.
+PENDING_STATES = frozenset({"PENDING", "REQUEUED", "REQUEUE_FED", "REQUEUE_HOLD", "CONFIGURING"})
+RUNNING_STATES = frozenset({"RUNNING", "COMPLETING", "SUSPENDED", "STAGE_OUT", "SIGNALING"})
+
+FAILURE_REASONS = {
+    "FAILED": FailureReason.ERROR,
+    "BOOT_FAIL": FailureReason.LOST,
+    "NODE_FAIL": FailureReason.LOST,
+    "OUT_OF_MEMORY": FailureReason.OOM_KILLED,
+    "PREEMPTED": FailureReason.PREEMPTED,
+    "TIMEOUT": FailureReason.DEADLINE_EXCEEDED,
+    "DEADLINE": FailureReason.DEADLINE_EXCEEDED,
+    "CANCELLED": FailureReason.CANCELLED,
+    "REVOKED": FailureReason.CANCELLED,
+    "SPECIAL_EXIT": FailureReason.ERROR,
+}
+
+
+@dataclass(frozen=True)
+class JobInfo:
+    """What Slurm says about one job, whichever transport asked."""
+
+    job_id: str
+    state: str  # Slurm base state, e.g. "PENDING", "NODE_FAIL"
+    reason: str = ""  # Slurm's Reason (Resources, Priority, ReqNodeNotAvail, ...)
+    exit_code: int | None = None
+    signal: int | None = None  # the signal that ended the batch script, if any
+    nodes: tuple[str, ...] = ()
+    batch_host: str | None = None
+    start_time: float | None = None  # epoch seconds
+    end_time: float | None = None
+    restarts: int = 0  # times Slurm requeued the job
+    cpus: int = 0  # allocated CPUs, all nodes
+    memory_mb: int = 0  # allocated memory, all nodes
+    gpus: int = 0  # allocated GPUs, all nodes
+
+
+def to_step_status(info: JobInfo) -> StepStatus:
+    """Map a Slurm state to the backend-neutral status the executor acts on."""
+    node = info.batch_host or (info.nodes[0] if info.nodes else None)
+    state = info.state.upper()
+    if state in PENDING_STATES:
+        reason = info.reason if info.reason and info.reason != "None" else ""
+        message = f"Slurm job {info.job_id} is {state.lower()}"
+        if reason:
+            message += f" ({reason})"
+        if info.restarts:
+            message += f"; requeued {info.restarts} time(s)"
+        return StepStatus.pending(reason or state.capitalize(), message)
+    if state in RUNNING_STATES:
+        return StepStatus.running(node)
+    if state == "COMPLETED":
+        return StepStatus.succeeded(node)
+    failure = FAILURE_REASONS.get(state, FailureReason.ERROR)
+    message = f"Slurm job {info.job_id} ended {state}"
+    if info.exit_code is not None:
+        message += f" with exit code {info.exit_code}"
+    if info.signal:
+        message += f" (signal {info.signal})"
+    if info.reason and info.reason != "None":
+        message += f"; reason: {info.reason}"
+    if info.nodes:
+        message += f"; nodes {','.join(info.nodes)}"
+    return StepStatus.failed(failure, message, exit_code=info.exit_code, node=node)
+
+
+def parse_time(text: str | None) -> float | None:
+    """Slurm's ISO timestamps ("2026-11-29T17:10:02", "Unknown", "None") → epoch seconds."""
+    if not text or not text[0].isdigit():
+        return None
+    try:
+        return datetime.fromisoformat(text).timestamp()
+    except ValueError:
+        return None
+
+
+def parse_exit_code(text: str) -> tuple[int | None, int | None]:
+    """"1:0" → (1, None); "0:9" → (0, 9)."""
+    code, _, sig = text.partition(":")
+    exit_code = int(code) if code.isdigit() else None
+    signal = int(sig) if sig.isdigit() and int(sig) else None
+    return exit_code, signal
+
+
+_KEY_VALUE = re.compile(r"(?:^|\s)([A-Za-z/:]+)=(\S*)")
+_TRES_FIELD = re.compile(r"(cpu|mem|gres/gpu)=(\d+(?:\.\d+)?)([KMGT]?)")
+
+
+def parse_tres(text: str) -> tuple[int, int, int]:
+    """"cpu=2,mem=2G,node=2,billing=2,gres/gpu=4" → (cpus, memory MB, gpus)."""
+    values = {"cpu": 0.0, "mem": 0.0, "gres/gpu": 0.0}
+    scale = {"": 1.0, "K": 1 / 1024, "M": 1.0, "G": 1024.0, "T": 1024.0**2}
+    for key, number, unit in _TRES_FIELD.findall(text):
+        values[key] = float(number) * (scale[unit] if key == "mem" else 1.0)
+    return int(values["cpu"]), int(values["mem"]), int(values["gres/gpu"])
+
+
+def expand_hostlist(text: str) -> tuple[str, ...]:
+    """"n[1-3,5],gpu7" → ("n1", "n2", "n3", "n5", "gpu7") (one bracket group per name)."""
+    names: list[str] = []
+    for prefix, ranges, plain in re.findall(r"([^,\[]+)\[([^\]]+)\]|([^,\[\]]+)", text):
+        if plain:
+            names.append(plain)
+            continue
+        for part in ranges.split(","):
+            low, _, high = part.partition("-")
+            width = len(low)
+            for number in range(int(low), int(high or low) + 1):
+                names.append(f"{prefix}{number:0{width}d}")
+    return tuple(name for name in names if name not in ("", "(null)", "None"))
+
+
+def parse_scontrol_job(line: str) -> JobInfo:
+    """One `scontrol show job -o <id>` line → JobInfo."""
+    fields = dict(_KEY_VALUE.findall(line))
+    exit_code, signal = parse_exit_code(fields.get("ExitCode", ""))
+    cpus, memory_mb, gpus = parse_tres(fields.get("TRES", ""))
+    state = fields.get("JobState", "UNKNOWN")
+    return JobInfo(
+        job_id=fields.get("JobId", ""),
+        state=state,
+        reason=fields.get("Reason", ""),
+        exit_code=exit_code,
+        signal=signal,
+        nodes=expand_hostlist(fields.get("NodeList", "")),
+        batch_host=fields.get("BatchHost") or None,
+        start_time=parse_time(fields.get("StartTime")) if state not in PENDING_STATES else None,
+        end_time=parse_time(fields.get("EndTime")),
+        restarts=int(fields.get("Restarts", "0") or 0),
+        cpus=cpus,
+        memory_mb=memory_mb,
+        gpus=gpus,
+    )

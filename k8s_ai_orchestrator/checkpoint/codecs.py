@@ -1,0 +1,102 @@
+"""How step state becomes checkpoint files: JSON dicts, raw bytes, pyarrow Tables (Arrow IPC).
+
+Tables are streamed batch by batch straight into the destination file, never copied into an
+intermediate buffer; on local disks they are read back memory-mapped, without a copy.
+
+Example:
+    >>> kind, name, produce = encode({"tile": 7})
+    >>> kind, name
+    ('json', 'state.json')
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Callable
+from typing import Any
+
+import pyarrow as pa
+
+from ..errors import CheckpointError
+from .storage import HashingSink
+
+State = dict[str, Any] | bytes | pa.Table
+Producer = Callable[[HashingSink], object]
+
+_ALLOWED = (
+    "a dict of JSON values, bytes, a pyarrow.Table, or a local folder with save_dir(path)"
+)
+
+
+def encode(state: object) -> tuple[str, str, Producer]:
+    """Pick the kind and file name for `state` and return a function that writes it.
+
+    Raises:
+        CheckpointError: the state (or a value inside a dict) cannot be checkpointed; the message
+            names its type and where it is.
+    """
+    if isinstance(state, pa.RecordBatch):
+        state = pa.Table.from_batches([state])
+    if isinstance(state, pa.Table):
+        return "arrow", "state.arrows", lambda sink: _write_table(state, sink)
+    if isinstance(state, bytes | bytearray | memoryview):
+        data = state
+        return "bytes", "state.bin", lambda sink: sink.write(data)
+    if isinstance(state, dict):
+        _check_jsonable(state, "state")
+        text = json.dumps(state, separators=(",", ":"), allow_nan=False).encode()
+        return "json", "state.json", lambda sink: sink.write(text)
+    raise CheckpointError(
+        f"cannot checkpoint a {_type_name(state)}: save {_ALLOWED} "
+        "(convert arrays to a pyarrow.Table or bytes first)"
+    )
+
+
+def decode(kind: str, buffer: pa.Buffer) -> State:
+    """Turn a verified data file back into the state that was saved."""
+    if kind == "arrow":
+        with pa.ipc.open_stream(buffer) as reader:
+            return reader.read_all()
+    if kind == "bytes":
+        return buffer.to_pybytes()
+    value = json.loads(memoryview(buffer))
+    if not isinstance(value, dict):
+        raise ValueError(f"JSON state is a {type(value).__name__}, not an object")
+    return value
+
+
+def _write_table(table: pa.Table, sink: HashingSink) -> None:
+    with pa.ipc.new_stream(sink, table.schema) as writer:
+        writer.write_table(table)
+
+
+def _check_jsonable(value: object, where: str) -> None:
+    if value is None or isinstance(value, str | bool | int):
+        return
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            raise CheckpointError(f"cannot checkpoint {where} = {value!r}: JSON has no NaN/inf")
+        return
+    if isinstance(value, dict):
+        for k, v in value.items():
+            if not isinstance(k, str):
+                raise CheckpointError(
+                    f"cannot checkpoint {where}: key {k!r} is a {_type_name(k)}, JSON keys "
+                    "must be str (convert with str(key))"
+                )
+            _check_jsonable(v, f"{where}[{k!r}]")
+        return
+    if isinstance(value, list | tuple):
+        for i, item in enumerate(value):
+            _check_jsonable(item, f"{where}[{i}]")
+        return
+    raise CheckpointError(
+        f"cannot checkpoint {where}: a {_type_name(value)} is not JSON-serializable; "
+        f"save {_ALLOWED}"
+    )
+
+
+def _type_name(value: object) -> str:
+    cls = type(value)
+    return cls.__qualname__ if cls.__module__ == "builtins" else f"{cls.__module__}.{cls.__name__}"

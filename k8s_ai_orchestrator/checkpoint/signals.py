@@ -1,0 +1,85 @@
+"""Preemption notice for step processes: SIGTERM (Kubernetes, local) and SIGUSR2 (Slurm).
+
+While a checkpoint handle is open in the main thread, the first such signal only records the
+notice, so the step can finish its unit of work, save, and exit inside its grace period.
+A second signal is passed on to whatever handler was installed before (for a Dagster step that
+is Dagster's interrupt, which stops the step at once; for a plain process, termination).
+
+Example:
+    >>> watch = PreemptionWatch()
+    >>> watch.notify(signal.SIGUSR2)
+    >>> watch.received_name
+    'SIGUSR2'
+"""
+
+from __future__ import annotations
+
+import signal
+import threading
+from types import FrameType
+from typing import Any
+
+PREEMPTION_SIGNALS: tuple[signal.Signals, ...] = (signal.SIGTERM, signal.SIGUSR2)
+
+
+class PreemptionWatch:
+    """Remembers whether this process was told it is being preempted."""
+
+    def __init__(self) -> None:
+        self._received: int | None = None
+        self._previous: dict[int, Any] = {}
+        self._users = 0
+        self._lock = threading.Lock()
+
+    @property
+    def received(self) -> int | None:
+        """The first preemption signal number received, or None."""
+        return self._received
+
+    @property
+    def received_name(self) -> str | None:
+        return None if self._received is None else signal.Signals(self._received).name
+
+    def notify(self, signum: int) -> None:
+        """Record a preemption notice (what the signal handler does on the first signal)."""
+        if self._received is None:
+            self._received = signum
+
+    def acquire(self) -> bool:
+        """Install the handlers (first user, main thread only); False when they could not be."""
+        if threading.current_thread() is not threading.main_thread():
+            return False
+        with self._lock:
+            self._users += 1
+            if self._users == 1:
+                for sig in PREEMPTION_SIGNALS:
+                    self._previous[sig] = signal.signal(sig, self._handle)
+        return True
+
+    def release(self) -> None:
+        """Give back the handlers when the last user leaves, unless someone replaced them."""
+        with self._lock:
+            if self._users == 0:
+                return
+            self._users -= 1
+            if self._users > 0:
+                return
+            for sig, previous in self._previous.items():
+                if signal.getsignal(sig) == self._handle:
+                    signal.signal(sig, previous)
+            self._previous.clear()
+
+    def _handle(self, signum: int, frame: FrameType | None) -> None:
+        if self._received is None:
+            self._received = signum
+            return
+        previous = self._previous.get(signum) or signal.SIG_DFL
+        if callable(previous):
+            previous(signum, frame)
+        elif previous == signal.SIG_DFL:
+            signal.signal(signum, signal.SIG_DFL)
+            signal.raise_signal(signum)
+
+
+PROCESS_WATCH = PreemptionWatch()
+"""The watch shared by every handle in this process."""

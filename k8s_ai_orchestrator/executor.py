@@ -1,0 +1,180 @@
+"""`ai_executor`: Dagster's step-delegating executor with one step handler for every backend.
+
+Each step's spec is resolved from its op tags before anything is submitted; the step is then
+routed to the local, Kubernetes or Slurm backend. Infrastructure failures are handled here,
+backend-neutrally: Preempted/Evicted/Lost attempts are relaunched at the same size and
+OOMKilled ones with more memory, as new retry attempts that do not consume the op's
+RetryPolicy. This is the one module that imports `dagster._core`.
+
+Example:
+    >>> from dagster import Definitions
+    >>> defs = Definitions(assets=[], executor=ai_executor.configured({"local": {"cpus": 4}}))
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator, Sequence
+
+from dagster import Array, Field, Float, Int, Noneable, Permissive, Shape, String, executor
+from dagster._core.definitions.executor_definition import multiple_process_executor_requirements
+from dagster._core.events import DagsterEvent
+from dagster._core.execution.context.system import PlanOrchestrationContext
+from dagster._core.execution.plan.plan import ExecutionPlan
+from dagster._core.execution.retries import RetryMode, get_retries_config
+from dagster._core.executor.base import Executor
+from dagster._core.executor.init import InitExecutorContext
+from dagster._core.executor.step_delegating import StepDelegatingExecutor
+
+from .errors import ConfigError
+from .settings import ExecutorSettings
+from .step_handler import AIStepHandler
+
+CONFIG_SCHEMA = {
+    "backend": Field(
+        String, default_value="local", description="Default backend: local, kubernetes or slurm."
+    ),
+    "size_classes": Field(
+        Permissive(),
+        is_required=False,
+        description="Override or add size classes: {name: {cpu, memory, gpu}}.",
+    ),
+    "local": Field(
+        Shape(
+            {
+                "cpus": Field(Noneable(Float), is_required=False),
+                "memory": Field(Noneable(String), is_required=False),
+                "gpus": Field(Noneable(Int), is_required=False),
+                "oversize": Field(String, default_value="run_alone"),
+                "log_dir": Field(Noneable(String), is_required=False),
+            }
+        ),
+        is_required=False,
+        description="Local capacity (default: detected) and what to do with oversize steps.",
+    ),
+    "kubernetes": Field(
+        Permissive(), is_required=False, description="Tenants and job settings."
+    ),
+    "slurm": Field(Permissive(), is_required=False, description="Slurm transport and job settings."),
+    "default_tenant": Field(Noneable(String), is_required=False),
+    "allowed_tenants": Field(Noneable(Array(String)), is_required=False),
+    "oom_escalation": Field(
+        Shape(
+            {
+                "factor": Field(Float, default_value=2.0),
+                "max_memory": Field(String, default_value="450Gi"),
+                "max_attempts": Field(Int, default_value=4),
+            }
+        ),
+        is_required=False,
+    ),
+    "max_preemption_retries": Field(Int, default_value=3),
+    "grace_period_s": Field(Float, default_value=30.0),
+    "poll_interval_s": Field(Float, default_value=0.1),
+    "max_concurrent": Field(Noneable(Int), is_required=False),
+    "retries": get_retries_config(),
+}
+
+
+@executor(
+    name="ai_executor",
+    config_schema=CONFIG_SCHEMA,
+    requirements=multiple_process_executor_requirements(),
+)
+def ai_executor(init_context: InitExecutorContext) -> Executor:
+    """Runs each step where its `compute(...)` tags say, with relaunch and OOM escalation.
+
+    Config keys: backend, size_classes, local {cpus, memory, gpus, oversize, log_dir},
+    kubernetes, slurm, default_tenant, allowed_tenants, oom_escalation {factor, max_memory,
+    max_attempts}, max_preemption_retries, grace_period_s, poll_interval_s, max_concurrent,
+    retries. See docs/executor-config.md.
+
+    Example:
+        >>> from dagster import Definitions
+        >>> defs = Definitions(assets=[], executor=ai_executor)
+    """
+    raw = dict(init_context.executor_config)
+    settings = ExecutorSettings.from_config(raw)
+    retries = RetryMode.from_config(raw["retries"]) or RetryMode.ENABLED
+    return AIExecutor(
+        AIStepHandler(settings), retries=retries, settings=settings, max_concurrent=raw.get(
+            "max_concurrent"
+        )
+    )
+
+
+class AIExecutor(StepDelegatingExecutor):
+    """A StepDelegatingExecutor that classifies failed attempts and relaunches them."""
+
+    def __init__(
+        self,
+        handler: AIStepHandler,
+        *,
+        retries: RetryMode,
+        settings: ExecutorSettings,
+        max_concurrent: int | None = None,
+    ) -> None:
+        super().__init__(
+            handler,
+            retries=retries,
+            sleep_seconds=settings.poll_interval_s,
+            check_step_health_interval_seconds=0,
+            max_concurrent=max_concurrent,
+        )
+        self._handler = handler
+        self._settings = settings
+        self._held: dict[str, tuple[DagsterEvent, float]] = {}
+
+    def execute(
+        self, plan_context: PlanOrchestrationContext, execution_plan: ExecutionPlan
+    ) -> Iterator[DagsterEvent]:
+        if not self.retries.enabled:
+            raise ConfigError(
+                "ai_executor needs retries enabled to relaunch preempted and OOMKilled steps: "
+                "remove `retries: {disabled: {}}` from the executor config"
+            )
+        self._handler.bind(plan_context, execution_plan)
+        try:
+            yield from super().execute(plan_context, execution_plan)
+        finally:
+            self._handler.close()
+
+    def _pop_events(self, instance, run_id, seen_storage_ids) -> Sequence[DagsterEvent]:  # type: ignore[no-untyped-def]
+        released: list[DagsterEvent] = []
+        for event in super()._pop_events(instance, run_id, seen_storage_ids):
+            key = event.step_key
+            if event.is_step_failure and key and self._handler.owns(key):
+                self._held[key] = (event, time.monotonic())
+                continue
+            if key and (event.is_step_success or event.is_step_up_for_retry):
+                self._handler.finish_attempt(key, final=event.is_step_success)
+            released.append(event)
+        released.extend(self._release_held())
+        return released
+
+    def _release_held(self) -> list[DagsterEvent]:
+        """Held step failures are classified once the backend attempt has ended."""
+        released = []
+        for key, (event, held_at) in list(self._held.items()):
+            waited = time.monotonic() - held_at
+            if not self._handler.attempt_ended(key) and waited < self._settings.grace_period_s + 5:
+                continue
+            del self._held[key]
+            error = event.step_failure_data.error
+            retry_event = self._handler.relaunch_if_infrastructure(key, error, event)
+            if retry_event is None:
+                self._handler.finish_attempt(key, final=True)
+                released.append(event)
+        return released
+
+    def log_failure_or_retry_event_after_error(self, step_context, err_info, known_state):  # type: ignore[no-untyped-def]
+        key = step_context.step.key
+        retry_event = self._handler.relaunch_if_infrastructure(key, err_info, None)
+        if retry_event is not None:
+            return retry_event
+        failure = self._handler.failure_error(key, err_info)
+        self._handler.finish_attempt(key, final=True)
+        return super().log_failure_or_retry_event_after_error(step_context, failure, known_state)
+
+
+__all__ = ["AIExecutor", "CONFIG_SCHEMA", "ai_executor"]

@@ -1,0 +1,446 @@
+"""The one StepHandler behind `ai_executor`: resolve a step's spec, route it, watch it.
+
+It keeps, per step, the live attempt and its infrastructure history (memory tried,
+preemptions), decides relaunches with `relaunch.decide`, and writes engine events that say
+where each step runs, why it is Pending, and what each relaunch changed.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from dagster import MetadataValue
+from dagster._core.events import DagsterEvent, DagsterEventType, EngineEventData, StepRetryData
+from dagster._core.execution.context.system import IStepContext, PlanOrchestrationContext
+from dagster._core.execution.plan.plan import ExecutionPlan
+from dagster._core.executor.step_delegating.step_handler.base import (
+    CheckStepHealthResult,
+    StepHandler,
+    StepHandlerContext,
+)
+from dagster._utils.error import SerializableErrorInfo
+from dagster_shared.record import copy as copy_record
+
+from . import stepenv
+from .backends.base import (
+    RELAUNCH_REASONS,
+    Backend,
+    FailureReason,
+    JobHandle,
+    LaunchRequest,
+    ResourceUsage,
+    StepState,
+    StepStatus,
+)
+from .errors import TenantAccessError
+from .relaunch import StepHistory, decide
+from .settings import ExecutorSettings
+from .spec import ComputeSpec, format_memory
+from .tags import TAG_PREFIX, spec_from_tags
+
+META = "k8s_ai/"  # prefix of the engine-event metadata this handler writes
+INTERRUPT_ERRORS = {"DagsterExecutionInterruptedError", "KeyboardInterrupt", "Preempted"}
+LOG_TAIL_LINES = 30
+
+
+@dataclass
+class _Live:
+    """The current attempt of one step and what came before it in this run."""
+
+    spec: ComputeSpec
+    backend: str
+    tenant: str | None
+    history: StepHistory
+    next_memory: int | None = None
+    handle: JobHandle | None = None
+    launched_at: float = 0.0
+    last_note: str = ""
+    running_noted: bool = False
+    cancelled: bool = False
+    fail_message: str = ""
+    terminal_events_at_launch: int = 0
+    usage: list[ResourceUsage] = field(default_factory=list)
+    reasons: list[str] = field(default_factory=list)
+
+
+class AIStepHandler(StepHandler):
+    """Routes each step to its backend; see `k8s_ai_orchestrator.executor`."""
+
+    def __init__(self, settings: ExecutorSettings) -> None:
+        self._settings = settings
+        self._backends: dict[str, Backend] = {}
+        self._live: dict[str, _Live] = {}
+        self._plan_context: PlanOrchestrationContext | None = None
+        self._plan: ExecutionPlan | None = None
+
+    @property
+    def name(self) -> str:
+        return "AIStepHandler"
+
+    # -- run start ----------------------------------------------------------------------
+
+    def bind(self, plan_context: PlanOrchestrationContext, plan: ExecutionPlan) -> None:
+        """Resolve every step's spec and tenant before anything is submitted."""
+        self._plan_context, self._plan = plan_context, plan
+        for step in plan.steps:
+            spec = self._resolve(step.key, step.tags)
+            self.backend(self._settings.backend_for(spec))
+
+    def _resolve(self, step_key: str, tags: Mapping[str, str]) -> ComputeSpec:
+        spec = spec_from_tags(tags, self._settings.size_classes, step=step_key)
+        self._tenant_for(step_key, spec)
+        return spec
+
+    def _tenant_for(self, step_key: str, spec: ComputeSpec) -> str | None:
+        run_tags = self._plan_context.dagster_run.tags if self._plan_context else {}
+        tenant = spec.tenant or run_tags.get(TAG_PREFIX + "tenant") or self._settings.default_tenant
+        allowed = self._settings.allowed_tenants
+        if tenant is not None and allowed is not None and tenant not in allowed:
+            raise TenantAccessError(
+                f"step '{step_key}' asks for tenant '{tenant}', which this run may not use; "
+                f"allowed_tenants: {', '.join(allowed) or '(none)'}. Add it to allowed_tenants "
+                "in the executor config or route the step to an allowed tenant"
+            )
+        return tenant
+
+    def backend(self, name: str) -> Backend:
+        if name not in self._backends:
+            self._backends[name] = _make_backend(name, self._settings)
+        return self._backends[name]
+
+    # -- StepHandler --------------------------------------------------------------------
+
+    def launch_step(self, step_handler_context: StepHandlerContext) -> Iterator[DagsterEvent]:
+        args = step_handler_context.execute_step_args
+        key = _single_key(step_handler_context)
+        step_context = step_handler_context.get_step_context(key)
+        live = self._live.get(key) or self._new_live(key, step_handler_context)
+        spec = live.spec.with_memory(live.next_memory) if live.next_memory else live.spec
+        live.history = live.history.launched(spec.memory_bytes)
+        attempt = len(live.history.memory_tried) - 1
+        known = args.known_state
+        if known is not None and live.history.relaunches:
+            counts = dict(known.previous_retry_attempts)
+            counts[key] = max(0, counts.get(key, 0) - live.history.relaunches)
+            args = copy_record(args, known_state=known._replace(previous_retry_attempts=counts))
+        backend = self.backend(live.backend)
+        run_id = args.run_id
+        request = LaunchRequest(
+            run_id=run_id,
+            step_key=key,
+            attempt=attempt,
+            command=_step_command(args),
+            env=stepenv.step_env(
+                backend=live.backend,
+                run_id=run_id,
+                step_key=key,
+                attempt=attempt,
+                spec=spec,
+                grace_s=self._settings.grace_period_s,
+            ),
+            spec=spec,
+            tenant=live.tenant,
+            grace_period_s=self._settings.grace_period_s,
+            labels={"run": run_id, "step": key, "attempt": str(attempt)},
+        )
+        for note in getattr(backend, "placement_warnings", lambda _s: [])(spec):
+            yield self._event(step_context, f"Warning: {note}", {"warning": note})
+        live.terminal_events_at_launch = self._terminal_event_count(key)
+        live.handle = backend.submit(request)
+        live.launched_at, live.last_note, live.running_noted = time.monotonic(), "", False
+        where = live.backend + (f" tenant '{live.tenant}'" if live.tenant else "")
+        yield self._event(
+            step_context,
+            f"Launching step '{key}' on {where} with {spec.describe()} (attempt {attempt + 1})",
+            {
+                "backend": live.backend,
+                "tenant": live.tenant or "",
+                "size": spec.size or "custom",
+                "cpu": spec.cpu,
+                "memory": spec.memory_quantity,
+                "gpu": spec.gpu,
+                "nodes": spec.nodes,
+                "attempt": attempt + 1,
+                "job": live.handle.job_id,
+            },
+        )
+
+    def check_step_health(self, step_handler_context: StepHandlerContext) -> CheckStepHealthResult:
+        key = _single_key(step_handler_context)
+        live = self._live.get(key)
+        if live is None or live.handle is None:
+            return CheckStepHealthResult.healthy()
+        status = self.backend(live.backend).status(live.handle)
+        step_context = step_handler_context.get_step_context(key)
+        if status.state is StepState.PENDING:
+            return self._check_pending(key, live, status, step_context)
+        if status.state is StepState.RUNNING and not live.running_noted:
+            live.running_noted = True
+            self._event(step_context, f"Step '{key}' is running on {status.node or live.backend}")
+        if status.state is not StepState.FAILED:
+            return CheckStepHealthResult.healthy()
+        if self._terminal_event_count(key) > live.terminal_events_at_launch:
+            return CheckStepHealthResult.healthy()  # the step's own failure event decides
+        return CheckStepHealthResult.unhealthy(self._describe_failure(key, live, status))
+
+    def _check_pending(
+        self, key: str, live: _Live, status: StepStatus, step_context: IStepContext
+    ) -> CheckStepHealthResult:
+        note = status.message or status.reason or "Pending"
+        if note != live.last_note:
+            live.last_note = note
+            self._event(step_context, f"Step '{key}' is Pending: {note}", {"reason": note})
+        timeout = live.spec.timeout_s
+        if timeout is None or time.monotonic() - live.launched_at <= timeout:
+            return CheckStepHealthResult.healthy()
+        live.cancelled = True
+        self.backend(live.backend).cancel(live.handle)  # type: ignore[arg-type]
+        live.fail_message = (
+            f"step '{key}' stayed Pending for more than {timeout:g}s on {live.backend}"
+            f"{' tenant ' + repr(live.tenant) if live.tenant else ''}; last reason: {note}. "
+            "Free capacity, lower the step's size, or raise compute(timeout=...)"
+        )
+        return CheckStepHealthResult.unhealthy(live.fail_message)
+
+    def terminate_step(self, step_handler_context: StepHandlerContext) -> Iterator[DagsterEvent]:
+        key = _single_key(step_handler_context)
+        live = self._live.get(key)
+        if live is not None and live.handle is not None:
+            live.cancelled = True
+            self.backend(live.backend).cancel(live.handle)
+            yield self._event(
+                step_handler_context.get_step_context(key),
+                f"Cancelled step '{key}' ({live.backend} job {live.handle.job_id})",
+            )
+
+    # -- used by AIExecutor ---------------------------------------------------------------
+
+    def owns(self, key: str) -> bool:
+        return key in self._live
+
+    def attempt_ended(self, key: str) -> bool:
+        live = self._live.get(key)
+        if live is None or live.handle is None:
+            return True
+        return self.backend(live.backend).status(live.handle).is_terminal
+
+    def relaunch_if_infrastructure(
+        self, key: str, error: SerializableErrorInfo | None, failure: DagsterEvent | None
+    ) -> DagsterEvent | None:
+        """A retry event when the attempt failed for an infrastructure reason and may relaunch."""
+        live = self._live.get(key)
+        if live is None or live.handle is None or live.cancelled:
+            return None
+        status = self.backend(live.backend).status(live.handle)
+        reason = status.reason if status.state is StepState.FAILED else None
+        infra = {FailureReason.OOM_KILLED.value, *(r.value for r in RELAUNCH_REASONS)}
+        if reason not in infra:
+            reason = FailureReason.PREEMPTED.value if _interrupted(failure) else None
+        if reason is None:
+            return None
+        decision = decide(self._settings.relaunch, live.history, reason)
+        live.reasons.append(reason)
+        if not decision.relaunch:
+            live.fail_message = decision.message
+            return None
+        preempted = reason != FailureReason.OOM_KILLED.value
+        live.history = StepHistory(
+            key,
+            live.history.memory_tried,
+            live.history.preemptions + int(preempted),
+            live.history.relaunches + 1,
+        )
+        live.next_memory = decision.memory_bytes
+        step_context = self._step_context(key)
+        self._event(step_context, f"Relaunching: {decision.message}", self._history_meta(live))
+        message = error.message if error else status.message
+        retry_error = SerializableErrorInfo(
+            message=f"{reason}: {message}", stack=[], cls_name=reason
+        )
+        return DagsterEvent.step_retry_event(step_context, StepRetryData(error=retry_error))
+
+    def failure_error(self, key: str, err: SerializableErrorInfo) -> SerializableErrorInfo:
+        live = self._live.get(key)
+        if live is None or not live.fail_message:
+            return err
+        return SerializableErrorInfo(message=live.fail_message, stack=err.stack, cls_name=None)
+
+    def finish_attempt(self, key: str, *, final: bool) -> None:
+        """Account the attempt; after the last one, write the step's summary event."""
+        live = self._live.get(key)
+        if live is None or live.handle is None:
+            return
+        live.usage.append(self.backend(live.backend).usage(live.handle))
+        if not final:
+            return
+        del self._live[key]
+        total = ResourceUsage(
+            cpu_seconds=sum(u.cpu_seconds for u in live.usage),
+            memory_gib_seconds=sum(u.memory_gib_seconds for u in live.usage),
+            gpu_seconds=sum(u.gpu_seconds for u in live.usage),
+            wall_seconds=sum(u.wall_seconds for u in live.usage),
+        )
+        nodes = sorted({n for u in live.usage for n in u.nodes})
+        meta = {
+            **self._history_meta(live),
+            "backend": live.backend,
+            "tenant": live.tenant or "",
+            "size": live.spec.size or "custom",
+            "nodes_used": ", ".join(nodes),
+            "cpu_seconds": round(total.cpu_seconds, 2),
+            "memory_gib_seconds": round(total.memory_gib_seconds, 2),
+            "gpu_seconds": round(total.gpu_seconds, 2),
+            "wall_seconds": round(total.wall_seconds, 2),
+        }
+        self._event(
+            self._step_context(key),
+            f"Step '{key}' used {total.cpu_seconds:.1f} CPU-s, {total.memory_gib_seconds:.1f} "
+            f"GiB-s, {total.gpu_seconds:.1f} GPU-s over {len(live.usage)} attempt(s) on "
+            f"{live.backend}",
+            meta,
+        )
+
+    def close(self) -> None:
+        for live in self._live.values():
+            if live.handle is not None and not live.cancelled:
+                self.backend(live.backend).cancel(live.handle)
+        for backend in self._backends.values():
+            backend.close()
+
+    # -- helpers ----------------------------------------------------------------------------
+
+    def _new_live(self, key: str, ctx: StepHandlerContext) -> _Live:
+        spec = self._resolve(key, ctx.step_tags[key])
+        backend = self._settings.backend_for(spec)
+        live = _Live(spec, backend, self._tenant_for(key, spec), StepHistory(key))
+        self._restore_history(key, live)
+        self._live[key] = live
+        return live
+
+    def _restore_history(self, key: str, live: _Live) -> None:
+        """Rebuild the history from this run's engine events (survives a restarted coordinator)."""
+        if self._plan_context is None:
+            return
+        records = self._plan_context.instance.all_logs(
+            self._plan_context.run_id, of_type=DagsterEventType.ENGINE_EVENT
+        )
+        for record in records:
+            event = record.dagster_event
+            if event is None or event.step_key != key:
+                continue
+            meta = event.engine_event_data.metadata
+            if META + "relaunches" not in meta:
+                continue
+            live.history = StepHistory(
+                key,
+                tuple(int(m) for m in str(meta[META + "memory_tried_bytes"].value).split(",")),
+                int(meta[META + "preemptions"].value),  # type: ignore[arg-type]
+                int(meta[META + "relaunches"].value),  # type: ignore[arg-type]
+            )
+            next_memory = int(meta[META + "next_memory_bytes"].value)  # type: ignore[arg-type]
+            live.next_memory = next_memory or None
+
+    def _history_meta(self, live: _Live) -> dict[str, Any]:
+        tried = live.history.memory_tried
+        return {
+            "relaunches": live.history.relaunches,
+            "preemptions": live.history.preemptions,
+            "attempts": len(tried),
+            "reasons": ", ".join(live.reasons) or "none",
+            "memory_tried": " → ".join(format_memory(m) for m in tried),
+            "memory_tried_bytes": ",".join(str(m) for m in tried),
+            "next_memory_bytes": live.next_memory or 0,
+        }
+
+    def _describe_failure(self, key: str, live: _Live, status: StepStatus) -> str:
+        tail = self.backend(live.backend).logs(live.handle, tail_lines=LOG_TAIL_LINES)  # type: ignore[arg-type]
+        where = f"{live.backend}" + (f" tenant '{live.tenant}'" if live.tenant else "")
+        text = f"step '{key}' failed on {where}: {status.reason}"
+        text += f" ({status.message})" if status.message else ""
+        if status.exit_code is not None:
+            text += f", exit code {status.exit_code}"
+        return text + (f"\n--- last {LOG_TAIL_LINES} log lines ---\n{tail}" if tail else "")
+
+    def _terminal_event_count(self, key: str) -> int:
+        if self._plan_context is None:
+            return 0
+        kinds = {
+            DagsterEventType.STEP_SUCCESS,
+            DagsterEventType.STEP_FAILURE,
+            DagsterEventType.STEP_UP_FOR_RETRY,
+        }
+        records = self._plan_context.instance.get_records_for_run(
+            self._plan_context.run_id, of_type=kinds, limit=10_000
+        ).records
+        return sum(1 for r in records if r.event_log_entry.step_key == key)
+
+    def _step_context(self, key: str) -> IStepContext:
+        assert self._plan_context is not None and self._plan is not None
+        return self._plan_context.for_step(self._plan.get_step_by_key(key))
+
+    def _event(
+        self, step_context: IStepContext, message: str, meta: Mapping[str, Any] | None = None
+    ) -> DagsterEvent:
+        metadata = {META + k: _metadata_value(v) for k, v in (meta or {}).items()}
+        return DagsterEvent.engine_event(step_context, message, EngineEventData(metadata=metadata))
+
+
+def _metadata_value(value: Any) -> MetadataValue:
+    if isinstance(value, bool):
+        return MetadataValue.bool(value)
+    if isinstance(value, int):
+        return MetadataValue.int(value)
+    if isinstance(value, float):
+        return MetadataValue.float(value)
+    return MetadataValue.text(str(value))
+
+
+def _interrupted(failure: DagsterEvent | None) -> bool:
+    if failure is None or failure.event_type is not DagsterEventType.STEP_FAILURE:
+        return False
+    data = failure.step_failure_data
+    causes = [data.error] + ([data.error.cause] if data.error and data.error.cause else [])
+    return any(c is not None and c.cls_name in INTERRUPT_ERRORS for c in causes) or (
+        str(data.error_source) == "ErrorSource.INTERRUPT"
+    )
+
+
+def _step_command(args: Any) -> list[str]:
+    """`python -m dagster api execute_step ...` with the code location's own interpreter."""
+    command = list(args.get_command_args())
+    if command and command[0] == "dagster":
+        return [args.job_origin.executable_path, "-m", "dagster", *command[1:]]
+    return command
+
+
+def _single_key(ctx: StepHandlerContext) -> str:
+    keys = ctx.execute_step_args.step_keys_to_execute or []
+    assert len(keys) == 1, f"ai_executor launches one step at a time, got {keys}"
+    return keys[0]
+
+
+def _make_backend(name: str, settings: ExecutorSettings) -> Backend:
+    if name == "local":
+        from .backends.local import LocalBackend, LocalCapacity
+
+        local = settings.local
+        return LocalBackend(
+            LocalCapacity.from_config(local),
+            oversize=local.get("oversize", "run_alone"),
+            log_dir=local.get("log_dir"),
+        )
+    if name == "kubernetes":
+        from .backends.kubernetes import backend_from_settings as kube_backend
+
+        return kube_backend(settings)
+    if name == "slurm":
+        from .backends.slurm import backend_from_settings as slurm_backend
+
+        return slurm_backend(settings)
+    raise ValueError(f"unknown backend {name!r}")
+
+
+__all__ = ["AIStepHandler", "StepStatus"]

@@ -1,0 +1,65 @@
+"""Environment variables the executor sets for every step process, on every backend.
+
+Step-side code (`CheckpointStore`, `Gang`) reads them; backends pass them through unchanged.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from .spec import ComputeSpec
+
+BACKEND = "K8S_AI_BACKEND"  # "local" | "kubernetes" | "slurm"
+RUN_ID = "K8S_AI_RUN_ID"
+STEP_KEY = "K8S_AI_STEP_KEY"
+ATTEMPT = "K8S_AI_ATTEMPT"  # infrastructure attempt number, 0-based
+NODES = "K8S_AI_NODES"
+TASKS_PER_NODE = "K8S_AI_TASKS_PER_NODE"
+GPUS_PER_NODE = "K8S_AI_GPUS_PER_NODE"
+CPUS = "K8S_AI_CPUS"  # per task
+MEMORY_BYTES = "K8S_AI_MEMORY_BYTES"  # per node
+GRACE_PERIOD_S = "K8S_AI_GRACE_PERIOD_S"  # SIGTERM/SIGUSR2 → SIGKILL
+
+
+def step_env(
+    *, backend: str, run_id: str, step_key: str, attempt: int, spec: ComputeSpec, grace_s: float
+) -> dict[str, str]:
+    """The variables for one step attempt."""
+    return {
+        BACKEND: backend,
+        RUN_ID: run_id,
+        STEP_KEY: step_key,
+        ATTEMPT: str(attempt),
+        NODES: str(spec.nodes),
+        TASKS_PER_NODE: str(spec.tasks_per_node),
+        GPUS_PER_NODE: str(spec.gpu),
+        CPUS: f"{spec.cpu:g}",
+        MEMORY_BYTES: str(spec.memory_bytes),
+        GRACE_PERIOD_S: f"{grace_s:g}",
+    }
+
+
+@dataclass(frozen=True)
+class StepEnv:
+    """What a step process knows about its own allocation (defaults: a plain local process)."""
+
+    backend: str = "local"
+    nodes: int = 1
+    tasks_per_node: int = 1
+    gpus_per_node: int = 0
+    attempt: int = 0
+    grace_period_s: float = 30.0
+
+    @classmethod
+    def current(cls, environ: Mapping[str, str] | None = None) -> StepEnv:
+        env = os.environ if environ is None else environ
+        return cls(
+            backend=env.get(BACKEND, "local"),
+            nodes=int(env.get(NODES, "1")),
+            tasks_per_node=int(env.get(TASKS_PER_NODE, "1")),
+            gpus_per_node=int(env.get(GPUS_PER_NODE, "0")),
+            attempt=int(env.get(ATTEMPT, "0")),
+            grace_period_s=float(env.get(GRACE_PERIOD_S, "30")),
+        )

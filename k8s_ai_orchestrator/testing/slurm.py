@@ -1,0 +1,341 @@
+"""A real Slurm cluster on one machine, for tests: munged, slurmctld, slurmrestd and one slurmd
+per node, all in one PID namespace so that stopping the cluster is one kill.
+
+Needs the Debian packages `slurm-wlm slurmrestd munge slurm-wlm-jwt-plugin`, root (the daemons
+run as root with `SlurmUser=root`) and `unshare`. Every file lives in one temporary directory;
+ports are picked free; `stop()` leaves nothing behind.
+
+Example:
+    >>> with LocalSlurmCluster() as cluster:  # doctest: +SKIP
+    ...     print(cluster.run(["sinfo", "-h", "-o", "%D %t"]).stdout)
+    3 idle
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..errors import BackendError
+
+DAEMONS = ("munged", "slurmctld", "slurmd", "slurmrestd", "unshare")
+PARTITION = "debug"
+
+
+@dataclass(frozen=True)
+class LocalNode:
+    """One simulated compute node (a slurmd of its own on this host)."""
+
+    name: str
+    cpus: int = 4  # CPUs Slurm believes the node has (the host may have fewer)
+    memory_mb: int = 4096
+    gpus: int = 0  # fake GPUs: character devices listed in gres.conf
+
+
+DEFAULT_NODES = (
+    LocalNode("n1", gpus=2),
+    LocalNode("n2", gpus=2),
+    LocalNode("n3"),
+)
+
+
+def missing_slurm_programs() -> list[str]:
+    """The daemons this module needs that are not on PATH (empty when all are installed)."""
+    search = os.environ.get("PATH", "") + ":/usr/sbin:/sbin"
+    return [name for name in DAEMONS if shutil.which(name, path=search) is None]
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _write(path: Path, text: str, mode: int = 0o644) -> None:
+    path.write_text(text)
+    path.chmod(mode)
+
+
+class LocalSlurmCluster:
+    """Start and stop a throw-away Slurm cluster whose nodes are local slurmd processes.
+
+    Args:
+        nodes: the nodes to simulate (at least one).
+        root: directory for config, state, logs and the shared workdir; a fresh temporary
+            directory (removed on stop) when None.
+        rest: also start slurmrestd with JWT authentication.
+        startup_timeout_s: how long to wait for every node to become idle.
+
+    Example:
+        >>> cluster = LocalSlurmCluster().start()  # doctest: +SKIP
+        >>> cluster.env["SLURM_CONF"]  # doctest: +SKIP
+        '/tmp/k8sai-slurm-.../etc/slurm.conf'
+        >>> cluster.stop()  # doctest: +SKIP
+    """
+
+    def __init__(
+        self,
+        nodes: Sequence[LocalNode] = DEFAULT_NODES,
+        root: Path | None = None,
+        *,
+        rest: bool = True,
+        startup_timeout_s: float = 60.0,
+    ) -> None:
+        if not nodes:
+            raise ValueError("LocalSlurmCluster needs at least one node")
+        self.nodes = tuple(nodes)
+        self._own_root = root is None
+        self.root = Path(root) if root is not None else Path(tempfile.mkdtemp(prefix="k8sai-slurm-"))
+        self.rest_enabled = rest
+        self.startup_timeout_s = startup_timeout_s
+        self.ctld_port = _free_port()
+        self.rest_port = _free_port()
+        self.node_ports = {node.name: _free_port() for node in self.nodes}
+        self._supervisor: subprocess.Popen[bytes] | None = None
+
+    # -- paths and environment -------------------------------------------------------------
+
+    @property
+    def conf_path(self) -> Path:
+        return self.root / "etc" / "slurm.conf"
+
+    @property
+    def workdir(self) -> Path:
+        """A directory every node sees (they share this host): the backend's shared workdir."""
+        return self.root / "shared"
+
+    @property
+    def rest_url(self) -> str:
+        return f"http://127.0.0.1:{self.rest_port}"
+
+    @property
+    def env(self) -> dict[str, str]:
+        """Environment for Slurm client commands (sbatch, squeue, ...) talking to this cluster."""
+        env = dict(os.environ)
+        env["SLURM_CONF"] = str(self.conf_path)
+        env["PATH"] = env.get("PATH", "") + ":/usr/sbin:/sbin"
+        return env
+
+    # -- lifecycle -------------------------------------------------------------------------
+
+    def start(self) -> LocalSlurmCluster:
+        """Write the configuration, start the daemons and wait until every node is idle."""
+        missing = missing_slurm_programs()
+        if missing:
+            raise BackendError(
+                f"cannot start a local Slurm cluster: {', '.join(missing)} not installed; "
+                "run scripts/install-system-deps.sh (Debian: slurm-wlm slurmrestd munge)"
+            )
+        self._write_files()
+        log = open(self.root / "log" / "supervisor.log", "wb")  # noqa: SIM115
+        with log:
+            self._supervisor = subprocess.Popen(
+                ["unshare", "--pid", "--fork", "--kill-child", "--mount-proc"]
+                + ["bash", str(self.root / "etc" / "supervise.sh")],
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env=self.env,
+                start_new_session=True,
+            )
+        try:
+            self.wait_until_idle(self.startup_timeout_s)
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def stop(self) -> None:
+        """Kill every daemon and job process (one PID namespace) and remove the directory."""
+        proc, self._supervisor = self._supervisor, None
+        if proc is not None and proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGTERM)
+            try:
+                proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait(timeout=10)
+        if self._own_root:
+            shutil.rmtree(self.root, ignore_errors=True)
+
+    def __enter__(self) -> LocalSlurmCluster:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    # -- helpers for tests -----------------------------------------------------------------
+
+    def run(self, argv: Sequence[str], timeout_s: float = 30.0) -> subprocess.CompletedProcess[str]:
+        """Run a Slurm client command against this cluster; raise BackendError on failure."""
+        try:
+            done = subprocess.run(
+                list(argv),
+                env=self.env,
+                capture_output=True,
+                text=True,
+                timeout=timeout_s,
+                stdin=subprocess.DEVNULL,
+                check=False,
+            )
+        except subprocess.TimeoutExpired:
+            raise BackendError(f"{shlex.join(argv)} did not answer in {timeout_s:g}s") from None
+        if done.returncode != 0:
+            raise BackendError(f"{shlex.join(argv)} failed ({done.returncode}): {done.stderr}")
+        return done
+
+    def node_states(self) -> dict[str, str]:
+        """Node name → Slurm state ("idle", "alloc", "mix", "down*", ...)."""
+        out = self.run(["sinfo", "-h", "-N", "-o", "%N %t"]).stdout
+        return dict(line.split() for line in out.splitlines() if line.strip())
+
+    def set_node_state(self, name: str, state: str, reason: str = "test") -> None:
+        """`scontrol update nodename=<name> state=<state>` (down, drain, resume...)."""
+        argv = ["scontrol", "update", f"nodename={name}", f"state={state}"]
+        if state.lower() in ("down", "drain"):
+            argv.append(f"reason={reason}")
+        self.run(argv)
+
+    def wait_until_idle(self, timeout_s: float = 30.0) -> None:
+        """Wait until every node reports idle (no jobs, all up)."""
+        deadline = time.monotonic() + timeout_s
+        last = "no answer from slurmctld"
+        while time.monotonic() < deadline:
+            if self._supervisor is not None and self._supervisor.poll() is not None:
+                raise BackendError(f"local Slurm supervisor exited; see {self.root / 'log'}")
+            try:
+                states = self.node_states()
+            except BackendError as exc:
+                last = str(exc)
+            else:
+                if len(states) == len(self.nodes) and set(states.values()) == {"idle"}:
+                    return
+                last = f"node states {states}"
+            time.sleep(0.2)
+        raise BackendError(f"local Slurm not idle after {timeout_s:g}s: {last}; logs in {self.root}")
+
+    def jwt_token(self, user: str = "root", lifespan_s: int = 3600) -> str:
+        """A JWT for slurmrestd (`scontrol token`)."""
+        out = self.run(["scontrol", "token", f"username={user}", f"lifespan={lifespan_s}"]).stdout
+        return out.strip().split("=", 1)[1]
+
+    # -- configuration files ---------------------------------------------------------------
+
+    def _write_files(self) -> None:
+        for sub in ("etc", "log", "run", "state", "spool", "dev", "munge", "shared"):
+            (self.root / sub).mkdir(parents=True, exist_ok=True)
+        (self.root / "munge").chmod(0o700)
+        _write(self.root / "munge" / "munge.key", os.urandom(128).hex(), 0o600)
+        _write(self.root / "etc" / "jwt.key", os.urandom(32).hex(), 0o600)
+        for node in self.nodes:
+            for index in range(node.gpus):
+                device = self.root / "dev" / f"{node.name}-gpu{index}"
+                if not device.exists():
+                    os.mknod(device, 0o666 | 0o020000, os.makedev(1, 3))
+        _write(self.conf_path, self._slurm_conf())
+        _write(self.root / "etc" / "gres.conf", self._gres_conf())
+        _write(self.root / "etc" / "supervise.sh", self._supervisor_script())
+
+    def _slurm_conf(self) -> str:
+        r = self.root
+        host = socket.gethostname()
+        lines = [
+            "ClusterName=k8saitest",
+            f"SlurmctldHost={host}(127.0.0.1)",
+            f"SlurmctldPort={self.ctld_port}",
+            "SlurmUser=root",
+            "SlurmdUser=root",
+            "AuthType=auth/munge",
+            "CredType=cred/munge",
+            f"AuthInfo=socket={r}/munge/munge.sock,cred_expire=10",
+            "AuthAltTypes=auth/jwt",
+            f"AuthAltParameters=jwt_key={r}/etc/jwt.key",
+            f"StateSaveLocation={r}/state",
+            f"SlurmdSpoolDir={r}/spool/%n",
+            f"SlurmctldPidFile={r}/run/slurmctld.pid",
+            f"SlurmdPidFile={r}/run/slurmd-%n.pid",
+            f"SlurmctldLogFile={r}/log/slurmctld.log",
+            f"SlurmdLogFile={r}/log/slurmd-%n.log",
+            "SlurmctldDebug=info",
+            "SlurmdDebug=info",
+            "ProctrackType=proctrack/linuxproc",
+            "TaskPlugin=task/none",
+            "SelectType=select/cons_tres",
+            "SelectTypeParameters=CR_Core_Memory",
+            "DefMemPerCPU=256",
+            "GresTypes=gpu",
+            "SchedulerType=sched/backfill",
+            "SchedulerParameters=batch_sched_delay=0,sched_interval=2",
+            "ReturnToService=2",
+            "SlurmdParameters=config_overrides",
+            "JobCompType=jobcomp/filetxt",
+            f"JobCompLoc={r}/log/jobcomp.txt",
+            "JobAcctGatherType=jobacct_gather/linux",
+            "JobAcctGatherFrequency=task=1",
+            "AccountingStorageType=accounting_storage/none",
+            "MpiDefault=none",
+            "MailProg=/bin/true",
+            "KillWait=5",
+            "MessageTimeout=10",
+            "InactiveLimit=0",
+            "MinJobAge=600",
+            f"TmpFS={r}/shared",
+        ]
+        for node in self.nodes:
+            gres = f" Gres=gpu:{node.gpus}" if node.gpus else ""
+            lines.append(
+                f"NodeName={node.name} NodeHostname=localhost NodeAddr=127.0.0.1 "
+                f"Port={self.node_ports[node.name]} CPUs={node.cpus} Boards=1 SocketsPerBoard=1 "
+                f"CoresPerSocket={node.cpus} ThreadsPerCore=1 RealMemory={node.memory_mb}"
+                f"{gres} State=UNKNOWN"
+            )
+        lines.append(
+            f"PartitionName={PARTITION} Nodes=ALL Default=YES MaxTime=INFINITE State=UP "
+            "OverSubscribe=NO"
+        )
+        return "\n".join(lines) + "\n"
+
+    def _gres_conf(self) -> str:
+        lines = []
+        for node in self.nodes:
+            if node.gpus:
+                last = node.gpus - 1
+                files = f"{self.root}/dev/{node.name}-gpu[0-{last}]"
+                lines.append(f"NodeName={node.name} Name=gpu File={files}")
+        return "\n".join(lines) + "\n"
+
+    def _supervisor_script(self) -> str:
+        r = self.root
+        conf = shlex.quote(str(self.conf_path))
+        log = shlex.quote(str(r / "log"))
+        munge = (
+            f"munged -F --force --key-file={r}/munge/munge.key --socket={r}/munge/munge.sock "
+            f"--pid-file={r}/run/munged.pid --seed-file={r}/munge/seed "
+            f"--log-file={r}/log/munged.log"
+        )
+        lines = [
+            "set -u",
+            f"export SLURM_CONF={conf}",
+            f"{munge} &",
+            f"for _ in $(seq 100); do [ -S {r}/munge/munge.sock ] && break; sleep 0.05; done",
+            f"slurmctld -D -i -f {conf} >{log}/slurmctld.out 2>&1 &",
+        ]
+        for node in self.nodes:
+            lines.append(f"slurmd -D -N {node.name} -f {conf} >{log}/slurmd-{node.name}.out 2>&1 &")
+        if self.rest_enabled:
+            lines.append(
+                "SLURMRESTD_SECURITY=disable_user_check SLURM_JWT=daemon "
+                f"slurmrestd -f {conf} -a rest_auth/jwt -s openapi/v0.0.38 127.0.0.1:{self.rest_port} "
+                f">{log}/slurmrestd.out 2>&1 &"
+            )
+        lines.append("wait")
+        return "\n".join(lines) + "\n"

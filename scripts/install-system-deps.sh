@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# Debian packages the tests need: a real Slurm (daemons started by the test fixture) and
+# Chromium for the browser tests. Idempotent; skips apt when everything is present.
+set -euo pipefail
+need=()
+command -v slurmctld >/dev/null || need+=(slurm-wlm)
+command -v slurmrestd >/dev/null || need+=(slurmrestd)
+command -v munged >/dev/null || need+=(munge)
+[ -e /usr/lib/x86_64-linux-gnu/slurm-wlm/auth_jwt.so ] || ls /usr/lib/*/slurm-wlm/auth_jwt.so >/dev/null 2>&1 || need+=(slurm-wlm-jwt-plugin)
+command -v chromium >/dev/null || need+=(chromium)
+if [ ${#need[@]} -gt 0 ]; then
+  SUDO=""
+  [ "$(id -u)" -eq 0 ] || SUDO="sudo"
+  export DEBIAN_FRONTEND=noninteractive
+  $SUDO apt-get update -qq
+  $SUDO apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
+fi
