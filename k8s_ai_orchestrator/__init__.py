@@ -9,7 +9,8 @@ Example:
 """
 
 from .errors import ComputeSpecError, OrchestratorError
+from .checkpoint import CheckpointStore
 from .executor import ai_executor
 from .tags import compute
 
-__all__ = ["ComputeSpecError", "OrchestratorError", "ai_executor", "compute"]
+__all__ = ["CheckpointStore", "ComputeSpecError", "OrchestratorError", "ai_executor", "compute"]

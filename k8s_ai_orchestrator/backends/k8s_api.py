@@ -74,8 +74,10 @@ class ApiRetry:
                 if not is_transient(error):
                     raise
                 if attempt == self.retries:
-                    detail = api_message(error) if isinstance(error, ApiException) else (
-                        type(error).__name__
+                    detail = (
+                        api_message(error)
+                        if isinstance(error, ApiException)
+                        else (type(error).__name__)
                     )
                     raise BackendError(
                         f"tenant '{tenant}': {what} failed {self.retries + 1} times ({detail}); "

@@ -142,7 +142,9 @@ class KubernetesConfig:
             image=_opt_str(raw, "image", "kubernetes"),
             image_pull_policy=_opt_str(raw, "image_pull_policy", "kubernetes")
             or defaults.image_pull_policy,
-            image_pull_secrets=tuple(_str_list(raw.get("image_pull_secrets"), "image_pull_secrets")),
+            image_pull_secrets=tuple(
+                _str_list(raw.get("image_pull_secrets"), "image_pull_secrets")
+            ),
             service_account=_opt_str(raw, "service_account", "kubernetes"),
             env_vars=tuple(_str_list(raw.get("env_vars"), "kubernetes.env_vars")),
             env_secrets=tuple(_str_list(raw.get("env_secrets"), "kubernetes.env_secrets")),
@@ -152,7 +154,9 @@ class KubernetesConfig:
             labels=dict(raw.get("labels") or {}),
             priority_classes=PriorityClasses(**priority),
             security_context=dict(raw.get("security_context") or DEFAULT_SECURITY_CONTEXT),
-            gpu_node_selectors={k: dict(v) for k, v in (raw.get("gpu_node_selectors") or {}).items()},
+            gpu_node_selectors={
+                k: dict(v) for k, v in (raw.get("gpu_node_selectors") or {}).items()
+            },
             gpu_type_label=_opt_str(raw, "gpu_type_label", "kubernetes") or defaults.gpu_type_label,
             gpu_tolerations=tuple(raw.get("gpu_tolerations", DEFAULT_GPU_TOLERATIONS)),
             command_prefix=tuple(

@@ -174,7 +174,9 @@ class Preflight:
         raise SubmitError(
             f"step '{step}' ({spec.describe()}) can never run in tenant '{tenant.name}': no "
             f"schedulable node{where} has enough allocatable "
-            + ", ".join(f"{k} (needs {_show(k, needs[k])}, largest {_show(k, largest[k])})" for k in short)
+            + ", ".join(
+                f"{k} (needs {_show(k, needs[k])}, largest {_show(k, largest[k])})" for k in short
+            )
             + "; add a node pool with larger nodes to the host cluster (and sync it into the "
             "vCluster), or pick a smaller size class"
         )

@@ -97,7 +97,7 @@ class LocalCapacity:
         )
 
     def describe(self) -> str:
-        return f"{self.cpus:g} CPU / {format_memory(self.memory_bytes)} / {self.gpus} GPU"
+        return f"{self.cpus:g} CPU / {self.memory_bytes / 1024**3:.1f}Gi / {self.gpus} GPU"
 
 
 def local_cpu(spec: ComputeSpec) -> float:

@@ -14,19 +14,17 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeAlias
 
 import pyarrow as pa
 
 from ..errors import CheckpointError
 from .storage import HashingSink
 
-State = dict[str, Any] | bytes | pa.Table
+State: TypeAlias = dict[str, Any] | bytes | pa.Table
 Producer = Callable[[HashingSink], object]
 
-_ALLOWED = (
-    "a dict of JSON values, bytes, a pyarrow.Table, or a local folder with save_dir(path)"
-)
+_ALLOWED = "a dict of JSON values, bytes, a pyarrow.Table, or a local folder with save_dir(path)"
 
 
 def encode(state: object) -> tuple[str, str, Producer]:
@@ -60,7 +58,7 @@ def decode(kind: str, buffer: pa.Buffer) -> State:
             return reader.read_all()
     if kind == "bytes":
         return buffer.to_pybytes()
-    value = json.loads(memoryview(buffer))
+    value = json.loads(buffer.to_pybytes())
     if not isinstance(value, dict):
         raise ValueError(f"JSON state is a {type(value).__name__}, not an object")
     return value

@@ -83,9 +83,9 @@ def key_from_context(context: Any, fingerprint: str | None = None) -> Checkpoint
             parts: tuple[str, ...] = tuple(selected[0].path)
             namespace = "assets"
         else:
-            parts, namespace = (op_ctx.op_handle.to_string(),), "multi_assets"
+            parts, namespace = tuple(op_ctx.op_handle.path), "multi_assets"
     else:
-        parts = (op_ctx.job_name, *op_ctx.op_handle.to_string().split("."))
+        parts = (op_ctx.job_name, *op_ctx.op_handle.path)
         namespace = "ops"
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")

@@ -94,7 +94,9 @@ class LocalSlurmCluster:
             raise ValueError("LocalSlurmCluster needs at least one node")
         self.nodes = tuple(nodes)
         self._own_root = root is None
-        self.root = Path(root) if root is not None else Path(tempfile.mkdtemp(prefix="k8sai-slurm-"))
+        self.root = (
+            Path(root) if root is not None else Path(tempfile.mkdtemp(prefix="k8sai-slurm-"))
+        )
         self.rest_enabled = rest
         self.startup_timeout_s = startup_timeout_s
         self.ctld_port = _free_port()
@@ -221,7 +223,9 @@ class LocalSlurmCluster:
                     return
                 last = f"node states {states}"
             time.sleep(0.2)
-        raise BackendError(f"local Slurm not idle after {timeout_s:g}s: {last}; logs in {self.root}")
+        raise BackendError(
+            f"local Slurm not idle after {timeout_s:g}s: {last}; logs in {self.root}"
+        )
 
     def jwt_token(self, user: str = "root", lifespan_s: int = 3600) -> str:
         """A JWT for slurmrestd (`scontrol token`)."""
@@ -334,7 +338,8 @@ class LocalSlurmCluster:
         if self.rest_enabled:
             lines.append(
                 "SLURMRESTD_SECURITY=disable_user_check SLURM_JWT=daemon "
-                f"slurmrestd -f {conf} -a rest_auth/jwt -s openapi/v0.0.38 127.0.0.1:{self.rest_port} "
+                f"slurmrestd -f {conf} -a rest_auth/jwt -s openapi/v0.0.38 "
+                f"127.0.0.1:{self.rest_port} "
                 f">{log}/slurmrestd.out 2>&1 &"
             )
         lines.append("wait")

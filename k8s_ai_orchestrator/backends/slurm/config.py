@@ -9,7 +9,9 @@ Example:
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, fields
+from typing import Any
 
 from ...errors import ConfigError
 
@@ -107,3 +109,20 @@ def _minutes(
     if minutes_total <= 0:
         raise ConfigError("slurm.time_limit must be at least one minute")
     return minutes_total
+
+
+def config_from_mapping(raw: Mapping[str, Any] | None) -> SlurmConfig:
+    """`SlurmConfig` from the executor's `slurm:` mapping; unknown keys are refused.
+
+    Example:
+        >>> config_from_mapping({"transport": "cli", "partition": "gpu"}).partition
+        'gpu'
+    """
+    values = dict(raw or {})
+    allowed = [f.name for f in fields(SlurmConfig)]
+    unknown = sorted(set(values) - set(allowed))
+    if unknown:
+        raise ConfigError(
+            f"executor config: unknown slurm keys {unknown}; allowed: {', '.join(allowed)}"
+        )
+    return SlurmConfig(**values)

@@ -78,10 +78,8 @@ def _merge_keyed_list(target: list[Any], patch: list[Any], key: str) -> list[Any
         if not isinstance(item, dict) or key not in item:
             result.append(copy.deepcopy(item))
             continue
-        index = next(
-            (i for i, old in enumerate(result) if isinstance(old, dict) and old.get(key) == item[key]),
-            None,
-        )
+        matches = [i for i, old in enumerate(result) if isinstance(old, dict)]
+        index = next((i for i in matches if result[i].get(key) == item[key]), None)
         if item.get("$patch") == "delete":
             if index is not None:
                 result.pop(index)

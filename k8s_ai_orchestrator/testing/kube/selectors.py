@@ -67,9 +67,7 @@ FieldGetter = Callable[[dict], str]
 FieldMatcher = Callable[[dict], bool]
 
 
-def parse_field_selector(
-    selector: str | None, getters: Mapping[str, FieldGetter]
-) -> FieldMatcher:
+def parse_field_selector(selector: str | None, getters: Mapping[str, FieldGetter]) -> FieldMatcher:
     """A predicate over an object; unsupported field labels answer 400 as the real server."""
     checks: list[tuple[FieldGetter, str, bool]] = []
     for part in _split_requirements(selector or ""):

@@ -1,0 +1,1 @@
+"""Example: a satellite-imagery vegetation-risk pipeline with variably sized steps."""

@@ -1,0 +1,371 @@
+"""The Kubernetes backend: each step attempt is a batch/v1 Job in its tenant's (v)cluster.
+
+Submitting resolves the tenant (refusing ones outside `allowed_tenants`), runs the pre-flight
+checks once per tenant and size, and creates the Job. Status comes from one pod watch per
+tenant namespace shared by all steps of the run; `status()` reads memory. A step that stays
+Pending is explained with the scheduler's message (or the quota error that keeps its pod from
+being created) and fails with that reason once Pending longer than its `timeout`.
+
+Example:
+    >>> backend = KubernetesBackend(
+    ...     KubernetesConfig.from_dict({"image": "ghcr.io/acme/pipeline:1.0",
+    ...         "tenants": {"team-a": {"kubeconfig": "/etc/team-a/kubeconfig"}}}),
+    ...     allowed_tenants=["team-a"], default_tenant="team-a")
+    >>> handle = backend.submit(request)  # doctest: +SKIP
+    >>> backend.status(handle).state  # doctest: +SKIP
+    <StepState.RUNNING: 'Running'>
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any
+
+from kubernetes.client import BatchV1Api, CoreV1Api
+from kubernetes.client.exceptions import ApiException
+
+from ..errors import BackendError, ConfigError, SubmitError
+from .base import FailureReason, JobHandle, LaunchRequest, ResourceUsage, StepState, StepStatus
+from .k8s_api import ApiRetry, api_message
+from .k8s_config import KubernetesConfig
+from .k8s_jobs import build_job, job_name, run_selector
+from .k8s_logs import LogFollower, read_tail
+from .k8s_pending import PendingExplainer
+from .k8s_preflight import Preflight
+from .k8s_status import deleted_pod_status, pod_name, pod_status
+from .k8s_watch import PodWatch
+from .vcluster import TenantConnections
+
+if TYPE_CHECKING:
+    from ..settings import ExecutorSettings
+
+__all__ = ["KubernetesBackend", "KubernetesConfig", "backend_from_settings"]
+
+_GiB = 1024**3
+FAILURE_LOG_TAIL_LINES = 50
+
+
+@dataclass
+class _Attempt:
+    """Book-keeping of one submitted attempt (mutable, private to the backend)."""
+
+    request: LaunchRequest
+    tenant: str
+    namespace: str
+    watch: PodWatch
+    submitted_at: float
+    started_at: float | None = None
+    finished_at: float | None = None
+    final: StepStatus | None = None
+    cancelled: bool = False
+    log_tail: str = ""
+    follower: LogFollower | None = None
+
+
+class KubernetesBackend:
+    """Runs step attempts as Jobs on vCluster tenants (see the module docstring).
+
+    Args:
+        config: the `kubernetes` section of the executor config.
+        allowed_tenants: tenants this run may use; None allows every configured tenant.
+        default_tenant: tenant of steps that name none.
+        clock: monotonic seconds (Pending timeouts and resource-seconds).
+        sleep: waits between API retries and watch reconnects.
+        logger: where reconnects and warnings go (never credentials).
+    """
+
+    name = "kubernetes"
+
+    def __init__(
+        self,
+        config: KubernetesConfig,
+        *,
+        allowed_tenants: Iterable[str] | None = None,
+        default_tenant: str | None = None,
+        clock: Callable[[], float] = time.monotonic,
+        sleep: Callable[[float], None] = time.sleep,
+        logger: logging.Logger | None = None,
+    ) -> None:
+        self.config = config
+        self.default_tenant = default_tenant
+        self._clock = clock
+        self._sleep = sleep
+        self._log = logger or logging.getLogger(__name__)
+        self._tenants = TenantConnections(config, allowed_tenants)
+        self._retry = ApiRetry(retries=config.api_retries, sleep=sleep)
+        self._preflight = Preflight(config, self._retry)
+        self._pending = PendingExplainer(config.pending_events_interval_s, clock)
+        self._watches: dict[tuple[str, str, str], PodWatch] = {}
+        self._attempts: dict[str, _Attempt] = {}
+        self._lock = threading.Lock()
+
+    @classmethod
+    def from_config(cls, raw: Mapping[str, Any] | None, **kwargs: Any) -> KubernetesBackend:
+        """Build from the executor config's raw `kubernetes` section."""
+        return cls(KubernetesConfig.from_dict(raw), **kwargs)
+
+    def submit(self, request: LaunchRequest) -> JobHandle:
+        """Create the attempt's Job; `SubmitError` if it can never run where it is routed."""
+        tenant = request.tenant or request.spec.tenant or self.default_tenant
+        if tenant is None:
+            raise ConfigError(
+                f"step '{request.step_key}' names no tenant and the executor has no "
+                "default_tenant; set default_tenant or compute(tenant=...)"
+            )
+        settings = self._tenants.check_allowed(tenant, request.step_key)
+        size = request.spec.size
+        if settings.allowed_sizes is not None and size not in settings.allowed_sizes:
+            raise SubmitError(
+                f"step '{request.step_key}' has size class '{size}', which tenant '{tenant}' "
+                f"does not accept (allowed_sizes: {list(settings.allowed_sizes)}); pick one of "
+                f"those or add '{size}' to kubernetes.tenants.{tenant}.allowed_sizes"
+            )
+        request = replace(request, tenant=tenant)
+        manifest = build_job(request, settings, self.config)
+        api_client = self._tenants.client(tenant, request.step_key)
+        self._preflight.run(request, settings, api_client)
+        watch = self._watch_for(tenant, settings.namespace, request.run_id, api_client)
+        self._create(request, settings.namespace, manifest, BatchV1Api(api_client))
+        name = job_name(request)
+        with self._lock:
+            self._attempts[name] = _Attempt(
+                request, tenant, settings.namespace, watch, submitted_at=self._clock()
+            )
+        return JobHandle(self.name, name, request.step_key, tenant, settings.namespace)
+
+    def status(self, handle: JobHandle) -> StepStatus:
+        """The attempt's state from the watch cache (no API request while it runs)."""
+        attempt = self._attempt(handle)
+        if attempt.final is not None:
+            return attempt.final
+        if attempt.cancelled:
+            return self._finish(attempt, StepStatus.failed(FailureReason.CANCELLED, "cancelled"))
+        pods = attempt.watch.pods(handle.job_id)
+        if pods:
+            current = pod_status(pods[-1])
+        elif (gone := attempt.watch.deleted(handle.job_id)) is not None:
+            current = deleted_pod_status(gone)
+        else:
+            current = StepStatus.pending()
+        if current.state == StepState.PENDING:
+            current = self._explain_pending(handle, attempt, pods[-1] if pods else None)
+        elif current.state == StepState.RUNNING and attempt.started_at is None:
+            attempt.started_at = self._clock()
+        if current.is_terminal:
+            return self._finish(attempt, current, pods[-1] if pods else None)
+        return current
+
+    def logs(self, handle: JobHandle, tail_lines: int | None = None) -> str:
+        """The attempt's log (last `tail_lines` lines); one API request."""
+        attempt = self._attempt(handle)
+        pod = self._pod_name(handle, attempt)
+        if pod is None:
+            return attempt.log_tail
+        core = CoreV1Api(self._tenants.client(attempt.tenant, handle.step_key))
+        try:
+            text = self._retry.call(
+                "read logs",
+                attempt.tenant,
+                lambda: read_tail(core, attempt.namespace, pod, tail_lines),
+            )
+        except (ApiException, BackendError):
+            return attempt.log_tail
+        return text or attempt.log_tail
+
+    def logs_since(self, handle: JobHandle, offset: int = 0) -> tuple[str, int]:
+        """New log text after byte `offset` and the next offset; one follow stream per pod.
+
+        Example:
+            >>> text, offset = backend.logs_since(handle)  # doctest: +SKIP
+            >>> more, offset = backend.logs_since(handle, offset)  # doctest: +SKIP
+        """
+        attempt = self._attempt(handle)
+        pod = self._pod_name(handle, attempt)
+        if pod is None:
+            return "", offset
+        if attempt.follower is None or attempt.follower.pod != pod:
+            core = CoreV1Api(self._tenants.client(attempt.tenant, handle.step_key))
+            attempt.follower = LogFollower(core, attempt.namespace, pod)
+        return attempt.follower.read_since(offset)
+
+    def cancel(self, handle: JobHandle) -> None:
+        """Delete the attempt's Job and its pods (propagation Background); idempotent."""
+        attempt = self._attempts.get(handle.job_id)
+        if attempt is not None:
+            attempt.cancelled = True
+            if attempt.follower is not None:
+                attempt.follower.close()
+        tenant = handle.tenant or (attempt.tenant if attempt else None)
+        if tenant is None or handle.namespace is None:
+            return
+        self._delete_job(tenant, handle.namespace, handle.job_id, handle.step_key)
+
+    def usage(self, handle: JobHandle) -> ResourceUsage:
+        """Requested resources × seconds the attempt has run (so far)."""
+        attempt = self._attempt(handle)
+        if attempt.started_at is None:
+            return ResourceUsage()
+        end = attempt.finished_at if attempt.finished_at is not None else self._clock()
+        wall = max(0.0, end - attempt.started_at)
+        spec = attempt.request.spec
+        node = attempt.final.node if attempt.final else None
+        return ResourceUsage(
+            cpu_seconds=spec.cpu * wall,
+            memory_gib_seconds=spec.memory_bytes / _GiB * wall,
+            gpu_seconds=spec.gpu * wall,
+            wall_seconds=wall,
+            nodes=(node,) if node else (),
+        )
+
+    def wait_for_change(self, timeout: float) -> None:
+        """Block until a watched pod changes or `timeout` passes (lets a poller sleep less)."""
+        with self._lock:
+            watches = list(self._watches.values())
+        if watches:
+            watches[0].wait_for_change(timeout)
+        else:
+            self._sleep(timeout)
+
+    def close(self) -> None:
+        """Stop the watches and log streams and close the tenants' connections."""
+        with self._lock:
+            watches, self._watches = list(self._watches.values()), {}
+            followers = [a.follower for a in self._attempts.values() if a.follower]
+        for follower in followers:
+            follower.close()
+        for watch in watches:
+            watch.stop()
+        self._tenants.close()
+
+    def _attempt(self, handle: JobHandle) -> _Attempt:
+        try:
+            return self._attempts[handle.job_id]
+        except KeyError:
+            raise BackendError(
+                f"step '{handle.step_key}': Job {handle.job_id} was not submitted by this "
+                "backend instance; its status cannot be followed"
+            ) from None
+
+    def _watch_for(self, tenant: str, namespace: str, run_id: str, api_client: Any) -> PodWatch:
+        key = (tenant, namespace, run_id)
+        with self._lock:
+            watch = self._watches.get(key)
+            if watch is None:
+                watch = PodWatch(
+                    CoreV1Api(api_client),
+                    namespace,
+                    run_selector(run_id),
+                    backoff_s=self.config.watch_reconnect_backoff_s,
+                    timeout_s=self.config.watch_timeout_s,
+                    sleep=self._sleep,
+                    logger=self._log,
+                )
+                watch.start()
+                self._watches[key] = watch
+        return watch
+
+    def _create(
+        self, request: LaunchRequest, namespace: str, manifest: dict[str, Any], batch: BatchV1Api
+    ) -> None:
+        tries = 0
+
+        def create() -> None:
+            nonlocal tries
+            tries += 1
+            try:
+                batch.create_namespaced_job(namespace, manifest)
+            except ApiException as error:
+                if error.status == 409:
+                    return  # an earlier try of this call was applied; the Job exists
+                raise
+
+        try:
+            self._retry.call("create Job", str(request.tenant), create)
+        except ApiException as error:
+            message = api_message(error)
+            fix = (
+                "raise the quota in the tenant's vCluster values (policies.resourceQuota)"
+                if "exceeded quota" in message
+                else "check the executor config and the step's dagster-k8s/config tag"
+            )
+            raise SubmitError(
+                f"step '{request.step_key}': tenant '{request.tenant}' refused Job "
+                f"{manifest['metadata']['name']} in namespace '{namespace}' ({message}); {fix}"
+            ) from None
+
+    def _explain_pending(
+        self, handle: JobHandle, attempt: _Attempt, pod: Mapping[str, Any] | None
+    ) -> StepStatus:
+        core = CoreV1Api(self._tenants.client(attempt.tenant, handle.step_key))
+        status = self._pending.explain(handle, attempt.namespace, pod, core)
+        timeout = attempt.request.spec.timeout_s
+        waited = self._clock() - attempt.submitted_at
+        if timeout is None or waited <= timeout:
+            return status
+        last = f"{status.reason}: {status.message}" if status.reason else "no reason reported"
+        return StepStatus.failed(
+            FailureReason.UNSCHEDULABLE,
+            f"step '{handle.step_key}' was Pending for {waited:.0f}s in tenant "
+            f"'{attempt.tenant}', longer than its timeout of {timeout:g}s; last reason: {last}",
+        )
+
+    def _finish(
+        self, attempt: _Attempt, status: StepStatus, pod: Mapping[str, Any] | None = None
+    ) -> StepStatus:
+        attempt.finished_at = self._clock()
+        if attempt.started_at is None and status.node:
+            attempt.started_at = attempt.submitted_at
+        if status.state == StepState.FAILED and pod is not None and not attempt.cancelled:
+            core = CoreV1Api(self._tenants.client(attempt.tenant, attempt.request.step_key))
+            try:
+                attempt.log_tail = read_tail(
+                    core, attempt.namespace, pod_name(pod), FAILURE_LOG_TAIL_LINES
+                )
+            except ApiException:
+                attempt.log_tail = ""
+        if status.state == StepState.FAILED and (pod is None or not _pod_finished(pod)):
+            self._delete_job(
+                attempt.tenant,
+                attempt.namespace,
+                job_name(attempt.request),
+                attempt.request.step_key,
+            )
+        attempt.final = status
+        self._pending.forget(job_name(attempt.request))
+        return status
+
+    def _delete_job(self, tenant: str, namespace: str, name: str, step: str) -> None:
+        batch = BatchV1Api(self._tenants.client(tenant, step))
+
+        def delete() -> None:
+            try:
+                batch.delete_namespaced_job(name, namespace, propagation_policy="Background")
+            except ApiException as error:
+                if error.status != 404:
+                    raise
+
+        self._retry.call(f"delete Job {name}", tenant, delete)
+
+    def _pod_name(self, handle: JobHandle, attempt: _Attempt) -> str | None:
+        pods = attempt.watch.pods(handle.job_id)
+        if pods:
+            return pod_name(pods[-1])
+        gone = attempt.watch.deleted(handle.job_id)
+        return pod_name(gone) if gone is not None else None
+
+
+def backend_from_settings(settings: ExecutorSettings) -> KubernetesBackend:
+    """The backend for an `ai_executor` run: its `kubernetes` section and tenant policy."""
+    return KubernetesBackend(
+        KubernetesConfig.from_dict(settings.kubernetes),
+        allowed_tenants=settings.allowed_tenants,
+        default_tenant=settings.default_tenant,
+    )
+
+
+def _pod_finished(pod: Mapping[str, Any]) -> bool:
+    return (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed")

@@ -1,0 +1,194 @@
+"""`SlurmBackend`: each step attempt is one sbatch job (a gang allocation for multi-node steps).
+
+Example:
+    >>> backend = SlurmBackend(SlurmConfig(workdir="/shared/k8s_ai"))  # doctest: +SKIP
+    >>> handle = backend.submit(request)  # doctest: +SKIP
+    >>> backend.status(handle).state  # doctest: +SKIP
+    <StepState.PENDING: 'Pending'>
+"""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol
+
+from ...errors import SubmitError
+from ..base import FailureReason, JobHandle, LaunchRequest, ResourceUsage, StepStatus
+from .cli import CliTransport, NodeLimits, Runner
+from .config import SlurmConfig
+from .rest import HttpCall, RestTransport
+from .script import BatchJob, batch_job, render_script
+from .states import RUNNING_STATES, JobInfo, to_step_status
+
+
+class Transport(Protocol):
+    """What the backend needs from the CLI or REST transport."""
+
+    def prepare_dir(self, path: str) -> None: ...
+    def submit(self, job: BatchJob, script: str, step_key: str) -> str: ...
+    def job_info(self, job_id: str) -> JobInfo | None: ...
+    def cancel(self, job_id: str) -> None: ...
+    def max_rss_bytes(self, job_id: str) -> int | None: ...
+    def limits(self, partition: str | None) -> NodeLimits: ...
+
+
+@dataclass
+class _Attempt:
+    """What the backend remembers about a job it submitted."""
+
+    job: BatchJob
+    last_info: JobInfo | None = None
+    max_rss_bytes: int | None = None
+    rss_sampled_at: float = float("-inf")
+
+
+class SlurmBackend:
+    """The Slurm backend (cli or rest transport).
+
+    Args:
+        config: the executor's `slurm:` config.
+        runner: runs Slurm commands (cli transport); default: subprocesses on this host.
+        http: performs HTTP calls (rest transport); default: urllib.
+        clock: wall-clock seconds (epoch), used for usage of running jobs.
+        rss_sample_interval_s: how often `status()` samples a running job's RSS with sstat.
+
+    Example:
+        >>> SlurmBackend(SlurmConfig(partition="gpu")).name
+        'slurm'
+    """
+
+    name = "slurm"
+
+    def __init__(
+        self,
+        config: SlurmConfig,
+        *,
+        runner: Runner | None = None,
+        http: HttpCall | None = None,
+        clock: Callable[[], float] = time.time,
+        rss_sample_interval_s: float = 30.0,
+    ) -> None:
+        self.config = config
+        self._transport: Transport = (
+            RestTransport(config, http)
+            if config.transport == "rest"
+            else CliTransport(config, runner)
+        )
+        self._clock = clock
+        self._rss_interval_s = rss_sample_interval_s
+        self._limits: NodeLimits | None = None
+        self._attempts: dict[str, _Attempt] = {}
+
+    def limits(self) -> NodeLimits:
+        """The configured partition's size (queried once, then cached)."""
+        if self._limits is None:
+            self._limits = self._transport.limits(self.config.partition)
+        return self._limits
+
+    def validate(self, request: LaunchRequest) -> None:
+        """Refuse a step the partition can never run, before anything is submitted."""
+        spec, step, limits = request.spec, request.step_key, self.limits()
+        where = f"Slurm partition '{limits.partition}'"
+        if spec.nodes > len(limits.nodes):
+            raise SubmitError(
+                f"step '{step}': nodes={spec.nodes} but {where} has {len(limits.nodes)} nodes; "
+                f"lower compute(nodes=...) to at most {len(limits.nodes)} or set "
+                "slurm.partition to a larger partition"
+            )
+        if spec.gpu > limits.max_gpus_per_node:
+            raise SubmitError(
+                f"step '{step}': gpus_per_node={spec.gpu} but no node of {where} has more than "
+                f"{limits.max_gpus_per_node} GPUs; lower compute(gpus_per_node=...) or use a "
+                "GPU partition"
+            )
+        cpus = max(1, int(-(-spec.cpu // 1))) * spec.tasks_per_node
+        if limits.max_cpus_per_node and cpus > limits.max_cpus_per_node:
+            raise SubmitError(
+                f"step '{step}': {cpus} CPUs per node (cpu × tasks_per_node) but no node of "
+                f"{where} has more than {limits.max_cpus_per_node}; lower cpu or tasks_per_node"
+            )
+        memory_mb = -(-spec.memory_bytes // 1024**2)
+        if limits.max_memory_mb_per_node and memory_mb > limits.max_memory_mb_per_node:
+            raise SubmitError(
+                f"step '{step}': memory={spec.memory_quantity} per node but no node of {where} "
+                f"has more than {limits.max_memory_mb_per_node}M; lower compute(memory=...)"
+            )
+
+    def submit(self, request: LaunchRequest) -> JobHandle:
+        """Validate, write nothing but the job directory, and sbatch one job."""
+        self.validate(request)
+        job = batch_job(request, self.config)
+        self._transport.prepare_dir(job.job_dir)
+        job_id = self._transport.submit(job, render_script(job), request.step_key)
+        self._attempts[job_id] = _Attempt(job)
+        return JobHandle(backend=self.name, job_id=job_id, step_key=request.step_key)
+
+    def status(self, handle: JobHandle) -> StepStatus:
+        info = self._transport.job_info(handle.job_id)
+        attempt = self._attempts.get(handle.job_id)
+        if info is None:
+            return StepStatus.failed(
+                FailureReason.LOST,
+                f"Slurm job {handle.job_id} of step '{handle.step_key}' is unknown to "
+                "slurmctld (purged or cancelled outside the run)",
+            )
+        if attempt is not None:
+            attempt.last_info = info
+            self._sample_rss(handle.job_id, attempt, info)
+        return to_step_status(info)
+
+    def _sample_rss(self, job_id: str, attempt: _Attempt, info: JobInfo) -> None:
+        now = self._clock()
+        if info.state not in RUNNING_STATES or now - attempt.rss_sampled_at < self._rss_interval_s:
+            return
+        attempt.rss_sampled_at = now
+        rss = self._transport.max_rss_bytes(job_id)
+        if rss is not None:
+            attempt.max_rss_bytes = max(rss, attempt.max_rss_bytes or 0)
+
+    def logs(self, handle: JobHandle, tail_lines: int | None = None) -> str:
+        """The job's output file (append mode: every requeue of the attempt)."""
+        attempt = self._attempts.get(handle.job_id)
+        if attempt is None:
+            return ""
+        path = Path(attempt.job.output_path)
+        if not path.exists():
+            return ""
+        with path.open(errors="replace") as handle_file:
+            if tail_lines is None:
+                return handle_file.read()
+            return "".join(deque(handle_file, maxlen=tail_lines))
+
+    def cancel(self, handle: JobHandle) -> None:
+        """scancel the job; a job that already ended is left alone."""
+        self._transport.cancel(handle.job_id)
+
+    def usage(self, handle: JobHandle) -> ResourceUsage:
+        """Allocated CPU-, memory- and GPU-seconds, wall time, nodes and the largest RSS seen."""
+        attempt = self._attempts.get(handle.job_id)
+        info = self._transport.job_info(handle.job_id)
+        if info is None and attempt is not None:
+            info = attempt.last_info
+        if info is None or info.start_time is None:
+            return ResourceUsage()
+        end = info.end_time if info.end_time is not None else self._clock()
+        wall = max(0.0, end - info.start_time)
+        job = attempt.job if attempt else None
+        nodes = len(info.nodes) or (job.nodes if job else 1)
+        memory_mb = info.memory_mb or (job.memory_mb * nodes if job else 0)
+        gpus = info.gpus or (job.gpus_per_node * nodes if job else 0)
+        return ResourceUsage(
+            cpu_seconds=info.cpus * wall,
+            memory_gib_seconds=memory_mb / 1024 * wall,
+            gpu_seconds=gpus * wall,
+            wall_seconds=wall,
+            max_rss_bytes=attempt.max_rss_bytes if attempt else None,
+            nodes=info.nodes,
+        )
+
+    def close(self) -> None:
+        """Nothing to release: every call is a short command or HTTP request."""

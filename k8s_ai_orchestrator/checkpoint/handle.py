@@ -1,0 +1,385 @@
+"""`CheckpointHandle`: load, save, and know when to save, for one step.
+
+The step contract (also in docs/checkpoints.md):
+
+    state = ckpt.load() or fresh_state()
+    for unit in remaining(state):
+        work(unit)
+        if ckpt.due():                      # interval elapsed, or SIGTERM/SIGUSR2 arrived
+            ckpt.save(state, progress=n)
+            ckpt.exit_if_preempted()        # raises Preempted after a preemption notice
+
+Example:
+    >>> from k8s_ai_orchestrator.checkpoint import CheckpointStore
+    >>> ckpt = CheckpointStore(root="memory://doc-handle").open("demo")
+    >>> ckpt.load() is None
+    True
+    >>> _ = ckpt.save({"next_tile": 12}, progress=12)
+    >>> CheckpointStore(root="memory://doc-handle").open("demo").load()
+    {'next_tile': 12}
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import time
+import uuid
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from types import TracebackType
+from typing import Any, Protocol
+
+import pyarrow as pa
+from dagster import Failure
+
+from ..errors import CheckpointError
+from .codecs import State, decode, encode
+from .keys import CheckpointKey
+from .manifest import Commit, CommitFile, Manifest, parse_manifest
+from .signals import PreemptionWatch
+from .storage import CHUNK, ChecksumMismatch, HashingSink, KeyFolder
+
+_CORRUPT = (ChecksumMismatch, FileNotFoundError, ValueError, pa.ArrowInvalid, OSError)
+
+
+class Log(Protocol):
+    """Where warnings go: a Dagster `context.log` or a `logging.Logger`."""
+
+    def info(self, msg: str) -> Any: ...
+
+    def warning(self, msg: str) -> Any: ...
+
+
+class Preempted(CheckpointError, Failure):
+    """The step was told it is being preempted and stopped after saving its checkpoint.
+
+    A Dagster `Failure` with `allow_retries=False`: the step's own `RetryPolicy` is not spent;
+    the backend reports the attempt as preempted and the executor relaunches the step, which
+    resumes from the checkpoint.
+
+    Example:
+        >>> raise Preempted("asset mosaic got SIGTERM")  # doctest: +IGNORE_EXCEPTION_DETAIL
+        Traceback (most recent call last):
+        Preempted: asset mosaic got SIGTERM
+    """
+
+    transient = True
+
+    def __init__(self, description: str, metadata: Mapping[str, Any] | None = None) -> None:
+        Failure.__init__(self, description=description, metadata=metadata, allow_retries=False)
+
+
+@dataclass(frozen=True)
+class HandleSettings:
+    """How a handle behaves; filled from `CheckpointStore` config and the step environment."""
+
+    keep: int = 2  # commits kept; older ones are deleted after each save
+    interval_s: float = 300.0  # due() turns true this long after the last save
+    clear_on_success: bool = False  # close(succeeded=True) deletes the key's checkpoints
+    attempt: int = 0  # infrastructure attempt (K8S_AI_ATTEMPT), recorded on commits
+    run_id: str | None = None  # recorded on commits
+
+
+class CheckpointHandle:
+    """The checkpoints of one step (asset/op + partition + fingerprint).
+
+    Obtain one with `CheckpointStore.open(...)`; use it as a context manager so the signal
+    handlers are given back and `clear_on_success` applies when the block succeeds.
+    """
+
+    def __init__(
+        self,
+        folder: KeyFolder,
+        key: CheckpointKey,
+        settings: HandleSettings,
+        *,
+        log: Log,
+        watch: PreemptionWatch,
+        install_signals: bool = True,
+        clock: Callable[[], float] = time.monotonic,
+        wall_clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.key = key
+        self._folder = folder
+        self._settings = settings
+        self._log = log
+        self._watch = watch
+        self._clock = clock
+        self._wall_clock = wall_clock
+        self._last_save = clock()
+        self._manifest: Manifest | None = None
+        self._resumed: Commit | None = None
+        self._bad: set[str] = set()
+        self._closed = False
+        self._owns_signals = install_signals and watch.acquire()
+
+    # ---- reading -------------------------------------------------------------------------
+
+    def load(self) -> State | None:
+        """The latest intact committed state, or None when there is none (a fresh start).
+
+        A commit whose data is missing or fails its checksum is skipped with a warning and the
+        previous one is used.
+        """
+        found = self._first_intact("state", self._read_state)
+        return None if found is None else found[1]
+
+    def restore_dir(self, local_path: str | os.PathLike[str]) -> bool:
+        """Write the latest folder saved with `save_dir` into `local_path`; False if none.
+
+        Files are verified in a staging folder next to `local_path` first, then moved in,
+        replacing files of the same name; other files in `local_path` are left alone.
+        """
+        target = Path(local_path)
+        return self._first_intact("dir", lambda c: self._restore_into(c, target)) is not None
+
+    @property
+    def latest(self) -> Commit | None:
+        """The newest commit this handle knows of (loaded, or saved by it)."""
+        commits = self._committed().commits
+        return commits[0] if commits else None
+
+    def resume_metadata(self) -> dict[str, Any]:
+        """Materialization metadata saying what this step resumed from; {} after a fresh start.
+
+        Example:
+            >>> from k8s_ai_orchestrator.checkpoint import CheckpointStore
+            >>> CheckpointStore(root="memory://doc-meta").open("never-saved").resume_metadata()
+            {}
+        """
+        c = self._resumed
+        if c is None:
+            return {}
+        return {
+            "resumed_from_checkpoint": c.id,
+            "resumed_checkpoint_saved_at": time.strftime(
+                "%Y-%m-%dT%H:%M:%SZ", time.gmtime(c.saved_at)
+            ),
+            "resumed_progress": c.progress,
+            "checkpoint_attempt": c.attempt,
+        }
+
+    # ---- writing -------------------------------------------------------------------------
+
+    def save(self, state: State, *, progress: int | float | None = None) -> Commit:
+        """Commit `state` atomically: a dict of JSON values, bytes, or a pyarrow Table.
+
+        Raises:
+            CheckpointError: the state cannot be serialized (the message names its type) or
+                the store cannot be written.
+        """
+        kind, name, produce = encode(state)
+        return self._commit(
+            kind, lambda cid: [self._folder.write_file(f"data/{cid}/{name}", produce)], progress
+        )
+
+    def save_dir(
+        self, local_path: str | os.PathLike[str], *, progress: int | float | None = None
+    ) -> Commit:
+        """Commit every file under a local folder (a framework checkpoint) atomically."""
+        root = Path(local_path)
+        if not root.is_dir():
+            raise CheckpointError(
+                f"save_dir({str(local_path)!r}) for {self.key.describe()}: not a directory; "
+                "pass the folder your framework wrote its checkpoint into"
+            )
+        files = sorted(p for p in root.rglob("*") if p.is_file())
+
+        def write_all(cid: str) -> list[CommitFile]:
+            return [
+                self._folder.write_file(
+                    f"data/{cid}/dir/{p.relative_to(root).as_posix()}", _copier(p)
+                )
+                for p in files
+            ]
+
+        return self._commit("dir", write_all, progress)
+
+    def clear(self) -> None:
+        """Delete all checkpoints of this key (for example once the step's output is safe)."""
+        self._folder.remove_all()
+        self._manifest = Manifest(self.key.fingerprint)
+
+    # ---- preemption ----------------------------------------------------------------------
+
+    @property
+    def preempted(self) -> bool:
+        """True once SIGTERM or SIGUSR2 reached this process while a handle was open."""
+        return self._watch.received is not None
+
+    def due(self) -> bool:
+        """True when a save is due: `interval_s` elapsed since the last save, or preempted."""
+        elapsed = self._clock() - self._last_save
+        return self.preempted or elapsed >= self._settings.interval_s
+
+    def exit_if_preempted(self) -> None:
+        """Raise `Preempted` if a preemption signal arrived; call it right after `save`."""
+        if not self.preempted:
+            return
+        latest = self.latest
+        where = "no checkpoint saved yet" if latest is None else f"checkpoint {latest.id}"
+        progress = None if latest is None else latest.progress
+        raise Preempted(
+            f"{self.key.describe()} received {self._watch.received_name} and stopped "
+            f"({where}, progress {progress}); the executor relaunches it and it resumes there",
+            metadata={
+                "preempted_by": self._watch.received_name or "",
+                "checkpoint": "" if latest is None else latest.id,
+                "checkpoint_progress": progress,
+            },
+        )
+
+    # ---- lifetime ------------------------------------------------------------------------
+
+    def close(self, *, succeeded: bool = False) -> None:
+        """Give back the signal handlers; with `succeeded` and `clear_on_success`, clear."""
+        if self._closed:
+            return
+        self._closed = True
+        if self._owns_signals:
+            self._watch.release()
+        if succeeded and self._settings.clear_on_success:
+            self.clear()
+
+    def __enter__(self) -> CheckpointHandle:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close(succeeded=exc_type is None)
+
+    # ---- internals -----------------------------------------------------------------------
+
+    def _committed(self) -> Manifest:
+        if self._manifest is None:
+            self._manifest = self._read_manifest()
+        return self._manifest
+
+    def _read_manifest(self) -> Manifest:
+        fresh = Manifest(self.key.fingerprint)
+        where = f"{self.key.describe()} at {self._folder.base}"
+        try:
+            raw = self._folder.read_manifest()
+        except OSError as exc:
+            raise CheckpointError(f"cannot read checkpoints of {where}: {exc}") from exc
+        if raw is None:
+            return fresh
+        try:
+            manifest = parse_manifest(raw)
+        except ValueError as exc:
+            self._log.warning(
+                f"checkpoint manifest of {where} is unreadable ({exc}); starting fresh — "
+                "the next save replaces it"
+            )
+            return fresh
+        if manifest.fingerprint != self.key.fingerprint:
+            self._log.warning(
+                f"checkpoints of {where} were saved with fingerprint {manifest.fingerprint!r} "
+                f"but this step's is {self.key.fingerprint!r} (its code version changed); "
+                f"starting fresh and ignoring {len(manifest.commits)} old commit(s). To resume "
+                "across versions pass the old value: open(context, fingerprint=...)"
+            )
+            return fresh
+        return manifest
+
+    def _first_intact(self, want: str, read: Callable[[Commit], Any]) -> tuple[Commit, Any] | None:
+        commits = [c for c in self._committed().commits if c.id not in self._bad]
+        for commit in commits:
+            if (commit.kind == "dir") != (want == "dir"):
+                saved_with, use = ("save_dir", "restore_dir") if want != "dir" else ("save", "load")
+                raise CheckpointError(
+                    f"checkpoint {commit.id} of {self.key.describe()} was written with "
+                    f"{saved_with}(); read it with {use}()"
+                )
+            try:
+                value = read(commit)
+            except _CORRUPT as exc:
+                self._bad.add(commit.id)
+                self._log.warning(
+                    f"checkpoint {commit.id} of {self.key.describe()} is corrupt or incomplete "
+                    f"({exc}); falling back to the previous commit"
+                )
+                continue
+            self._resumed = commit
+            self._log.info(
+                f"resuming {self.key.describe()} from checkpoint {commit.id} "
+                f"(progress {commit.progress}, saved by attempt {commit.attempt})"
+            )
+            return commit, value
+        if commits:
+            self._log.warning(f"no intact checkpoint of {self.key.describe()}; starting fresh")
+        return None
+
+    def _read_state(self, commit: Commit) -> State:
+        if len(commit.files) != 1:
+            raise ValueError(f"a {commit.kind} commit has {len(commit.files)} files, not 1")
+        return decode(commit.kind, self._folder.read_buffer(commit.files[0]))
+
+    def _restore_into(self, commit: Commit, target: Path) -> None:
+        prefix = f"data/{commit.id}/dir/"
+        if any(not f.path.startswith(prefix) for f in commit.files):
+            raise ValueError(f"commit files are not under {prefix}")
+        target.parent.mkdir(parents=True, exist_ok=True)
+        staging = target.parent / f".{target.name}.restore-{uuid.uuid4().hex[:8]}"
+        try:
+            for f in commit.files:
+                dest = staging / f.path[len(prefix) :]
+                dest.parent.mkdir(parents=True, exist_ok=True)
+                self._folder.download_verified(f, str(dest))
+            target.mkdir(exist_ok=True)
+            for f in commit.files:
+                rel = f.path[len(prefix) :]
+                (target / rel).parent.mkdir(parents=True, exist_ok=True)
+                os.replace(staging / rel, target / rel)
+        finally:
+            shutil.rmtree(staging, ignore_errors=True)
+
+    def _commit(
+        self,
+        kind: str,
+        write_files: Callable[[str], Sequence[CommitFile]],
+        progress: int | float | None,
+    ) -> Commit:
+        if progress is not None and (
+            isinstance(progress, bool) or not isinstance(progress, int | float)
+        ):
+            raise CheckpointError(f"progress={progress!r} must be an int, a float or None")
+        base = self._committed()
+        seq = max((c.seq for c in base.commits), default=0) + 1
+        cid = f"{seq:06d}-{uuid.uuid4().hex[:8]}"
+        try:
+            files = tuple(write_files(cid))
+            commit = Commit(
+                cid, seq, kind, files, progress, self._wall_clock(),
+                self._settings.attempt, self._settings.run_id,
+            )  # fmt: skip
+            older = [c for c in base.commits if c.id not in self._bad]
+            manifest = Manifest(self.key.fingerprint, (commit, *older[: self._settings.keep - 1]))
+            self._folder.replace_manifest(manifest.to_json())
+        except OSError as exc:
+            raise CheckpointError(
+                f"saving checkpoint of {self.key.describe()} to {self._folder.base} failed: "
+                f"{exc}; check the store's free space and write permission"
+            ) from exc
+        self._manifest = manifest
+        self._last_save = self._clock()
+        try:
+            self._folder.remove_commits_except({c.id for c in manifest.commits})
+        except OSError as exc:
+            self._log.warning(f"could not delete old checkpoints of {self.key.describe()}: {exc}")
+        return commit
+
+
+def _copier(path: Path) -> Callable[[HashingSink], None]:
+    def copy(sink: HashingSink) -> None:
+        with open(path, "rb") as src:
+            while chunk := src.read(CHUNK):
+                sink.write(chunk)
+
+    return copy

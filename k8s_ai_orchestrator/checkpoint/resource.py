@@ -1,0 +1,170 @@
+"""`CheckpointStore`: the Dagster resource that hands each step its checkpoint handle.
+
+Example:
+    >>> store = CheckpointStore(root="memory://doc-store", interval_s=60)
+    >>> with store.open("nightly-mosaic") as ckpt:
+    ...     state = ckpt.load() or {"next_tile": 0}
+    >>> state
+    {'next_tile': 0}
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+import fsspec
+from dagster import ConfigurableResource, InitResourceContext
+from fsspec import AbstractFileSystem
+from pydantic import Field, PrivateAttr
+
+from ..errors import CheckpointError
+from ..stepenv import RUN_ID, StepEnv
+from .handle import CheckpointHandle, HandleSettings, Log
+from .keys import CheckpointKey, key_from_context
+from .signals import PROCESS_WATCH
+from .storage import KeyFolder
+
+LOGGER = logging.getLogger("k8s_ai_orchestrator.checkpoint")
+_INSTALL_HINTS = {
+    "s3": "pip install 'k8s-ai-orchestrator[s3]'  (installs s3fs)",
+    "gs": "pip install gcsfs",
+    "gcs": "pip install gcsfs",
+    "az": "pip install adlfs",
+    "abfs": "pip install adlfs",
+}
+
+
+class CheckpointStore(ConfigurableResource):  # type: ignore[misc]
+    """Checkpoints for long steps, on any fsspec filesystem (`file://`, `s3://`, `memory://`).
+
+    Checkpoints are keyed by asset (or op) + partition + fingerprint, not by run id, so a
+    relaunch after preemption, a retry and a manual re-run all resume where the last commit
+    left off.
+
+    Example:
+        >>> from dagster import asset
+        >>> @asset(code_version="v1")
+        ... def embeddings(context, checkpoints: CheckpointStore):
+        ...     with checkpoints.open(context) as ckpt:
+        ...         state = ckpt.load() or {"done": 0}
+        ...         ...
+    """
+
+    root: str = Field(description="Where checkpoints live: file:///data/ckpt, s3://bucket/ckpt")
+    keep: int = Field(default=2, description="Commits kept per key (>= 1); older are deleted")
+    interval_s: float = Field(default=300.0, description="due() turns true this often (s)")
+    clear_on_success: bool = Field(
+        default=False,
+        description="Delete a key's checkpoints when its `with store.open(...)` block succeeds",
+    )
+    handle_signals: bool = Field(
+        default=True,
+        description="Turn SIGTERM/SIGUSR2 into a save-then-exit notice (see docs/checkpoints.md)",
+    )
+    storage_options: dict[str, Any] = Field(
+        default_factory=dict,
+        description="Passed to fsspec, e.g. {'endpoint_url': 'http://minio:9000'} for s3",
+    )
+
+    _fs: AbstractFileSystem | None = PrivateAttr(default=None)
+    _base: str = PrivateAttr(default="")
+
+    def setup_for_execution(self, context: InitResourceContext) -> None:
+        """Check the root before any step runs: bad protocol or unwritable root fail here."""
+        self._filesystem()
+
+    def open(
+        self,
+        context_or_key: Any,
+        *,
+        fingerprint: str | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> CheckpointHandle:
+        """The checkpoint handle of a step (from its Dagster context) or of a plain string key.
+
+        Args:
+            context_or_key: an `AssetExecutionContext` / `OpExecutionContext`, or a string.
+            fingerprint: identity of the code that wrote the state; commits with another
+                fingerprint are ignored (with a warning). Default: the asset's code version
+                for a context, "" for a string key.
+            clock: monotonic seconds for `due()`; tests pass a fake one.
+
+        Raises:
+            CheckpointError: the root cannot be used, or the key is empty.
+        """
+        fs, base = self._filesystem()
+        log: Log
+        if isinstance(context_or_key, str):
+            key = CheckpointKey((context_or_key,), fingerprint=fingerprint or "", namespace="keys")
+            log, run_id = LOGGER, os.environ.get(RUN_ID)
+        else:
+            key = key_from_context(context_or_key, fingerprint)
+            log, run_id = context_or_key.log, context_or_key.run.run_id
+        settings = HandleSettings(
+            keep=self.keep,
+            interval_s=self.interval_s,
+            clear_on_success=self.clear_on_success,
+            attempt=StepEnv.current().attempt,
+            run_id=run_id,
+        )
+        folder = KeyFolder(fs, f"{base}/{key.relative_path()}")
+        return CheckpointHandle(
+            folder,
+            key,
+            settings,
+            log=log,
+            watch=PROCESS_WATCH,
+            install_signals=self.handle_signals,
+            clock=clock,
+        )
+
+    def _filesystem(self) -> tuple[AbstractFileSystem, str]:
+        if self._fs is None:
+            self._check_settings()
+            fs, base = _connect(self.root, self.storage_options)
+            _probe_writable(fs, base, self.root)
+            self._fs, self._base = fs, base
+        return self._fs, self._base
+
+    def _check_settings(self) -> None:
+        if self.keep < 1:
+            raise CheckpointError(f"CheckpointStore keep={self.keep}: keep at least 1 commit")
+        if not self.interval_s > 0:
+            raise CheckpointError(
+                f"CheckpointStore interval_s={self.interval_s}: use a number of seconds > 0"
+            )
+
+
+def _connect(root: str, options: dict[str, Any]) -> tuple[AbstractFileSystem, str]:
+    protocol = root.split("://", 1)[0] if "://" in root else "file"
+    try:
+        fs, base = fsspec.core.url_to_fs(root, **options)
+    except ImportError as exc:
+        hint = _INSTALL_HINTS.get(protocol, f"install the fsspec driver for {protocol}://")
+        raise CheckpointError(
+            f"CheckpointStore root={root!r} needs an optional package: {hint} ({exc})"
+        ) from exc
+    except ValueError as exc:
+        raise CheckpointError(
+            f"CheckpointStore root={root!r}: unknown protocol {protocol!r}; use file://, "
+            "s3:// or memory:// (or another fsspec protocol whose driver is installed)"
+        ) from exc
+    return fs, str(base).rstrip("/") or "/"
+
+
+def _probe_writable(fs: AbstractFileSystem, base: str, root: str) -> None:
+    probe = f"{base}/.k8s-ai-probe-{uuid.uuid4().hex}"
+    try:
+        fs.makedirs(base, exist_ok=True)
+        fs.pipe_file(probe, b"ok")
+        fs.rm_file(probe)
+    except Exception as exc:
+        raise CheckpointError(
+            f"CheckpointStore root={root!r} is not writable ({type(exc).__name__}: {exc}); "
+            "create it or grant this step's user/service account write access"
+        ) from exc

@@ -1,0 +1,317 @@
+"""The kubelet: runs bound pods' containers as local process groups and reports their status.
+
+It enforces memory limits by sampling the RSS of each container's process tree (OOMKilled,
+exit 137), honours terminationGracePeriodSeconds (SIGTERM, then SIGKILL), restarts containers
+per restartPolicy, and keeps each container's current and previous log.
+
+Example:
+    >>> _exit_phase([0, 0]), _exit_phase([0, 1])
+    ('Succeeded', 'Failed')
+"""
+
+from __future__ import annotations
+
+import copy
+import secrets
+import signal
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .containers import (
+    ContainerConfigError,
+    ContainerProcess,
+    Exit,
+    bad_image,
+    container_argv,
+    memory_limit_of,
+    resolve_env,
+    start_error,
+    terminated_state,
+)
+from .lifecycle import is_terminal, put_or_release, record_event, set_condition
+from .store import ClusterState, Obj, Store, now_rfc3339, parse_rfc3339
+
+import os
+
+
+def _exit_phase(codes: list[int]) -> str:
+    return "Succeeded" if all(code == 0 for code in codes) else "Failed"
+
+
+@dataclass
+class ContainerRun:
+    """One container of a pod over its restarts."""
+
+    name: str
+    image: str
+    container_id: str = ""
+    process: ContainerProcess | None = None
+    restarts: int = 0
+    exit: Exit | None = None  # current terminated state
+    last_exit: Exit | None = None  # lastState.terminated
+    logs: list[Path] = field(default_factory=list)  # one file per run
+
+
+@dataclass
+class PodRun:
+    """What the kubelet keeps about one pod it runs."""
+
+    store: Store
+    uid: str
+    directory: Path
+    containers: dict[str, ContainerRun]
+    started_at: str
+    waiting: dict[str, tuple[str, str]] = field(default_factory=dict)  # name → (reason, message)
+    started: bool = False
+
+
+class Kubelet:
+    """Runs the containers of every pod bound to a node of this emulator."""
+
+    def __init__(self, cluster: ClusterState, host: Store, workdir: Path) -> None:
+        self.cluster = cluster
+        self.host = host
+        self.workdir = workdir
+        self.runs: dict[str, PodRun] = {}
+
+    def tick(self) -> None:
+        nodes = {n["metadata"]["name"]: n for n in self.host.list("nodes")}
+        seen = set()
+        for store in list(self.cluster.stores.values()):
+            for pod in store.list("pods"):
+                node = nodes.get((pod.get("spec") or {}).get("nodeName", ""))
+                if node is None or not _ready(node):
+                    continue
+                seen.add(pod["metadata"]["uid"])
+                self._sync(store, pod)
+        for uid in [uid for uid in self.runs if uid not in seen]:
+            self._forget(uid)
+
+    def _sync(self, store: Store, pod: Obj) -> None:
+        uid = pod["metadata"]["uid"]
+        run = self.runs.get(uid)
+        if run is None:
+            if is_terminal(pod):
+                return
+            run = self._new_run(store, pod)
+        if pod["metadata"].get("deletionTimestamp"):
+            self._terminate(run, pod)
+        elif not run.started:
+            self._try_start(run, pod)
+        else:
+            self._poll(run, pod)
+        self._publish(run, pod)
+
+    def _new_run(self, store: Store, pod: Obj) -> PodRun:
+        meta = pod["metadata"]
+        directory = self.workdir / store.name / meta["namespace"] / f"{meta['name']}-{meta['uid'][:8]}"
+        directory.mkdir(parents=True, exist_ok=True)
+        containers = {
+            c["name"]: ContainerRun(c["name"], c.get("image", "")) for c in pod["spec"]["containers"]
+        }
+        run = PodRun(store, meta["uid"], directory, containers, now_rfc3339())
+        self.runs[meta["uid"]] = run
+        return run
+
+    def _try_start(self, run: PodRun, pod: Obj) -> None:
+        waiting: dict[str, tuple[str, str]] = {}
+        envs: dict[str, dict[str, str]] = {}
+        for container in pod["spec"]["containers"]:
+            name, image = container["name"], container.get("image", "")
+            if bad_image(image):
+                pulled_before = run.waiting.get(name, ("",))[0] in ("ErrImagePull", "ImagePullBackOff")
+                reason = "ImagePullBackOff" if pulled_before else "ErrImagePull"
+                message = f'Back-off pulling image "{image}"'
+                if reason == "ErrImagePull":
+                    message = f'failed to pull and unpack image "{image}": not found'
+                    record_event(run.store, pod, "Failed", f"Failed to pull image \"{image}\": not found", "Warning")
+                waiting[name] = (reason, message)
+                continue
+            try:
+                envs[name] = resolve_env(run.store, pod, container)
+            except ContainerConfigError as error:
+                if run.waiting.get(name) != ("CreateContainerConfigError", str(error)):
+                    record_event(run.store, pod, "Failed", f"Error: {error}", "Warning")
+                waiting[name] = ("CreateContainerConfigError", str(error))
+        run.waiting = waiting
+        if waiting:
+            return
+        for container in pod["spec"]["containers"]:
+            self._spawn(run, pod, container, envs[container["name"]])
+        run.started = True
+
+    def _spawn(self, run: PodRun, pod: Obj, container: Obj, pod_env: dict[str, str]) -> None:
+        state = run.containers[container["name"]]
+        env = {**os.environ, "HOSTNAME": pod["metadata"]["name"], **pod_env}
+        argv = container_argv(container, env)
+        log_path = run.directory / f"{state.name}-{state.restarts}.log"
+        log_path.touch()
+        state.logs.append(log_path)
+        state.container_id = f"containerd://{secrets.token_hex(32)}"
+        cwd = Path(container["workingDir"]) if container.get("workingDir") else run.directory
+        if not argv:
+            state.exit = start_error("no command specified")
+            return
+        try:
+            cwd.mkdir(parents=True, exist_ok=True)
+            state.process = ContainerProcess(argv, env, cwd, log_path, memory_limit_of(container))
+        except (FileNotFoundError, PermissionError, NotADirectoryError) as error:
+            state.exit = start_error(f"exec: {argv[0]!r}: {error.strerror or error}")
+            return
+        if state.restarts == 0:
+            record_event(run.store, pod, "Pulled", f'Container image "{state.image}" already present on machine')
+        record_event(run.store, pod, "Created", f"Created container {state.name}")
+        record_event(run.store, pod, "Started", f"Started container {state.name}")
+
+    def _poll(self, run: PodRun, pod: Obj) -> None:
+        policy = pod["spec"].get("restartPolicy", "Always")
+        for container in pod["spec"]["containers"]:
+            state = run.containers[container["name"]]
+            if state.process is not None:
+                state.process.enforce_memory()
+                exit = state.process.reap()
+                if exit is None:
+                    continue
+                state.process, state.exit = None, exit
+            if state.exit is None:
+                continue
+            if policy == "Always" or (policy == "OnFailure" and state.exit.code != 0):
+                env = resolve_env(run.store, pod, container)
+                state.last_exit, state.exit = state.exit, None
+                state.restarts += 1
+                self._spawn(run, pod, container, env)
+
+    def _terminate(self, run: PodRun, pod: Obj) -> None:
+        grace = int(pod["metadata"].get("deletionGracePeriodSeconds") or 0)
+        for state in run.containers.values():
+            process = state.process
+            if process is None:
+                continue
+            exit = process.reap()
+            if exit is not None:
+                state.process, state.exit = None, exit
+            elif process.kill_deadline is None:
+                process.kill_deadline = time.monotonic() + grace
+                process.signal_group(signal.SIGTERM if grace > 0 else signal.SIGKILL)
+                record_event(run.store, pod, "Killing", f"Stopping container {state.name}")
+            elif time.monotonic() >= process.kill_deadline:
+                process.signal_group(signal.SIGKILL)
+
+    def _publish(self, run: PodRun, pod: Obj) -> None:
+        """Write the pod's status when it changed; release it when its deletion completes."""
+        new = copy.deepcopy(pod)
+        status = new.setdefault("status", {})
+        running = [s for s in run.containers.values() if s.process is not None]
+        exits = [s.exit for s in run.containers.values() if s.exit is not None]
+        all_exited = run.started and len(exits) == len(run.containers)
+        deleting = bool(pod["metadata"].get("deletionTimestamp"))
+        if all_exited or (deleting and not running):
+            status["phase"] = _exit_phase([e.code for e in exits] if all_exited else [1])
+        elif run.started:
+            status["phase"] = "Running"
+        status["containerStatuses"] = [self._container_status(run, s) for s in run.containers.values()]
+        _pod_conditions(status, ready=bool(running) and len(running) == len(run.containers))
+        status.update(hostIP="127.0.0.1", hostIPs=[{"ip": "127.0.0.1"}], podIP="127.0.0.1")
+        status.update(podIPs=[{"ip": "127.0.0.1"}], startTime=run.started_at)
+        if deleting and is_terminal(new):
+            _deletion_reason(status)
+        if new != pod:
+            put_or_release(run.store, "pods", new)
+        elif deleting and is_terminal(new):
+            put_or_release(run.store, "pods", new)
+
+    def _container_status(self, run: PodRun, state: ContainerRun) -> dict[str, Any]:
+        current: dict[str, Any]
+        if state.process is not None:
+            current = {"running": {"startedAt": state.process.started_at}}
+        elif state.exit is not None:
+            current = {"terminated": terminated_state(state.exit, state.container_id)}
+        else:
+            reason, message = run.waiting.get(state.name, ("ContainerCreating", ""))
+            current = {"waiting": {"reason": reason, **({"message": message} if message else {})}}
+        last = {}
+        if state.last_exit is not None:
+            last = {"terminated": terminated_state(state.last_exit, state.container_id)}
+        status = {
+            "name": state.name,
+            "image": state.image,
+            "imageID": f"{state.image}@sha256:{'0' * 64}" if state.container_id else "",
+            "ready": state.process is not None,
+            "restartCount": state.restarts,
+            "started": state.process is not None,
+            "state": current,
+            "lastState": last,
+        }
+        if state.container_id:
+            status["containerID"] = state.container_id
+        return status
+
+    def _forget(self, uid: str) -> None:
+        run = self.runs.pop(uid)
+        for state in run.containers.values():
+            if state.process is not None:
+                state.process.kill_now()
+
+    def kill_pod(self, uid: str) -> None:
+        """Kill a pod's processes at once (node failure)."""
+        run = self.runs.get(uid)
+        if run is None:
+            return
+        for state in run.containers.values():
+            if state.process is not None:
+                state.process.kill_now()
+                state.exit = state.process.reap() or start_error("killed")
+                state.exit.code, state.exit.reason = 137, "Error"
+                state.process = None
+
+    def log_file(self, uid: str, container: str, previous: bool) -> Path | None:
+        run = self.runs.get(uid)
+        state = run.containers.get(container) if run else None
+        if state is None or not state.logs:
+            return None
+        if previous:
+            return state.logs[-2] if len(state.logs) > 1 else None
+        return state.logs[-1]
+
+    def is_running(self, uid: str, container: str) -> bool:
+        run = self.runs.get(uid)
+        state = run.containers.get(container) if run else None
+        return state is not None and state.process is not None
+
+    def processes_alive(self) -> int:
+        return sum(
+            1
+            for run in self.runs.values()
+            for state in run.containers.values()
+            if state.process is not None and state.process.group_alive()
+        )
+
+    def stop(self) -> None:
+        for uid in list(self.runs):
+            self._forget(uid)
+
+
+def _ready(node: Obj) -> bool:
+    conditions = (node.get("status") or {}).get("conditions") or []
+    return any(c["type"] == "Ready" and c["status"] == "True" for c in conditions)
+
+
+def _pod_conditions(status: dict[str, Any], ready: bool) -> None:
+    done = status.get("phase") in ("Succeeded", "Failed")
+    reason = "PodCompleted" if done else ("" if ready else "ContainersNotReady")
+    set_condition(status, "PodReadyToStartContainers", "False" if done else "True")
+    set_condition(status, "Initialized", "True", "PodCompleted" if done else "")
+    for type_ in ("Ready", "ContainersReady"):
+        set_condition(status, type_, "True" if ready else "False", reason)
+    set_condition(status, "PodScheduled", "True")
+
+
+def _deletion_reason(status: dict[str, Any]) -> None:
+    for condition in status.get("conditions") or []:
+        if condition["type"] == "DisruptionTarget" and condition.get("reason") == "EvictionByEvictionAPI":
+            status.update(reason="Evicted", message="The pod was evicted via the Eviction API.")
+
+
+_ = parse_rfc3339

@@ -1,0 +1,128 @@
+"""What a pod's state means for the step: the reasons the executor relaunches or escalates on."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from k8s_ai_orchestrator.backends.base import FailureReason, StepState
+from k8s_ai_orchestrator.backends.k8s_status import deleted_pod_status, pod_status
+
+
+def pod(
+    phase: str,
+    *,
+    reason: str | None = None,
+    conditions: list[dict[str, Any]] | None = None,
+    terminated: dict[str, Any] | None = None,
+    waiting: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    state: dict[str, Any] = {}
+    if terminated:
+        state["terminated"] = terminated
+    if waiting:
+        state["waiting"] = waiting
+    status: dict[str, Any] = {"phase": phase, "conditions": conditions or []}
+    if reason:
+        status["reason"], status["message"] = reason, f"{reason} happened"
+    if state:
+        status["containerStatuses"] = [{"name": "dagster", "state": state}]
+    return {
+        "metadata": {"name": "p"},
+        "spec": {
+            "nodeName": "node-a",
+            "containers": [{"resources": {"limits": {"memory": "64Mi"}}}],
+        },
+        "status": status,
+    }
+
+
+def test_oom_killed_container_reports_oom_with_the_limit() -> None:
+    status = pod_status(pod("Failed", terminated={"reason": "OOMKilled", "exitCode": 137}))
+    assert (status.reason, status.exit_code) == (FailureReason.OOM_KILLED.value, 137)
+    assert "64Mi" in status.message
+
+
+@pytest.mark.parametrize(
+    ("condition_reason", "expected"),
+    [
+        ("PreemptionByScheduler", FailureReason.PREEMPTED),
+        ("PreemptionByKubeScheduler", FailureReason.PREEMPTED),
+        ("EvictionByEvictionAPI", FailureReason.EVICTED),
+        ("TerminationByKubelet", FailureReason.EVICTED),
+        ("DeletionByTaintManager", FailureReason.LOST),
+        ("DeletionByPodGC", FailureReason.LOST),
+    ],
+)
+def test_disruption_target_condition_names_the_disruption(
+    condition_reason: str, expected: FailureReason
+) -> None:
+    condition = {"type": "DisruptionTarget", "status": "True", "reason": condition_reason}
+    failed = pod("Failed", conditions=[condition], terminated={"exitCode": 143})
+    assert pod_status(failed).reason == expected.value
+    # Still terminating: the disruption is already final for the step.
+    assert pod_status(pod("Running", conditions=[condition])).reason == expected.value
+
+
+@pytest.mark.parametrize(
+    ("pod_reason", "expected"),
+    [
+        ("Evicted", FailureReason.EVICTED),
+        ("NodeLost", FailureReason.LOST),
+        ("DeadlineExceeded", FailureReason.DEADLINE_EXCEEDED),
+    ],
+)
+def test_failed_pod_reason_is_mapped(pod_reason: str, expected: FailureReason) -> None:
+    status = pod_status(pod("Failed", reason=pod_reason))
+    assert status.reason == expected.value
+    assert status.message == f"{pod_reason} happened"
+
+
+@pytest.mark.parametrize(
+    ("waiting_reason", "expected"),
+    [
+        ("ImagePullBackOff", FailureReason.IMAGE_PULL),
+        ("ErrImagePull", FailureReason.IMAGE_PULL),
+        ("CreateContainerConfigError", FailureReason.CONFIG_ERROR),
+    ],
+)
+def test_hopeless_waiting_reasons_fail_fast_with_the_kubelet_message(
+    waiting_reason: str, expected: FailureReason
+) -> None:
+    waiting = {"reason": waiting_reason, "message": 'secret "creds" not found'}
+    status = pod_status(pod("Pending", waiting=waiting))
+    assert (status.state, status.reason) == (StepState.FAILED, expected.value)
+    assert status.message == 'secret "creds" not found'
+
+
+def test_unschedulable_pod_is_pending_with_the_scheduler_message() -> None:
+    condition = {
+        "type": "PodScheduled",
+        "status": "False",
+        "reason": "Unschedulable",
+        "message": "0/2 nodes are available: 2 Insufficient nvidia.com/gpu.",
+    }
+    status = pod_status(pod("Pending", conditions=[condition]))
+    assert status.state == StepState.PENDING
+    assert (status.reason, status.message) == (
+        "Unschedulable",
+        "0/2 nodes are available: 2 Insufficient nvidia.com/gpu.",
+    )
+
+
+def test_non_zero_exit_is_a_plain_error_with_the_exit_code() -> None:
+    status = pod_status(pod("Failed", terminated={"reason": "Error", "exitCode": 3}))
+    assert (status.reason, status.exit_code) == (FailureReason.ERROR.value, 3)
+    assert status.message == "exit code 3: Error"
+
+
+def test_success_and_running_carry_the_node() -> None:
+    assert pod_status(pod("Succeeded")).state == StepState.SUCCEEDED
+    running = pod_status(pod("Running"))
+    assert (running.state, running.node) == (StepState.RUNNING, "node-a")
+
+
+def test_a_running_pod_deleted_behind_the_executors_back_is_lost() -> None:
+    assert deleted_pod_status(pod("Running")).reason == FailureReason.LOST.value
+    assert deleted_pod_status(pod("Succeeded")).state == StepState.SUCCEEDED

@@ -1,0 +1,109 @@
+"""The tenant chart renders and lints with the real Helm library and fits the backend.
+
+Rendering is offline (no cluster): `helm_python` binds Helm's Go SDK.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from kubernetes.utils import parse_quantity
+
+from k8s_ai_orchestrator.backends.k8s_config import KubernetesConfig
+from k8s_ai_orchestrator.spec import DEFAULT_SIZE_CLASSES
+
+helm = pytest.importorskip("helm_python", reason="pip install helm-python-sdk")
+
+CHART = Path(__file__).parent.parent / "helm" / "k8s-ai-tenant"
+VCLUSTER_VALUES = CHART.parent / "vcluster-values.yaml"
+XL = DEFAULT_SIZE_CLASSES["xl"]
+
+
+def render(values: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+    manifests = helm.Chart.load(CHART).render(values, name="team-a", namespace="default")
+    documents = []
+    for path, text in manifests.items():
+        if path.endswith(".yaml"):
+            documents.extend(d for d in yaml.safe_load_all(text) if d)
+    return documents
+
+
+def by_kind(documents: list[dict[str, Any]], kind: str) -> list[dict[str, Any]]:
+    return [d for d in documents if d["kind"] == kind]
+
+
+def test_chart_lints_clean_in_strict_mode() -> None:
+    report = helm.lint(CHART, strict=True)
+    problems = [m for m in report["messages"] if m["severity"] >= 2]
+    assert report["errors"] == [] and problems == []
+
+
+def test_quota_and_limit_range_admit_an_xl_step() -> None:
+    documents = render()
+    (quota,) = by_kind(documents, "ResourceQuota")
+    hard = quota["spec"]["hard"]
+    assert parse_quantity(hard["requests.cpu"]) >= XL.cpu
+    assert parse_quantity(hard["requests.memory"]) >= parse_quantity(XL.memory)
+    assert parse_quantity(hard["limits.memory"]) >= parse_quantity(XL.memory)
+    (limits,) = by_kind(documents, "LimitRange")
+    maximum = limits["spec"]["limits"][0]["max"]
+    assert parse_quantity(maximum["cpu"]) >= XL.cpu
+    assert parse_quantity(maximum["memory"]) >= parse_quantity(XL.memory)
+
+
+def test_priority_classes_are_the_ones_the_backend_uses_by_default() -> None:
+    classes = {d["metadata"]["name"]: d for d in by_kind(render(), "PriorityClass")}
+    defaults = KubernetesConfig().priority_classes
+    assert set(classes) == {defaults.default, defaults.preemptible}
+    assert classes[defaults.preemptible]["value"] < classes[defaults.default]["value"]
+    assert classes[defaults.preemptible]["preemptionPolicy"] == "Never"
+
+
+def test_executor_role_grants_exactly_what_the_backend_calls() -> None:
+    (role,) = [r for r in by_kind(render(), "Role") if r["metadata"]["name"] == "k8s-ai-executor"]
+    grants = {
+        (group, resource): set(rule["verbs"])
+        for rule in role["rules"]
+        for group in rule["apiGroups"]
+        for resource in rule["resources"]
+    }
+    assert grants[("batch", "jobs")] >= {"create", "delete", "get", "list", "watch"}
+    assert grants[("", "pods")] >= {"list", "watch"}
+    assert grants[("", "pods/log")] == {"get"}
+    assert grants[("", "events")] >= {"list"}
+    assert grants[("", "resourcequotas")] >= {"list"}
+    assert "secrets" not in {resource for _, resource in grants}
+
+
+def test_host_install_only_grants_reading_the_vcluster_secret() -> None:
+    documents = render({"tenantObjects": False, "hostSecretAccess": {"enabled": True}})
+    assert {d["kind"] for d in documents} == {"Role", "RoleBinding"}
+    (role,) = by_kind(documents, "Role")
+    assert role["metadata"]["namespace"] == "vcluster-team-a"
+    assert role["rules"] == [
+        {
+            "apiGroups": [""],
+            "resources": ["secrets"],
+            "resourceNames": ["vc-team-a"],
+            "verbs": ["get"],
+        }
+    ]
+
+
+def test_missing_namespace_name_fails_rendering_with_the_value_to_set() -> None:
+    with pytest.raises(helm.HelmError, match="namespace.name is required"):
+        render({"namespace": {"name": ""}})
+
+
+def test_vcluster_values_sync_priority_classes_and_leave_room_for_an_xl_step() -> None:
+    values = yaml.safe_load(VCLUSTER_VALUES.read_text())
+    assert values["sync"]["toHost"]["priorityClasses"]["enabled"] is True
+    quota = values["policies"]["resourceQuota"]["quota"]
+    chart_quota = yaml.safe_load((CHART / "values.yaml").read_text())["quota"]["hard"]
+    for key in ("requests.cpu", "requests.memory", "limits.memory"):
+        assert parse_quantity(str(quota[key])) >= parse_quantity(str(chart_quota[key]))
+    assert parse_quantity(str(quota["requests.cpu"])) >= XL.cpu
+    assert parse_quantity(quota["requests.memory"]) >= parse_quantity(XL.memory)
