@@ -146,6 +146,8 @@ class AIExecutor(StepDelegatingExecutor):
             if event.is_step_failure and key and self._handler.owns(key):
                 self._held[key] = (event, time.monotonic())
                 continue
+            if key and event.is_step_up_for_retry:
+                self._handler.account_retry(key, event)
             if key and (event.is_step_success or event.is_step_up_for_retry):
                 self._handler.finish_attempt(key, final=event.is_step_success)
             released.append(event)

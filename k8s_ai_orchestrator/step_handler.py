@@ -64,6 +64,7 @@ class _Live:
     terminal_events_at_launch: int = 0
     usage: list[ResourceUsage] = field(default_factory=list)
     reasons: list[str] = field(default_factory=list)
+    own_retry_pending: bool = False  # the next STEP_UP_FOR_RETRY is the executor's own
 
 
 class AIStepHandler(StepHandler):
@@ -246,21 +247,48 @@ class AIStepHandler(StepHandler):
         if not decision.relaunch:
             live.fail_message = decision.message
             return None
-        preempted = reason != FailureReason.OOM_KILLED.value
-        live.history = StepHistory(
-            key,
-            live.history.memory_tried,
-            live.history.preemptions + int(preempted),
-            live.history.relaunches + 1,
-        )
-        live.next_memory = decision.memory_bytes
+        self._record_relaunch(live, reason, decision.memory_bytes)
         step_context = self._step_context(key)
         self._event(step_context, f"Relaunching: {decision.message}", self._history_meta(live))
         message = error.message if error else status.message
         retry_error = SerializableErrorInfo(
             message=f"{reason}: {message}", stack=[], cls_name=reason
         )
+        live.own_retry_pending = True
         return DagsterEvent.step_retry_event(step_context, StepRetryData(error=retry_error))
+
+    def account_retry(self, key: str, retry: DagsterEvent) -> None:
+        """A STEP_UP_FOR_RETRY the step process wrote itself after a preemption signal.
+
+        With an op RetryPolicy, Dagster turns the interrupt into a policy retry; the executor
+        then counts it as a relaunch so that the policy gets its budget back.
+        """
+        live = self._live.get(key)
+        if live is None or live.cancelled:
+            return
+        if live.own_retry_pending:
+            live.own_retry_pending = False
+            return
+        if not _interrupted_error(retry.step_retry_data.error):
+            return
+        reason = FailureReason.PREEMPTED.value
+        decision = decide(self._settings.relaunch, live.history, reason)
+        live.reasons.append(reason)
+        if decision.relaunch:
+            self._record_relaunch(live, reason, decision.memory_bytes)
+            self._event(
+                self._step_context(key), f"Relaunching: {decision.message}", self._history_meta(live)
+            )
+
+    def _record_relaunch(self, live: _Live, reason: str, memory_bytes: int | None) -> None:
+        preempted = reason != FailureReason.OOM_KILLED.value
+        live.history = StepHistory(
+            live.history.step_key,
+            live.history.memory_tried,
+            live.history.preemptions + int(preempted),
+            live.history.relaunches + 1,
+        )
+        live.next_memory = memory_bytes
 
     def failure_error(self, key: str, err: SerializableErrorInfo) -> SerializableErrorInfo:
         live = self._live.get(key)
@@ -402,10 +430,16 @@ def _interrupted(failure: DagsterEvent | None) -> bool:
     if failure is None or failure.event_type is not DagsterEventType.STEP_FAILURE:
         return False
     data = failure.step_failure_data
-    causes = [data.error] + ([data.error.cause] if data.error and data.error.cause else [])
-    return any(c is not None and c.cls_name in INTERRUPT_ERRORS for c in causes) or (
-        str(data.error_source) == "ErrorSource.INTERRUPT"
-    )
+    return _interrupted_error(data.error) or str(data.error_source) == "ErrorSource.INTERRUPT"
+
+
+def _interrupted_error(error: SerializableErrorInfo | None) -> bool:
+    """Whether the error, or anything in its cause/context chain, is a preemption interrupt."""
+    while error is not None:
+        if error.cls_name in INTERRUPT_ERRORS:
+            return True
+        error = error.cause or error.context
+    return False
 
 
 def _step_command(args: Any) -> list[str]:

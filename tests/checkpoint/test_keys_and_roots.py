@@ -139,9 +139,7 @@ def test_an_asset_is_keyed_by_asset_key_partition_and_code_version(tmp_path: Pat
     assert run(v1, root, "2024-01-01")["before"] == {"partition": "2024-01-01"}
     assert run(v1, root, "../../escape")["before"] is None
     assert run(_checkpointed_asset("v2"), root, "2024-01-01")["before"] is None
-    assert all(
-        (tmp_path / "ckpt") in p.parents for p in files_under(tmp_path) if "ckpt" in str(p)
-    )
+    assert all((tmp_path / "ckpt") in p.parents for p in files_under(tmp_path) if "ckpt" in str(p))
     assert not (tmp_path / "escape").exists()
 
 

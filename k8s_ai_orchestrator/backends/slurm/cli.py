@@ -187,7 +187,7 @@ def _pairs(line: str) -> list[tuple[str, str]]:
 
 
 def _gpus(gres: str) -> int:
-    """"gpu:2", "gpu:a100:4(S:0-1)", "gpu:2,nic:1" → GPUs on the node."""
+    """ "gpu:2", "gpu:a100:4(S:0-1)", "gpu:2,nic:1" → GPUs on the node."""
     total = 0
     for item in gres.split(","):
         parts = item.split("(")[0].split(":")

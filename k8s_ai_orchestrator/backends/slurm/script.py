@@ -5,7 +5,7 @@ either through `shlex.quote` or after reduction to a safe character set; nothing
 
 Example:
     >>> safe_name("train[part=2024-01-01]; rm -rf /")
-    'train_part_2024-01-01__rm_-rf__-8f1b1dd6'
+    'train_part_2024-01-01___rm_-rf__-0cfc031b'
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ def safe_name(text: str, limit: int = 60) -> str:
     if cleaned == text and len(text) <= limit and text not in ("", ".", ".."):
         return text
     digest = hashlib.sha256(text.encode()).hexdigest()[:8]
-    return f"{cleaned[: limit - 9]}-{digest}"
+    return f"{cleaned[: max(0, limit - 9)]}-{digest}"
 
 
 @dataclass(frozen=True)
@@ -55,6 +55,7 @@ class BatchJob:
     account: str | None
     time_limit_min: int | None
     signal_lead_s: int  # USR2 this long before the time limit
+    self_signal_after_s: int | None  # the script's own USR2 timer (slurmrestd has no B: flag)
     requeue: bool  # preemptible steps: requeue on USR2 and on node failure
     job_dir: str  # the attempt's directory in the shared workdir (also the working directory)
     output_path: str  # stdout+stderr, append mode (a requeued job appends)
@@ -116,7 +117,7 @@ def batch_job(request: LaunchRequest, config: SlurmConfig) -> BatchJob:
         )
     )
     return BatchJob(
-        name=f"k8sai.{safe_name(request.run_id, 8)}.{safe_name(request.step_key)}",
+        name=f"k8sai.{_UNSAFE.sub('_', request.run_id)[:8]}.{safe_name(request.step_key)}",
         comment=comment,
         nodes=spec.nodes,
         tasks_per_node=spec.tasks_per_node,
@@ -127,6 +128,7 @@ def batch_job(request: LaunchRequest, config: SlurmConfig) -> BatchJob:
         account=config.account,
         time_limit_min=config.time_limit_minutes(),
         signal_lead_s=int(config.grace_period_s),
+        self_signal_after_s=_self_signal_after(config),
         requeue=spec.preemptible,
         job_dir=str(job_dir),
         output_path=str(job_dir / f"attempt-{request.attempt}.log"),
@@ -135,13 +137,21 @@ def batch_job(request: LaunchRequest, config: SlurmConfig) -> BatchJob:
     )
 
 
+def _self_signal_after(config: SlurmConfig) -> int | None:
+    limit = config.time_limit_minutes()
+    if config.transport != "rest" or limit is None:
+        return None
+    return max(1, limit * 60 - int(config.grace_period_s))
+
+
 # The body after the exports. The step process runs in the background so that the USR2 trap
 # runs while it works; `wait` returns early (status > 128) whenever a trapped signal arrives.
 _BODY = """\
 k8s_ai_usr2=0
+k8s_ai_step=""
 trap 'k8s_ai_usr2=1; kill -USR2 "$k8s_ai_step" 2>/dev/null' USR2
 trap 'kill -TERM "$k8s_ai_step" 2>/dev/null' TERM
-{command} &
+{timer}{command} &
 k8s_ai_step=$!
 while :; do
     wait "$k8s_ai_step"
@@ -171,7 +181,10 @@ def render_script(job: BatchJob) -> str:
     lines += [f"export {name}={shlex.quote(value)}" for name, value in job.env]
     lines.append(f"k8s_ai_requeue={1 if job.requeue else 0}")
     lines.append(f"k8s_ai_save_s={max(1, job.signal_lead_s // 2)}")
-    return "\n".join(lines) + "\n" + _BODY.format(command=shlex.join(job.command))
+    timer = ""
+    if job.self_signal_after_s is not None:
+        timer = f"(sleep {job.self_signal_after_s}; kill -USR2 $$) &\n"
+    return "\n".join(lines) + "\n" + _BODY.format(command=shlex.join(job.command), timer=timer)
 
 
 def rest_job_properties(job: BatchJob, base_env: Mapping[str, str]) -> dict[str, Any]:
@@ -184,7 +197,6 @@ def rest_job_properties(job: BatchJob, base_env: Mapping[str, str]) -> dict[str,
         "tasks_per_node": job.tasks_per_node,
         "cpus_per_task": job.cpus_per_task,
         "memory_per_node": job.memory_mb,
-        "signal": f"B:USR2@{job.signal_lead_s}",
         "requeue": job.requeue,
         "open_mode": "append",
         "standard_output": job.output_path,

@@ -90,7 +90,7 @@ def parse_time(text: str | None) -> float | None:
 
 
 def parse_exit_code(text: str) -> tuple[int | None, int | None]:
-    """"1:0" → (1, None); "0:9" → (0, 9)."""
+    """ "1:0" → (1, None); "0:9" → (0, 9)."""
     code, _, sig = text.partition(":")
     exit_code = int(code) if code.isdigit() else None
     signal = int(sig) if sig.isdigit() and int(sig) else None
@@ -102,7 +102,7 @@ _TRES_FIELD = re.compile(r"(cpu|mem|gres/gpu)=(\d+(?:\.\d+)?)([KMGT]?)")
 
 
 def parse_tres(text: str) -> tuple[int, int, int]:
-    """"cpu=2,mem=2G,node=2,billing=2,gres/gpu=4" → (cpus, memory MB, gpus)."""
+    """ "cpu=2,mem=2G,node=2,billing=2,gres/gpu=4" → (cpus, memory MB, gpus)."""
     values = {"cpu": 0.0, "mem": 0.0, "gres/gpu": 0.0}
     scale = {"": 1.0, "K": 1 / 1024, "M": 1.0, "G": 1024.0, "T": 1024.0**2}
     for key, number, unit in _TRES_FIELD.findall(text):
@@ -111,7 +111,7 @@ def parse_tres(text: str) -> tuple[int, int, int]:
 
 
 def expand_hostlist(text: str) -> tuple[str, ...]:
-    """"n[1-3,5],gpu7" → ("n1", "n2", "n3", "n5", "gpu7") (one bracket group per name)."""
+    """ "n[1-3,5],gpu7" → ("n1", "n2", "n3", "n5", "gpu7") (one bracket group per name)."""
     names: list[str] = []
     for prefix, ranges, plain in re.findall(r"([^,\[]+)\[([^\]]+)\]|([^,\[\]]+)", text):
         if plain:

@@ -116,7 +116,9 @@ def check_quotas(store: Store, pod: Obj) -> None:
     namespace = pod["metadata"]["namespace"]
     requested = quota_usage_of_pod(pod)
     used = namespace_usage(store, namespace)
-    for quota in sorted(store.list("resourcequotas", namespace), key=lambda q: q["metadata"]["name"]):
+    for quota in sorted(
+        store.list("resourcequotas", namespace), key=lambda q: q["metadata"]["name"]
+    ):
         hard = (quota.get("spec") or {}).get("hard") or {}
         name = quota["metadata"]["name"]
         _check_specified(pod, name, hard)

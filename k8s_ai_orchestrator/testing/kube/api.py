@@ -175,8 +175,12 @@ class ObjectApi:
             meta["continue"] = base64.b64encode(str(start + limit).encode()).decode()
             meta["remainingItemCount"] = len(items) - start - limit
         bare = [{k: v for k, v in obj.items() if k not in ("kind", "apiVersion")} for obj in page]
-        return {"kind": f"{rt.kind}List", "apiVersion": rt.api_version, "metadata": meta,
-                "items": bare}  # fmt: skip
+        return {
+            "kind": f"{rt.kind}List",
+            "apiVersion": rt.api_version,
+            "metadata": meta,
+            "items": bare,
+        }
 
     def update(
         self, rt: ResourceType, namespace: str, name: str, body: Any, params: Params, sub: str = ""
@@ -204,7 +208,9 @@ class ObjectApi:
             raise ApiError(422, "Invalid", "the patch did not produce an object")
         sent_rv = (patched.get("metadata") or {}).get("resourceVersion")
         if sent_rv and sent_rv != current["metadata"]["resourceVersion"]:
-            raise ApiError(409, "Conflict", f'Operation cannot be fulfilled on {rt.qualified} "{name}"')
+            raise ApiError(
+                409, "Conflict", f'Operation cannot be fulfilled on {rt.qualified} "{name}"'
+            )
         return self._write(rt, current, patched, sub)
 
     def _write(self, rt: ResourceType, current: Obj, new: Obj, sub: str) -> Obj:

@@ -12,6 +12,7 @@ Example:
 from __future__ import annotations
 
 import copy
+import os
 import secrets
 import signal
 import time
@@ -30,10 +31,8 @@ from .containers import (
     start_error,
     terminated_state,
 )
-from .lifecycle import is_terminal, put_or_release, record_event, set_condition
-from .store import ClusterState, Obj, Store, now_rfc3339, parse_rfc3339
-
-import os
+from .lifecycle import is_terminal, put_or_release, record_event, releasable, set_condition
+from .store import ClusterState, Obj, Store, now_rfc3339
 
 
 def _exit_phase(codes: list[int]) -> str:
@@ -106,10 +105,13 @@ class Kubelet:
 
     def _new_run(self, store: Store, pod: Obj) -> PodRun:
         meta = pod["metadata"]
-        directory = self.workdir / store.name / meta["namespace"] / f"{meta['name']}-{meta['uid'][:8]}"
+        directory = (
+            self.workdir / store.name / meta["namespace"] / f"{meta['name']}-{meta['uid'][:8]}"
+        )
         directory.mkdir(parents=True, exist_ok=True)
         containers = {
-            c["name"]: ContainerRun(c["name"], c.get("image", "")) for c in pod["spec"]["containers"]
+            c["name"]: ContainerRun(c["name"], c.get("image", ""))
+            for c in pod["spec"]["containers"]
         }
         run = PodRun(store, meta["uid"], directory, containers, now_rfc3339())
         self.runs[meta["uid"]] = run
@@ -121,12 +123,21 @@ class Kubelet:
         for container in pod["spec"]["containers"]:
             name, image = container["name"], container.get("image", "")
             if bad_image(image):
-                pulled_before = run.waiting.get(name, ("",))[0] in ("ErrImagePull", "ImagePullBackOff")
+                pulled_before = run.waiting.get(name, ("",))[0] in (
+                    "ErrImagePull",
+                    "ImagePullBackOff",
+                )
                 reason = "ImagePullBackOff" if pulled_before else "ErrImagePull"
                 message = f'Back-off pulling image "{image}"'
                 if reason == "ErrImagePull":
                     message = f'failed to pull and unpack image "{image}": not found'
-                    record_event(run.store, pod, "Failed", f"Failed to pull image \"{image}\": not found", "Warning")
+                    record_event(
+                        run.store,
+                        pod,
+                        "Failed",
+                        f'Failed to pull image "{image}": not found',
+                        "Warning",
+                    )
                 waiting[name] = (reason, message)
                 continue
             try:
@@ -161,7 +172,12 @@ class Kubelet:
             state.exit = start_error(f"exec: {argv[0]!r}: {error.strerror or error}")
             return
         if state.restarts == 0:
-            record_event(run.store, pod, "Pulled", f'Container image "{state.image}" already present on machine')
+            record_event(
+                run.store,
+                pod,
+                "Pulled",
+                f'Container image "{state.image}" already present on machine',
+            )
         record_event(run.store, pod, "Created", f"Created container {state.name}")
         record_event(run.store, pod, "Started", f"Started container {state.name}")
 
@@ -178,7 +194,10 @@ class Kubelet:
             if state.exit is None:
                 continue
             if policy == "Always" or (policy == "OnFailure" and state.exit.code != 0):
-                env = resolve_env(run.store, pod, container)
+                try:
+                    env = resolve_env(run.store, pod, container)
+                except ContainerConfigError:
+                    continue
                 state.last_exit, state.exit = state.exit, None
                 state.restarts += 1
                 self._spawn(run, pod, container, env)
@@ -211,15 +230,15 @@ class Kubelet:
             status["phase"] = _exit_phase([e.code for e in exits] if all_exited else [1])
         elif run.started:
             status["phase"] = "Running"
-        status["containerStatuses"] = [self._container_status(run, s) for s in run.containers.values()]
+        status["containerStatuses"] = [
+            self._container_status(run, s) for s in run.containers.values()
+        ]
         _pod_conditions(status, ready=bool(running) and len(running) == len(run.containers))
         status.update(hostIP="127.0.0.1", hostIPs=[{"ip": "127.0.0.1"}], podIP="127.0.0.1")
         status.update(podIPs=[{"ip": "127.0.0.1"}], startTime=run.started_at)
         if deleting and is_terminal(new):
             _deletion_reason(status)
-        if new != pod:
-            put_or_release(run.store, "pods", new)
-        elif deleting and is_terminal(new):
+        if new != pod or releasable("pods", new):
             put_or_release(run.store, "pods", new)
 
     def _container_status(self, run: PodRun, state: ContainerRun) -> dict[str, Any]:
@@ -310,8 +329,8 @@ def _pod_conditions(status: dict[str, Any], ready: bool) -> None:
 
 def _deletion_reason(status: dict[str, Any]) -> None:
     for condition in status.get("conditions") or []:
-        if condition["type"] == "DisruptionTarget" and condition.get("reason") == "EvictionByEvictionAPI":
+        if (
+            condition["type"] == "DisruptionTarget"
+            and condition.get("reason") == "EvictionByEvictionAPI"
+        ):
             status.update(reason="Evicted", message="The pod was evicted via the Eviction API.")
-
-
-_ = parse_rfc3339

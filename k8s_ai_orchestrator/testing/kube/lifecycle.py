@@ -150,6 +150,13 @@ def delete_pod(store: Store, pod: Obj, grace: int | None = None) -> Obj:
     return put_or_release(store, "pods", pod)
 
 
+def disrupt(store: Store, pod: Obj, reason: str, message: str) -> Obj:
+    """Mark a pod as a disruption target (eviction, preemption, node loss) before deleting it."""
+    pod = copy.deepcopy(pod)
+    set_condition(pod.setdefault("status", {}), "DisruptionTarget", "True", reason, message)
+    return store.put("pods", pod)
+
+
 def dependents(store: Store, owner: Obj) -> list[Obj]:
     uid = owner["metadata"]["uid"]
     namespace = owner["metadata"].get("namespace")

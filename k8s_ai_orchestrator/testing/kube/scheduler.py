@@ -124,7 +124,10 @@ class Scheduler:
         if not pending:
             return
         pending.sort(
-            key=lambda sp: (-sp[1]["spec"].get("priority", 0), sp[1]["metadata"]["creationTimestamp"])
+            key=lambda sp: (
+                -sp[1]["spec"].get("priority", 0),
+                sp[1]["metadata"]["creationTimestamp"],
+            )
         )
         views = self._views()
         for store, pod in pending:
@@ -189,7 +192,10 @@ class Scheduler:
                 continue
             victims = self._victims(pod, view)
             if victims is not None:
-                rank = (len(victims), max((v["spec"].get("priority", 0) for _, v in victims), default=0))
+                rank = (
+                    len(victims),
+                    max((v["spec"].get("priority", 0) for _, v in victims), default=0),
+                )
                 candidates.append((rank, view, victims))
         if not candidates:
             tail = _summary(len(views), [NO_VICTIMS] * (len(views) - hard) + [NOT_HELPFUL] * hard)
@@ -215,7 +221,8 @@ class Scheduler:
         lower = [
             (s, p)
             for s, p in view.pods
-            if p["spec"].get("priority", 0) < priority and not p["metadata"].get("deletionTimestamp")
+            if p["spec"].get("priority", 0) < priority
+            and not p["metadata"].get("deletionTimestamp")
         ]
         freed = Counter(settled)
         for _, victim in lower:
@@ -246,7 +253,11 @@ class Scheduler:
         stored = store.put("pods", victim)
         uid = preemptor["metadata"]["uid"]
         record_event(
-            store, stored, "Preempted", f"Preempted by pod {uid} on node {node}", component=SCHEDULER
+            store,
+            stored,
+            "Preempted",
+            f"Preempted by pod {uid} on node {node}",
+            component=SCHEDULER,
         )
         delete_pod(store, stored)
 
@@ -256,6 +267,8 @@ class Scheduler:
             return
         self._explained[uid] = message
         pod = copy.deepcopy(pod)
-        set_condition(pod.setdefault("status", {}), "PodScheduled", "False", "Unschedulable", message)
+        set_condition(
+            pod.setdefault("status", {}), "PodScheduled", "False", "Unschedulable", message
+        )
         stored = store.put("pods", pod)
         record_event(store, stored, "FailedScheduling", message, "Warning", SCHEDULER)

@@ -7,8 +7,7 @@ writer copies, changes and puts again, so readers may serialise them outside the
 Example:
     >>> cluster = ClusterState()
     >>> store = cluster.new_store("host")
-    >>> with cluster.lock:
-    ...     pod = store.put("pods", {"metadata": {"namespace": "default", "name": "p"}})
+    >>> pod = store.put("pods", {"metadata": {"namespace": "default", "name": "p"}})
     >>> pod["metadata"]["resourceVersion"]
     '1'
 """
@@ -21,6 +20,7 @@ import threading
 import time
 import uuid
 from collections import deque
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -172,12 +172,13 @@ class Store:
         return gone
 
     def _record(self, change: Change) -> None:
-        if len(self._history) == self._history.maxlen:
-            self.compacted_rv = self._history[0].rv
-        self._history.append(change)
-        self.cluster.changed.notify_all()
+        with self.cluster.lock:
+            if len(self._history) == self._history.maxlen:
+                self.compacted_rv = self._history[0].rv
+            self._history.append(change)
+            self.cluster.changed.notify_all()
 
-    def changes_since(self, rv: int) -> list[Change]:
+    def changes_since(self, rv: int) -> Sequence[Change]:
         """Changes after `rv`, oldest first; 410 Expired when `rv` predates the kept history."""
         if rv < self.compacted_rv:
             raise too_old(rv, self.compacted_rv)
@@ -191,10 +192,11 @@ class Store:
 
     def expire_history(self) -> None:
         """Forget history: every version up to now becomes too old, open watches end."""
-        self.compacted_rv = self.cluster.current_rv + 1
-        self._history.clear()
-        self.watch_epoch += 1
-        self.cluster.changed.notify_all()
+        with self.cluster.lock:
+            self.compacted_rv = self.cluster.current_rv + 1
+            self._history.clear()
+            self.watch_epoch += 1
+            self.cluster.changed.notify_all()
 
 
 def too_old(rv: int, oldest: int) -> ApiError:

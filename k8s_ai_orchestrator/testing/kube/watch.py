@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 
 from .api import ObjectApi, Params
 from .resources import ResourceType
@@ -94,8 +94,10 @@ def watch_stream(
         now = time.monotonic()
         if bookmarks and now >= next_bookmark:
             meta = {"resourceVersion": str(last)}
-            yield {"type": "BOOKMARK",
-                   "object": {"kind": rt.kind, "apiVersion": rt.api_version, "metadata": meta}}  # fmt: skip
+            yield {
+                "type": "BOOKMARK",
+                "object": {"kind": rt.kind, "apiVersion": rt.api_version, "metadata": meta},
+            }
         if now >= next_bookmark:
             next_bookmark = now + bookmark_interval
         if now >= deadline:
@@ -109,7 +111,7 @@ def _wait_for_changes(
     deadline: float,
     next_bookmark: float,
     stop: threading.Event,
-) -> tuple[list[Change], ApiError | None]:
+) -> tuple[Sequence[Change], ApiError | None]:
     """Block (holding the condition) until changes, expiry, a bookmark is due or the deadline."""
     store = api.store
     while True:

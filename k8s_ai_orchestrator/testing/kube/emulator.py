@@ -1,0 +1,325 @@
+"""KubeEmulator: a host cluster API plus one vCluster API server per tenant, over real HTTP.
+
+The official `kubernetes` client talks to it exactly as to a real cluster. Pods of every
+tenant land on the host's shared nodes, where the kubelet runs their commands as local
+processes. See docs/testing-with-the-emulator.md.
+
+Example:
+    >>> from kubernetes import client
+    >>> with KubeEmulator(nodes=[NodeSpec("node-a", cpu="4", memory="8Gi")],
+    ...                   tenants=["team-a"]) as emu:
+    ...     core = client.CoreV1Api(emu.tenant("team-a").api_client())
+    ...     [ns.metadata.name for ns in core.list_namespace().items][:1]
+    ['default']
+"""
+
+from __future__ import annotations
+
+import base64
+import secrets
+import shutil
+import tempfile
+import threading
+import time
+import traceback
+from collections import Counter
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+import yaml
+
+from .admission import admit_pod, refresh_quota_status
+from .api import ObjectApi
+from .faults import FaultsMixin
+from .jobs import JobController
+from .kubelet import Kubelet
+from .lifecycle import finish_foreground_deletions, finish_namespace_deletions
+from .scheduler import Scheduler
+from .server import ApiServer
+from .store import ClusterState, Obj, new_uid, now_rfc3339
+from .tls import make_tls_bundle
+
+HOST = "host"
+
+
+@dataclass(frozen=True)
+class NodeSpec:
+    """A node of the emulated host cluster.
+
+    Example:
+        >>> NodeSpec("gpu-1", cpu="32", memory="256Gi", gpus=8,
+        ...          taints=({"key": "gpu", "value": "true", "effect": "NoSchedule"},)).gpus
+        8
+    """
+
+    name: str
+    cpu: str = "16"  # allocatable CPU cores (Kubernetes quantity)
+    memory: str = "64Gi"  # allocatable memory (Kubernetes quantity)
+    gpus: int = 0  # nvidia.com/gpu capacity
+    labels: Mapping[str, str] = field(default_factory=dict)
+    taints: tuple[Mapping[str, str], ...] = ()  # {"key", "value", "effect"} dicts
+
+    def to_object(self) -> Obj:
+        capacity = {"cpu": self.cpu, "memory": self.memory, "pods": "110"}
+        if self.gpus:
+            capacity["nvidia.com/gpu"] = str(self.gpus)
+        labels = {
+            "kubernetes.io/hostname": self.name,
+            "kubernetes.io/os": "linux",
+            "kubernetes.io/arch": "amd64",
+            **self.labels,
+        }
+        ready = {"type": "Ready", "status": "True", "reason": "KubeletReady",
+                 "message": "kubelet is posting ready status", "lastHeartbeatTime": now_rfc3339(),
+                 "lastTransitionTime": now_rfc3339()}  # fmt: skip
+        return {
+            "kind": "Node",
+            "apiVersion": "v1",
+            "metadata": {
+                "name": self.name,
+                "uid": new_uid(),
+                "labels": labels,
+                "creationTimestamp": now_rfc3339(),
+            },  # fmt: skip
+            "spec": {"taints": [dict(t) for t in self.taints]} if self.taints else {},
+            "status": {
+                "capacity": capacity,
+                "allocatable": dict(capacity),
+                "conditions": [ready],
+                "addresses": [
+                    {"type": "InternalIP", "address": "127.0.0.1"},
+                    {"type": "Hostname", "address": self.name},
+                ],  # fmt: skip
+                "nodeInfo": _NODE_INFO,
+            },
+        }
+
+
+_NODE_INFO = {
+    "architecture": "amd64",
+    "bootID": "",
+    "containerRuntimeVersion": "emulator://1.0",
+    "kernelVersion": "",
+    "kubeProxyVersion": "v1.31.0",
+    "kubeletVersion": "v1.31.0",
+    "machineID": "",
+    "operatingSystem": "linux",
+    "osImage": "kube-emulator",
+    "systemUUID": "",
+}
+
+
+def kubeconfig_text(name: str, server_url: str, token: str, ca_pem: bytes | None) -> str:
+    cluster: dict[str, Any] = {"server": server_url}
+    if ca_pem is not None:
+        cluster["certificate-authority-data"] = base64.b64encode(ca_pem).decode()
+    config = {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [{"name": name, "cluster": cluster}],
+        "users": [{"name": f"{name}-user", "user": {"token": token}}],
+        "contexts": [
+            {
+                "name": name,
+                "context": {"cluster": name, "user": f"{name}-user", "namespace": "default"},
+            }
+        ],
+        "current-context": name,
+    }
+    return str(yaml.safe_dump(config, sort_keys=False))
+
+
+class KubeEmulator(FaultsMixin):
+    """An emulated host cluster with vCluster tenants; start() it or use it as a context."""
+
+    def __init__(
+        self,
+        nodes: Iterable[NodeSpec] | None = None,
+        tenants: Iterable[str] = (),
+        tls: bool = False,
+        workdir: str | Path | None = None,
+        bookmark_interval: float = 1.0,
+        tick_seconds: float = 0.05,
+    ) -> None:
+        self.node_specs = list(nodes) if nodes is not None else [NodeSpec("node-a")]
+        self.tenant_names = list(tenants)
+        self.tls = tls
+        self._own_workdir = workdir is None
+        self.workdir = Path(workdir) if workdir else Path(tempfile.mkdtemp(prefix="kube-emu-"))
+        self.bookmark_interval = bookmark_interval
+        self.tick_seconds = tick_seconds
+        self.cluster = ClusterState()
+        self.servers: dict[str, ApiServer] = {}
+        self._controllers: list[JobController] = []
+        self._stop = threading.Event()
+        self._wake = threading.Event()
+        self._loop: threading.Thread | None = None
+        self.kubelet = Kubelet(self.cluster, self.cluster.new_store(HOST), self.workdir / "pods")
+
+    # lifecycle ---------------------------------------------------------------------------
+
+    def start(self) -> KubeEmulator:
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        bundle = make_tls_bundle() if self.tls else None
+        context = bundle.server_context(self.workdir) if bundle else None
+        for name in [HOST, *self.tenant_names]:
+            store = self.cluster.stores.get(name) or self.cluster.new_store(name)
+            with self.cluster.lock:
+                api = ObjectApi(store, admit_pod)
+            server = ApiServer(name, api, secrets.token_urlsafe(24), self.kubelet, context,
+                               self.bookmark_interval)  # fmt: skip
+            server.wake = self._wake
+            server.start()
+            path = self.workdir / f"kubeconfig-{name}.yaml"
+            path.write_text(kubeconfig_text(name, server.server_url, server.token,
+                                            bundle.ca_pem if bundle else None))  # fmt: skip
+            server.kubeconfig_path = str(path)
+            self.servers[name] = server
+            self._controllers.append(JobController(api))
+        with self.cluster.lock:
+            for spec in self.node_specs:
+                self.host_store.put("nodes", spec.to_object())
+            for tenant in self.tenant_names:
+                self._publish_tenant_secret(tenant)
+        self._loop = threading.Thread(target=self._run, name="kube-emulator", daemon=True)
+        self._loop.start()
+        return self
+
+    def stop(self) -> None:
+        """Stop the servers and the controllers, killing every process the kubelet started."""
+        self._stop.set()
+        self._wake.set()
+        if self._loop is not None:
+            self._loop.join(timeout=10)
+        for server in self.servers.values():
+            server.stop()
+        with self.cluster.lock:
+            self.kubelet.stop()
+        if self._own_workdir:
+            shutil.rmtree(self.workdir, ignore_errors=True)
+
+    def __enter__(self) -> KubeEmulator:
+        return self.start()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+    def _run(self) -> None:
+        scheduler = Scheduler(self.cluster, self.host_store)
+        while not self._stop.is_set():
+            with self.cluster.lock:
+                try:
+                    self._reconcile(scheduler)
+                except Exception:  # keep the control loop alive; the trace goes to the log
+                    with (self.workdir / "emulator.log").open("a") as log:
+                        log.write(traceback.format_exc())
+            self._wake.wait(self.tick_seconds)
+            self._wake.clear()
+
+    def _reconcile(self, scheduler: Scheduler) -> None:
+        scheduler.tick()
+        self.kubelet.tick()
+        for controller in self._controllers:
+            controller.tick()
+        for store in self.cluster.stores.values():
+            refresh_quota_status(store)
+            finish_foreground_deletions(store)
+            finish_namespace_deletions(store)
+
+    def _publish_tenant_secret(self, tenant: str) -> None:
+        api = self.servers[HOST].api
+        namespaces, secrets_rt = api_types("namespaces"), api_types("secrets")
+        namespace = self.host_namespace(tenant)
+        api.create(namespaces, "", {"metadata": {"name": namespace}}, {})
+        config = Path(self.servers[tenant].kubeconfig_path).read_bytes()
+        secret = {"metadata": {"name": f"vc-{tenant}"},
+                  "data": {"config": base64.b64encode(config).decode()}}  # fmt: skip
+        api.create(secrets_rt, namespace, secret, {})
+
+    # access ------------------------------------------------------------------------------
+
+    @property
+    def host(self) -> ApiServer:
+        """The host cluster's API server (kubeconfig_path, api_client(), server_url, token)."""
+        return self.servers[HOST]
+
+    @property
+    def host_store(self) -> Any:
+        return self.cluster.stores[HOST]
+
+    def tenant(self, name: str) -> ApiServer:
+        """The API server of vCluster tenant `name`."""
+        return self.servers[name]
+
+    def host_namespace(self, tenant: str) -> str:
+        """The host namespace holding tenant's `vc-<tenant>` kubeconfig secret."""
+        return f"vcluster-{tenant}"
+
+    def server(self, name: str | None) -> ApiServer:
+        return self.servers[name or HOST]
+
+    def request_counts(self, server: str | None = None) -> Counter[tuple[str, str]]:
+        """Requests received, keyed by (verb, resource), for one server or all of them."""
+        names = [server] if server else list(self.servers)
+        total: Counter[tuple[str, str]] = Counter()
+        for name in names:
+            total.update(self.servers[name].counts())
+        return total
+
+    def reset_request_counts(self) -> None:
+        for server in self.servers.values():
+            server.reset_counts()
+
+    def set_permission(self, server: str, verb: str, resource: str, allowed: bool) -> None:
+        """Grant or deny `verb` on `resource` ("jobs", "pods/log") to a server's token."""
+        denied = self.servers[server].denied
+        if allowed:
+            denied.discard((verb, resource))
+        else:
+            denied.add((verb, resource))
+
+    def wait_for(
+        self, predicate: Callable[[], Any], timeout: float = 30, interval: float = 0.05
+    ) -> Any:
+        """Poll `predicate` until it returns something truthy; TimeoutError otherwise."""
+        deadline = time.monotonic() + timeout
+        while True:
+            result = predicate()
+            if result:
+                return result
+            if time.monotonic() >= deadline:
+                raise TimeoutError(f"condition not met within {timeout}s: {predicate!r}")
+            time.sleep(interval)
+
+    def _objects(self, resource: str, server: str, namespace: str | None) -> list[Obj]:
+        with self.cluster.lock:
+            return list(self.cluster.stores[server].list(resource, namespace))
+
+    def pods(self, tenant: str, namespace: str | None = None) -> list[Obj]:
+        """Raw pod objects of a server ("host" or a tenant name), for assertions."""
+        return self._objects("pods", tenant, namespace)
+
+    def jobs(self, tenant: str, namespace: str | None = None) -> list[Obj]:
+        return self._objects("jobs", tenant, namespace)
+
+    def events(self, tenant: str, namespace: str | None = None) -> list[Obj]:
+        return self._objects("events", tenant, namespace)
+
+    def processes_alive(self) -> int:
+        """Container processes (process groups) still running."""
+        with self.cluster.lock:
+            return self.kubelet.processes_alive()
+
+
+def api_types(plural: str) -> Any:
+    from .resources import RESOURCES
+
+    return next(rt for (_, name), rt in RESOURCES.items() if name == plural)

@@ -1,0 +1,98 @@
+"""GET pods/{name}/log: container, previous, tailLines, limitBytes and follow.
+
+Example:
+    >>> _tail(b"a\\nb\\nc\\n", 2)
+    b'b\\nc\\n'
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+from .routing import Route
+from .store import ApiError, Obj
+
+FOLLOW_POLL_SECONDS = 0.1
+
+
+def _tail(data: bytes, lines: int) -> bytes:
+    if lines <= 0:
+        return b""
+    kept = data.splitlines(keepends=True)[-lines:]
+    return b"".join(kept)
+
+
+def _choose_container(pod: Obj, params: dict[str, str]) -> str:
+    names = [c["name"] for c in pod["spec"]["containers"]]
+    name = pod["metadata"]["name"]
+    chosen = params.get("container")
+    if not chosen:
+        if len(names) > 1:
+            raise ApiError(
+                400,
+                "BadRequest",
+                f"a container name must be specified for pod {name}, choose one of: "
+                f"[{' '.join(names)}]",
+            )
+        chosen = names[0]
+    if chosen not in names:
+        raise ApiError(400, "BadRequest", f"container {chosen} is not valid for pod {name}")
+    return chosen
+
+
+def _waiting_reason(pod: Obj, container: str) -> str:
+    for status in (pod.get("status") or {}).get("containerStatuses") or []:
+        if status["name"] == container:
+            return str(((status.get("state") or {}).get("waiting") or {}).get("reason", ""))
+    return "ContainerCreating"
+
+
+def _log_path(kubelet: Any, pod: Obj, container: str, previous: bool) -> Path:
+    path = kubelet.log_file(pod["metadata"]["uid"], container, previous) if kubelet else None
+    if path is not None:
+        return Path(path)
+    name = pod["metadata"]["name"]
+    if previous:
+        message = f'previous terminated container "{container}" in pod "{name}" not found'
+    else:
+        reason = _waiting_reason(pod, container) or "ContainerCreating"
+        message = f'container "{container}" in pod "{name}" is waiting to start: {reason}'
+    raise ApiError(400, "BadRequest", message)
+
+
+def stream_log(handler: Any, route: Route, params: dict[str, str]) -> None:
+    """Answer a log request on `handler` (an ApiHandler)."""
+    server = handler.api_server
+    with server.api.store.cluster.lock:
+        pod = server.api.get(route.rt, route.namespace or "", route.name or "")
+    container = _choose_container(pod, params)
+    previous = params.get("previous") in ("true", "1", "True")
+    path = _log_path(server.logs, pod, container, previous)
+    data = path.read_bytes()
+    if params.get("tailLines"):
+        data = _tail(data, int(params["tailLines"]))
+    limit = int(params["limitBytes"]) if params.get("limitBytes") else None
+    follow = params.get("follow") in ("true", "1", "True") and not previous
+    if not follow:
+        handler._send_bytes(200, data[:limit] if limit else data, "text/plain")
+        return
+    handler._start_chunked("text/plain")
+    try:
+        handler._chunk(data)
+        offset = path.stat().st_size
+        uid = pod["metadata"]["uid"]
+        while not server.stopping.is_set():
+            running = server.logs.is_running(uid, container)
+            with path.open("rb") as log:
+                log.seek(offset)
+                fresh = log.read()
+            offset += len(fresh)
+            handler._chunk(fresh)
+            if not running:
+                break
+            time.sleep(FOLLOW_POLL_SECONDS)
+        handler._end_chunks()
+    except (BrokenPipeError, ConnectionResetError, OSError):
+        handler.close_connection = True

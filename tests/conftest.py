@@ -1,0 +1,34 @@
+"""Shared fixtures: a real Dagster instance in a temporary DAGSTER_HOME."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from dagster import DagsterInstance
+
+
+@pytest.fixture
+def dagster_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    home = tmp_path / "dagster_home"
+    home.mkdir()
+    (home / "dagster.yaml").write_text("telemetry:\n  enabled: false\n")
+    monkeypatch.setenv("DAGSTER_HOME", str(home))
+    return home
+
+
+@pytest.fixture
+def instance(dagster_home: Path) -> Iterator[DagsterInstance]:
+    with DagsterInstance.get() as inst:
+        yield inst
+
+
+@pytest.fixture
+def test_out(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    out = tmp_path / "out"
+    out.mkdir()
+    monkeypatch.setenv("TEST_OUT", str(out))
+    return out
+

@@ -1,0 +1,40 @@
+"""Fixtures: an emulated host cluster with two vCluster tenants, and backends wired to it."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from k8s_support import TENANTS, FakeClock, tenant_config
+
+from k8s_ai_orchestrator.backends.kubernetes import KubernetesBackend, KubernetesConfig
+
+
+@pytest.fixture(scope="module")
+def emulator() -> Iterator[Any]:
+    kube = pytest.importorskip("k8s_ai_orchestrator.testing.kube")
+    nodes = [
+        kube.NodeSpec(name="node-a", cpu="8", memory="16Gi", gpus=0, labels={}, taints=()),
+        kube.NodeSpec(name="node-b", cpu="8", memory="16Gi", gpus=0, labels={}, taints=()),
+    ]
+    with kube.KubeEmulator(nodes=nodes, tenants=list(TENANTS), tls=False, workdir=None) as emu:
+        yield emu
+
+
+@pytest.fixture
+def clock() -> FakeClock:
+    return FakeClock()
+
+
+@pytest.fixture
+def backend(emulator: Any, clock: FakeClock) -> Iterator[KubernetesBackend]:
+    backend = KubernetesBackend(
+        KubernetesConfig.from_dict(tenant_config(emulator)),
+        allowed_tenants=TENANTS,
+        default_tenant="team-a",
+        clock=clock,
+        sleep=lambda s: None,
+    )
+    yield backend
+    backend.close()

@@ -1,0 +1,206 @@
+"""The Kubernetes backend on the emulated cluster: what a user sees for each way a step ends."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import pytest
+from k8s_support import (
+    NAMESPACE,
+    FakeClock,
+    python_step,
+    running_pod,
+    tenant_config,
+    wait_terminal,
+    wait_until,
+)
+from kubernetes.client import CoreV1Api
+
+from k8s_ai_orchestrator.backends.base import FailureReason, StepState
+from k8s_ai_orchestrator.backends.kubernetes import KubernetesBackend, KubernetesConfig
+from k8s_ai_orchestrator.errors import SubmitError, TenantAccessError
+
+pytestmark = [pytest.mark.emulator, pytest.mark.timeout(180)]
+
+SLEEPER = "import time; print('started', flush=True); time.sleep(120)"
+
+
+def jobs_and_pods(emu: Any, tenant: str, run_id: str) -> list[Any]:
+    def of_run(objects: list[Any]) -> list[Any]:
+        return [
+            o for o in objects if o["metadata"].get("labels", {}).get("k8s-ai/run-id") == run_id
+        ]
+
+    return of_run(emu.jobs(tenant, NAMESPACE)) + of_run(emu.pods(tenant, NAMESPACE))
+
+
+def test_step_runs_in_its_tenant_and_its_output_is_readable(
+    emulator: Any, backend: KubernetesBackend
+) -> None:
+    request = python_step("print('tile 7 done')", tenant="team-b")
+    handle = backend.submit(request)
+    status = wait_terminal(emulator, backend, handle)
+    assert status.state == StepState.SUCCEEDED
+    assert status.node in {"node-a", "node-b"}
+    assert "tile 7 done" in backend.logs(handle)
+    assert jobs_and_pods(emulator, "team-a", request.run_id) == []
+    assert len(emulator.jobs("team-b", NAMESPACE)) >= 1
+
+
+def test_step_exceeding_its_memory_limit_reports_oom_killed(
+    emulator: Any, backend: KubernetesBackend
+) -> None:
+    hog = "import time; blocks = [bytearray(16 << 20) for _ in range(40)]; time.sleep(30)"
+    handle = backend.submit(python_step(hog, memory="128Mi"))
+    status = wait_terminal(emulator, backend, handle)
+    assert (status.reason, status.exit_code) == (FailureReason.OOM_KILLED.value, 137)
+    assert "128Mi" in status.message
+
+
+def test_eviction_mid_step_reports_evicted(emulator: Any, backend: KubernetesBackend) -> None:
+    handle = backend.submit(python_step(SLEEPER, grace_period_s=1))
+    emulator.evict_pod("team-a", NAMESPACE, running_pod(emulator, backend, handle))
+    status = wait_terminal(emulator, backend, handle)
+    assert status.reason == FailureReason.EVICTED.value
+
+
+def test_preemption_by_the_scheduler_reports_preempted(
+    emulator: Any, backend: KubernetesBackend
+) -> None:
+    handle = backend.submit(python_step(SLEEPER, preemptible=True, grace_period_s=1))
+    emulator.preempt_pod("team-a", NAMESPACE, running_pod(emulator, backend, handle))
+    status = wait_terminal(emulator, backend, handle)
+    assert status.reason == FailureReason.PREEMPTED.value
+
+
+def test_cancel_deletes_the_job_and_its_pod(emulator: Any, backend: KubernetesBackend) -> None:
+    request = python_step(SLEEPER, grace_period_s=1)
+    handle = backend.submit(request)
+    running_pod(emulator, backend, handle)
+    backend.cancel(handle)
+    backend.cancel(handle)  # idempotent
+    assert backend.status(handle).reason == FailureReason.CANCELLED.value
+    emulator.wait_for(lambda: jobs_and_pods(emulator, "team-a", request.run_id) == [], timeout=60)
+
+
+def test_unschedulable_step_is_pending_with_the_scheduler_reason_then_fails_after_its_timeout(
+    emulator: Any, backend: KubernetesBackend, clock: FakeClock
+) -> None:
+    # Fits a node's allocatable (pre-flight passes) but both nodes are busy with 6 of 8 CPUs.
+    blockers = [
+        backend.submit(python_step(SLEEPER, step=f"blocker-{i}", cpu=6, grace_period_s=1))
+        for i in range(2)
+    ]
+    for blocker in blockers:
+        running_pod(emulator, backend, blocker)
+    handle = backend.submit(python_step("pass", step="mosaic", cpu=4, timeout=600))
+    pending = wait_until(emulator, backend, handle, lambda s: bool(s.reason))
+    assert pending.state == StepState.PENDING
+    assert "Insufficient cpu" in pending.message
+    clock.advance(601)
+    status = backend.status(handle)
+    assert status.reason == FailureReason.UNSCHEDULABLE.value
+    assert "Insufficient cpu" in status.message and "timeout of 600s" in status.message
+    for blocker in blockers:
+        backend.cancel(blocker)
+
+
+def test_step_larger_than_the_tenant_quota_fails_in_pre_flight(
+    emulator: Any, backend: KubernetesBackend
+) -> None:
+    quota = {
+        "metadata": {"name": "k8s-ai-steps"},
+        "spec": {"hard": {"requests.memory": "1Gi", "requests.cpu": "4"}},
+    }
+    core = CoreV1Api(emulator.tenant("team-b").api_client())
+    core.create_namespaced_resource_quota(NAMESPACE, quota)
+    try:
+        with pytest.raises(SubmitError) as refused:
+            backend.submit(python_step("pass", step="mosaic", tenant="team-b", memory="2Gi"))
+        message = str(refused.value)
+        for part in (
+            "'mosaic'",
+            "'team-b'",
+            "requests.memory=2Gi",
+            "allows 1Gi",
+            "policies.resourceQuota",
+        ):
+            assert part in message
+    finally:
+        core.delete_namespaced_resource_quota("k8s-ai-steps", NAMESPACE)
+
+
+def test_step_larger_than_any_node_fails_in_pre_flight(
+    emulator: Any, backend: KubernetesBackend
+) -> None:
+    with pytest.raises(
+        SubmitError, match=r"'xl'.*no schedulable node.*cpu \(needs 72, largest 8\)"
+    ):
+        backend.submit(python_step("pass", step="xl", cpu=72, memory="4Gi"))
+
+
+def test_a_step_cannot_reach_a_tenant_outside_the_allowlist(emulator: Any) -> None:
+    backend = KubernetesBackend(
+        KubernetesConfig.from_dict(tenant_config(emulator)), allowed_tenants=["team-a"]
+    )
+    emulator.reset_request_counts()
+    try:
+        with pytest.raises(TenantAccessError, match=r"'embed'.*'team-b'.*\['team-a'\]"):
+            backend.submit(python_step("pass", step="embed", tenant="team-b"))
+    finally:
+        backend.close()
+    assert sum(emulator.request_counts(server="team-b").values()) == 0
+
+
+def test_status_is_served_from_the_watch_without_api_requests(
+    emulator: Any, backend: KubernetesBackend
+) -> None:
+    handle = backend.submit(python_step("print('ok')"))
+    wait_terminal(emulator, backend, handle)
+    emulator.reset_request_counts()
+    for _ in range(200):
+        backend.status(handle)
+    assert sum(emulator.request_counts(server="team-a").values()) == 0
+
+
+def test_api_errors_resets_and_expired_watches_do_not_lose_status(
+    emulator: Any, backend: KubernetesBackend
+) -> None:
+    emulator.inject_errors("team-a", status=429, count=2, verb="create")
+    work = "import time; time.sleep(3); print('done', flush=True)"
+    handles = [backend.submit(python_step(work, step=f"tile-{i}", cpu=0.25)) for i in range(3)]
+    running_pod(emulator, backend, handles[0])
+    emulator.inject_errors("team-a", status=500, count=3)
+    emulator.reset_connections("team-a", count=2)
+    emulator.expire_watches("team-a")
+    for handle in handles:
+        assert wait_terminal(emulator, backend, handle).state == StepState.SUCCEEDED
+
+
+def test_no_token_or_kubeconfig_reaches_logs_or_errors(
+    emulator: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.DEBUG)
+    secrets = [emulator.tenant(t).token for t in ("team-a", "team-b")]
+    backend = KubernetesBackend(
+        KubernetesConfig.from_dict(tenant_config(emulator)), allowed_tenants=["team-a"]
+    )
+    errors: list[str] = []
+    try:
+        for attempt in (
+            lambda: backend.submit(python_step("pass", tenant="team-b")),
+            lambda: backend.submit(python_step("pass", cpu=72)),
+        ):
+            with pytest.raises(SubmitError) as refused:
+                attempt()
+            errors.append(str(refused.value))
+        emulator.inject_errors("team-a", status=500, count=2)
+        emulator.expire_watches("team-a")
+        handle = backend.submit(python_step("print('ok')"))
+        wait_terminal(emulator, backend, handle)
+    finally:
+        backend.close()
+    for secret in secrets:
+        assert secret not in caplog.text
+        assert all(secret not in error for error in errors)

@@ -1,0 +1,125 @@
+"""Jobs the local-backend integration tests run through `ai_executor` in real step processes.
+
+Each op writes what it observed into the folder named by env TEST_OUT, so tests can assert
+on order and attempts without timing anything.
+"""
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from dagster import Definitions, OpExecutionContext, RetryPolicy, job, op
+
+from k8s_ai_orchestrator import ai_executor, compute
+
+OUT = Path(os.environ.get("TEST_OUT", "/tmp"))
+
+
+def _record(name: str, **fields: object) -> None:
+    OUT.mkdir(parents=True, exist_ok=True)
+    line = json.dumps({"name": name, "pid": os.getpid(), "t": time.time(), **fields})
+    with open(OUT / "events.jsonl", "a") as f:
+        f.write(line + "\n")
+
+
+def _span(name: str, seconds: float) -> None:
+    _record(name, phase="start")
+    time.sleep(seconds)
+    _record(name, phase="end")
+
+
+@op(tags=compute(cpu=1, memory="256Mi"))
+def one_cpu_a() -> None:
+    _span("one_cpu_a", 1.5)
+
+
+@op(tags=compute(cpu=1, memory="256Mi"))
+def one_cpu_b() -> None:
+    _span("one_cpu_b", 1.5)
+
+
+@op(tags=compute(cpu=2, memory="256Mi"))
+def two_cpu() -> None:
+    _span("two_cpu", 1.5)
+
+
+@job(executor_def=ai_executor)
+def admission() -> None:
+    one_cpu_a()
+    one_cpu_b()
+    two_cpu()
+
+
+def _allocate(mib: int) -> int:
+    block = bytearray(mib * 1024 * 1024)
+    for i in range(0, len(block), 4096):
+        block[i] = 1
+    time.sleep(1.0)
+    return len(block)
+
+
+@op(tags=compute(cpu=1, memory="256Mi"))
+def hog_600mi(context: OpExecutionContext) -> None:
+    _record("hog", attempt=int(os.environ.get("K8S_AI_ATTEMPT", "0")))
+    _allocate(600)
+
+
+@job(executor_def=ai_executor)
+def oom() -> None:
+    hog_600mi()
+
+
+@op(tags=compute(cpu=1, memory="256Mi"), retry_policy=RetryPolicy(max_retries=1))
+def preempted_then_flaky(context: OpExecutionContext) -> None:
+    attempt = int(os.environ.get("K8S_AI_ATTEMPT", "0"))
+    _record("flaky", attempt=attempt, retry_number=context.retry_number)
+    if attempt == 0:
+        (OUT / "preempt-me").write_text(str(os.getpid()))
+        time.sleep(60)
+    if not (OUT / "failed-once").exists():
+        (OUT / "failed-once").write_text("1")
+        raise RuntimeError("a flaky user error, retried by the op's RetryPolicy")
+
+
+@job(executor_def=ai_executor)
+def preemption() -> None:
+    preempted_then_flaky()
+
+
+@op(tags=compute(cpu=1, memory="512Mi"))
+def spawns_children() -> None:
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+    _record("children", child=child.pid)
+    time.sleep(600)
+
+
+@job(executor_def=ai_executor)
+def long_running() -> None:
+    spawns_children()
+
+
+@op(tags=compute("gpu-1"))
+def wants_gpu() -> None:
+    _record("gpu", cuda=os.environ.get("CUDA_VISIBLE_DEVICES"))
+
+
+@op(tags={"k8s_ai/cpu": "lots"})
+def hand_edited() -> None:
+    _record("hand_edited")
+
+
+@job(executor_def=ai_executor)
+def gpu_on_cpu_machine() -> None:
+    wants_gpu()
+
+
+@job(executor_def=ai_executor)
+def bad_tags() -> None:
+    wants_gpu()
+    hand_edited()
+
+
+defs = Definitions(jobs=[admission, oom, preemption, long_running, gpu_on_cpu_machine, bad_tags])

@@ -1,0 +1,194 @@
+"""ai_executor on the embedded local backend, with a real instance and real step processes."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from dagster import DagsterEventType, DagsterInstance, execute_job
+from dagster._core.definitions.reconstruct import ReconstructableRepository
+
+from tests.support import pids_alive
+
+JOBS = ReconstructableRepository.for_module(
+    "tests.local.jobs", "defs", working_directory=str(Path(__file__).parents[2])
+)
+
+
+def run(instance: DagsterInstance, job: str, executor: dict[str, Any]) -> Any:
+    config = {"execution": {"config": executor}}
+    return execute_job(
+        JOBS.get_reconstructable_job(job),
+        instance=instance,
+        run_config=config,
+        raise_on_error=False,
+    )
+
+
+def recorded(out: Path) -> list[dict[str, Any]]:
+    path = out / "events.jsonl"
+    return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+
+
+def engine_messages(instance: DagsterInstance, run_id: str) -> list[str]:
+    return [
+        r.dagster_event.message or ""
+        for r in instance.all_logs(run_id, of_type=DagsterEventType.ENGINE_EVENT)
+        if r.dagster_event
+    ]
+
+
+def spans(out: Path) -> dict[str, tuple[float, float]]:
+    starts = {e["name"]: e["t"] for e in recorded(out) if e.get("phase") == "start"}
+    ends = {e["name"]: e["t"] for e in recorded(out) if e.get("phase") == "end"}
+    return {name: (starts[name], ends[name]) for name in starts}
+
+
+def overlaps(a: tuple[float, float], b: tuple[float, float]) -> bool:
+    return a[0] < b[1] and b[0] < a[1]
+
+
+def test_two_one_cpu_steps_overlap_and_a_two_cpu_step_runs_alone(instance, test_out):
+    result = run(instance, "admission", {"local": {"cpus": 2, "memory": "4Gi"}})
+    assert result.success
+    s = spans(test_out)
+    assert overlaps(s["one_cpu_a"], s["one_cpu_b"])
+    assert not overlaps(s["two_cpu"], s["one_cpu_a"])
+    assert not overlaps(s["two_cpu"], s["one_cpu_b"])
+    messages = engine_messages(instance, result.run_id)
+    assert any("Launching step 'two_cpu' on local with 2 CPU / 256Mi" in m for m in messages)
+    assert any("waiting for local capacity" in m for m in messages)
+
+
+def test_step_allocating_past_its_limit_fails_as_oom_killed(instance, test_out):
+    executor = {"local": {"cpus": 2}, "oom_escalation": {"max_attempts": 1}}
+    result = run(instance, "oom", executor)
+    assert not result.success
+    failure = next(
+        e for e in result.all_events if e.event_type == DagsterEventType.STEP_FAILURE
+    )
+    message = failure.step_failure_data.error.message
+    assert "OOMKilled" in message
+    assert "256Mi" in message and "hog_600mi" in message
+    assert "exit code 137" in message or "oom_escalation" in message
+
+
+def test_oom_killed_step_is_relaunched_with_double_memory_until_it_fits(instance, test_out):
+    result = run(instance, "oom", {"local": {"cpus": 2}})
+    assert result.success
+    attempts = [e["attempt"] for e in recorded(test_out) if e["name"] == "hog"]
+    assert attempts == [0, 1, 2]  # 256Mi, 512Mi, then 1Gi fits 600Mi
+    messages = engine_messages(instance, result.run_id)
+    assert any("256Mi → 512Mi" in m for m in messages)
+    assert any("512Mi → 1Gi" in m for m in messages)
+
+
+def test_oom_escalation_stops_at_max_memory_with_the_sizes_tried(instance, test_out):
+    executor = {"local": {"cpus": 2}, "oom_escalation": {"max_memory": "512Mi"}}
+    result = run(instance, "oom", executor)
+    assert not result.success
+    failure = next(e for e in result.all_events if e.event_type == DagsterEventType.STEP_FAILURE)
+    message = failure.step_failure_data.error.message
+    assert "256Mi, 512Mi" in message and "compute(memory=...)" in message
+
+
+def _preempt_when_announced(out: Path, timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    marker = out / "preempt-me"
+    while time.monotonic() < deadline:
+        if marker.exists() and marker.read_text():
+            time.sleep(0.5)  # let the step settle in its sleep
+            os.kill(int(marker.read_text()), signal.SIGTERM)
+            return
+        time.sleep(0.05)
+    raise AssertionError("the step never announced itself")
+
+
+def test_preemption_relaunch_does_not_consume_the_ops_retry_policy(instance, test_out):
+    import threading
+
+    killer = threading.Thread(target=_preempt_when_announced, args=(test_out,))
+    killer.start()
+    result = run(instance, "preemption", {"local": {"cpus": 2}})
+    killer.join()
+    assert result.success, "the user's RetryPolicy(max_retries=1) still had its retry"
+    seen = [(e["attempt"], e["retry_number"]) for e in recorded(test_out) if e["name"] == "flaky"]
+    assert seen == [(0, 0), (1, 0), (2, 1)]
+    messages = engine_messages(instance, result.run_id)
+    assert any("was Preempted; relaunching at the same size" in m for m in messages)
+
+
+def test_gpu_step_on_a_machine_without_gpus_runs_on_cpu_with_a_warning(instance, test_out):
+    result = run(instance, "gpu_on_cpu_machine", {"local": {"cpus": 2, "gpus": 0}})
+    assert result.success
+    messages = engine_messages(instance, result.run_id)
+    assert any("asks for 1 GPU but this machine has none" in m for m in messages)
+    assert any("runs alone" in m for m in messages)  # gpu-1 is 8 CPU, more than 2
+
+
+def test_oversize_fail_refuses_the_step_before_running_it(instance, test_out):
+    result = run(instance, "gpu_on_cpu_machine", {"local": {"cpus": 2, "oversize": "fail"}})
+    assert not result.success
+    assert not recorded(test_out)
+
+
+def test_hand_edited_tags_are_rejected_before_any_step_runs(instance, test_out):
+    result = run(instance, "bad_tags", {"local": {"cpus": 2}})
+    assert not result.success
+    failure = next(e for e in result.all_events if e.event_type == DagsterEventType.RUN_FAILURE)
+    error = failure.event_specific_data.error
+    assert "step 'hand_edited': cpu='lots' is not allowed" in error.message
+    assert not recorded(test_out)
+
+
+@pytest.mark.parametrize(
+    "executor, fragment",
+    [
+        ({"local": {"cpus": 0}}, "local.cpus=0"),
+        ({"local": {"memory": "0"}}, "local.memory='0'"),
+        ({"local": {"cpuz": 2}}, "cpuz"),
+        ({"bakend": "local"}, "bakend"),
+    ],
+)
+def test_bad_executor_config_is_refused_with_the_key_named(instance, test_out, executor, fragment):
+    with pytest.raises(Exception) as info:
+        result = run(instance, "admission", executor)
+        raise AssertionError(str([str(e.message) for e in result.all_events]))
+    assert fragment in str(info.value)
+    assert not recorded(test_out)
+
+
+def test_terminating_the_run_kills_every_step_process_tree(dagster_home, test_out):
+    code = (
+        "import sys; from dagster import DagsterInstance, execute_job\n"
+        "from tests.local.test_local_executor import JOBS\n"
+        "with DagsterInstance.get() as i:\n"
+        "    execute_job(JOBS.get_reconstructable_job('long_running'), instance=i,\n"
+        "        run_config={'execution': {'config': {'local': {'cpus': 2}}}})\n"
+    )
+    worker = subprocess.Popen(
+        [sys.executable, "-c", code], cwd=Path(__file__).parents[2], start_new_session=True
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while not any(e["name"] == "children" for e in recorded(test_out)):
+            assert time.monotonic() < deadline, "step never started"
+            time.sleep(0.1)
+        event = next(e for e in recorded(test_out) if e["name"] == "children")
+        step_pids = [event["pid"], event["child"]]
+        worker.send_signal(signal.SIGINT)  # what `dagster run terminate` delivers to the worker
+        worker.wait(timeout=60)
+        deadline = time.monotonic() + 10
+        while pids_alive(step_pids) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert pids_alive(step_pids) == []
+    finally:
+        if worker.poll() is None:
+            os.killpg(worker.pid, signal.SIGKILL)

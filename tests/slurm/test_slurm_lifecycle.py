@@ -1,0 +1,120 @@
+"""A step's life on a real Slurm: pending with Slurm's reason, failures, node loss, USR2
+checkpoint-and-requeue, cancellation and accounting."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+from support import launch_request, program, wait_for_file, wait_for_status
+
+from k8s_ai_orchestrator.backends.base import FailureReason, StepState
+from k8s_ai_orchestrator.backends.slurm import SlurmBackend
+from k8s_ai_orchestrator.testing.slurm import LocalSlurmCluster
+
+pytestmark = [pytest.mark.slurm, pytest.mark.timeout(150)]
+
+SLEEP = ["sleep", "300"]
+
+
+def running(status) -> bool:  # type: ignore[no-untyped-def]
+    return status.state is StepState.RUNNING
+
+
+def test_busy_nodes_leave_the_step_pending_with_slurms_reason(
+    backend: SlurmBackend, cluster: LocalSlurmCluster
+) -> None:
+    cluster.run(["sbatch", "--nodes=3", "--exclusive", "--wrap=sleep 300"])
+
+    status = wait_for_status(
+        backend,
+        backend.submit(launch_request(SLEEP)),
+        lambda s: s.state is StepState.PENDING and s.reason not in (None, "Pending", "None"),
+    )
+
+    assert status.reason in ("Resources", "Priority")
+    assert "Slurm job" in status.message and status.reason in status.message
+
+
+def test_a_failing_step_reports_error_with_its_exit_code(backend: SlurmBackend) -> None:
+    handle = backend.submit(launch_request(["bash", "-c", "echo about to fail; exit 3"], nodes=1))
+
+    status = wait_for_status(backend, handle, lambda s: s.is_terminal)
+
+    assert (status.state, status.reason, status.exit_code) == (StepState.FAILED, "Error", 3)
+    assert "about to fail" in backend.logs(handle, tail_lines=5)
+
+
+def test_a_node_set_down_mid_run_is_reported_lost(
+    backend: SlurmBackend, cluster: LocalSlurmCluster
+) -> None:
+    handle = backend.submit(launch_request(SLEEP))
+    wait_for_status(backend, handle, running)
+    info_nodes = backend.usage(handle).nodes
+
+    cluster.set_node_state(info_nodes[-1], "down", reason="hardware test")
+    status = wait_for_status(backend, handle, lambda s: s.is_terminal)
+
+    assert status.reason == FailureReason.LOST.value
+    assert "NODE_FAIL" in status.message
+
+
+def test_a_preemptible_step_on_a_lost_node_is_requeued_and_reported_pending(
+    backend: SlurmBackend, cluster: LocalSlurmCluster
+) -> None:
+    handle = backend.submit(launch_request(SLEEP, preemptible=True))
+    wait_for_status(backend, handle, running)
+
+    cluster.set_node_state(backend.usage(handle).nodes[-1], "down", reason="hardware test")
+    status = wait_for_status(backend, handle, lambda s: "requeued" in s.message)
+
+    assert status.state in (StepState.PENDING, StepState.RUNNING)
+
+
+def test_usr2_checkpoints_the_step_then_requeues_it_and_it_resumes(
+    backend: SlurmBackend, cluster: LocalSlurmCluster, tmp_path: Path
+) -> None:
+    request = launch_request(program("checkpoint_step.py", str(tmp_path)), preemptible=True)
+    handle = backend.submit(request)
+    wait_for_file(tmp_path / "started")
+
+    cluster.run(["scancel", "--batch", "--signal=USR2", handle.job_id])
+    wait_for_file(tmp_path / "checkpoint", timeout_s=30)
+    status = wait_for_status(backend, handle, lambda s: s.is_terminal, timeout_s=90)
+
+    assert status.state is StepState.SUCCEEDED, backend.logs(handle)
+    assert (tmp_path / "resumed").read_text() == "1"
+    assert "requeueing job" in backend.logs(handle)
+
+
+def test_cancel_leaves_no_job_in_the_queue(
+    backend: SlurmBackend, cluster: LocalSlurmCluster
+) -> None:
+    handle = backend.submit(launch_request(SLEEP))
+    wait_for_status(backend, handle, running)
+
+    backend.cancel(handle)
+    backend.cancel(handle)  # idempotent
+
+    status = wait_for_status(backend, handle, lambda s: s.is_terminal)
+    assert status.reason == FailureReason.CANCELLED.value
+    deadline = time.monotonic() + 30
+    while cluster.run(["squeue", "-h", "-j", handle.job_id]).stdout.strip():
+        assert time.monotonic() < deadline, "cancelled job still in squeue"
+        time.sleep(0.2)
+
+
+def test_usage_reports_node_cpu_and_memory_seconds_of_a_finished_gang(
+    backend: SlurmBackend,
+) -> None:
+    handle = backend.submit(launch_request(["sleep", "2"], gpu=1))
+    wait_for_status(backend, handle, lambda s: s.is_terminal)
+
+    usage = backend.usage(handle)
+
+    assert len(usage.nodes) == 2
+    assert usage.wall_seconds >= 1
+    assert usage.cpu_seconds == pytest.approx(2 * usage.wall_seconds)
+    assert usage.gpu_seconds == pytest.approx(2 * usage.wall_seconds)
+    assert usage.memory_gib_seconds == pytest.approx(0.5 * usage.wall_seconds)

@@ -1,0 +1,99 @@
+"""The CLI and REST transports against the real daemons, including hostile names and values:
+quotes, `$()`, `;` and newlines reach the step verbatim and never run."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from urllib.parse import unquote
+
+import pytest
+from support import launch_request, program, wait_for_status
+
+from k8s_ai_orchestrator.backends.base import FailureReason, StepState
+from k8s_ai_orchestrator.backends.slurm import SlurmBackend, SlurmConfig
+from k8s_ai_orchestrator.errors import SubmitError
+from k8s_ai_orchestrator.testing.slurm import LocalSlurmCluster
+
+pytestmark = [pytest.mark.slurm, pytest.mark.timeout(120)]
+
+
+def hostile(marker: Path) -> str:
+    """A value that creates `marker` if it is ever interpreted by a shell."""
+    return f"x'\"; touch {marker}; $(touch {marker}) `touch {marker}`\ntouch {marker} #"
+
+
+@pytest.fixture
+def rest_backend(cluster: LocalSlurmCluster) -> SlurmBackend:
+    config = SlurmConfig(
+        transport="rest",
+        rest_url=cluster.rest_url,
+        rest_user="root",
+        rest_token=cluster.jwt_token(),
+        workdir=str(cluster.workdir),
+        slurm_conf=str(cluster.conf_path),
+    )
+    return SlurmBackend(config)
+
+
+@pytest.fixture(params=["cli", "rest"])
+def any_backend(
+    request: pytest.FixtureRequest, backend: SlurmBackend, rest_backend: SlurmBackend
+) -> SlurmBackend:
+    return backend if request.param == "cli" else rest_backend
+
+
+def test_hostile_step_key_run_id_env_and_arguments_run_nothing(
+    any_backend: SlurmBackend, cluster: LocalSlurmCluster, tmp_path: Path
+) -> None:
+    marker = tmp_path / "injected"
+    value = hostile(marker)
+    out = tmp_path / "argv.json"
+    request = launch_request(
+        program("argv_step.py", str(out), value, "--flag=$HOME"),
+        step_key=f"train[{value}]",
+        run_id=f"run-{value}",
+        env={"K8S_AI_TEST_VALUE": value},
+    )
+
+    handle = any_backend.submit(request)
+    status = wait_for_status(any_backend, handle, lambda s: s.is_terminal)
+
+    assert status.state is StepState.SUCCEEDED, any_backend.logs(handle)
+    assert json.loads(out.read_text()) == {"argv": [value, "--flag=$HOME"], "value": value}
+    assert not marker.exists(), "a hostile value was executed by a shell"
+    job = cluster.run(["scontrol", "show", "job", "-o", handle.job_id]).stdout
+    comment = job.split("Comment=")[1].split()[0]
+    assert unquote(comment.split("step=")[1].split(",")[0]) == f"train[{value}]"
+
+
+def test_rest_transport_runs_a_two_node_step(rest_backend: SlurmBackend) -> None:
+    handle = rest_backend.submit(launch_request(["bash", "-c", "echo on $SLURM_JOB_NUM_NODES"]))
+
+    status = wait_for_status(rest_backend, handle, lambda s: s.is_terminal)
+
+    assert status.state is StepState.SUCCEEDED
+    assert "on 2" in rest_backend.logs(handle)
+    assert len(rest_backend.usage(handle).nodes) == 2
+
+
+def test_rest_transport_reports_exit_codes(rest_backend: SlurmBackend) -> None:
+    handle = rest_backend.submit(launch_request(["bash", "-c", "exit 3"], nodes=1))
+
+    status = wait_for_status(rest_backend, handle, lambda s: s.is_terminal)
+
+    assert (status.reason, status.exit_code) == (FailureReason.ERROR.value, 3)
+
+
+def test_rest_transport_refuses_oversized_gangs_and_cancels(
+    rest_backend: SlurmBackend, cluster: LocalSlurmCluster
+) -> None:
+    with pytest.raises(SubmitError, match="nodes=4 but Slurm partition 'debug' has 3 nodes"):
+        rest_backend.submit(launch_request(["true"], nodes=4))
+
+    handle = rest_backend.submit(launch_request(["sleep", "300"]))
+    wait_for_status(rest_backend, handle, lambda s: s.state is StepState.RUNNING)
+    rest_backend.cancel(handle)
+
+    status = wait_for_status(rest_backend, handle, lambda s: s.is_terminal)
+    assert status.reason == FailureReason.CANCELLED.value
