@@ -186,8 +186,22 @@ def _write_payload(directory: Path, fn: Callable[..., Any], args: tuple[Any, ...
             "inside another function"
         ) from None
     (directory / PAYLOAD).write_bytes(payload)
-    meta = {"sys_path": list(sys.path), "cwd": os.getcwd()}
+    meta = {"sys_path": _import_roots(fn) + list(sys.path), "cwd": os.getcwd()}
     (directory / META).write_bytes(pickle.dumps(meta))
+
+
+def _import_roots(fn: Callable[..., Any]) -> list[str]:
+    """The directory `fn`'s module was imported from: Dagster adds a code location's working
+    directory to sys.path only while it loads the definitions."""
+    module = sys.modules.get(getattr(fn, "__module__", "") or "")
+    path = getattr(module, "__file__", None)
+    if module is None or not path:
+        return []
+    root = Path(path).resolve().parent
+    depth = module.__name__.count(".") + (Path(path).name == "__init__.py")
+    for _ in range(depth):
+        root = root.parent
+    return [str(root)]
 
 
 def _collect(plan: GangPlan, directory: Path, outcome: LaunchOutcome) -> Any:

@@ -21,7 +21,7 @@ from collections.abc import Mapping
 from decimal import Decimal
 from typing import Any
 
-from kubernetes.client import ApiClient, AuthorizationV1Api, CoreV1Api
+from kubernetes.client import ApiClient, AuthorizationV1Api, CoreV1Api, SchedulingV1Api
 from kubernetes.client.exceptions import ApiException
 from kubernetes.utils import parse_quantity
 
@@ -75,6 +75,14 @@ class Preflight:
         if access_key not in self._checked:
             self._check_access(request.step_key, tenant, api_client)
             self._checked.add(access_key)
+        priority_class = (
+            self._config.priority_classes.preemptible
+            if spec.preemptible
+            else self._config.priority_classes.default
+        )
+        if (tenant.name, priority_class) not in self._checked:
+            self._check_priority_class(request.step_key, priority_class, tenant, api_client)
+            self._checked.add((tenant.name, priority_class))
         fit_key = (tenant.name, spec.cpu, spec.memory_bytes, spec.gpu, spec.gpu_type)
         if fit_key not in self._checked:
             self._check_quota(request.step_key, spec, tenant, api_client)
@@ -104,6 +112,26 @@ class Preflight:
                 "identity create/get/list/watch/delete on jobs.batch and get/list/watch on pods "
                 "and pods/log there (helm chart: rbac.create=true)"
             )
+
+    def _check_priority_class(
+        self, step: str, name: str, tenant: TenantConfig, api_client: ApiClient
+    ) -> None:
+        api = SchedulingV1Api(api_client)
+        try:
+            self._retry.call(
+                "read priority class", tenant.name, lambda: api.read_priority_class(name)
+            )
+        except ApiException as error:
+            if error.status in (401, 403):
+                return  # not visible to the executor; pod admission will tell
+            if error.status != 404:
+                raise
+            raise SubmitError(
+                f"step '{step}': PriorityClass '{name}' does not exist in tenant "
+                f"'{tenant.name}', so its pods would be refused; install helm/k8s-ai-tenant "
+                "there (priorityClasses.create=true) or set kubernetes.priority_classes to "
+                "classes that exist"
+            ) from None
 
     def _check_quota(
         self, step: str, spec: ComputeSpec, tenant: TenantConfig, api_client: ApiClient

@@ -129,7 +129,7 @@ class KeyFolder:
         """Delete every `data/<id>` not in `keep_ids` (old commits and half-written ones)."""
         data = self.path("data")
         try:
-            entries = self.fs.ls(data, detail=False)
+            entries = self.fs.ls(data, detail=False, refresh=True)
         except FileNotFoundError:
             return
         for entry in entries:

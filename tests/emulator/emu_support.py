@@ -65,3 +65,9 @@ def terminated(pod: client.V1Pod) -> Any:
     """The terminated state of the pod's first container, or None."""
     statuses = pod.status.container_statuses or []
     return statuses[0].state.terminated if statuses else None
+
+
+def read_log(core: client.CoreV1Api, name: str, namespace: str, **kwargs: Any) -> str:
+    """A pod's log as text (kubernetes client 36 returns "b'...'" from the plain call)."""
+    response = core.read_namespaced_pod_log(name, namespace, _preload_content=False, **kwargs)
+    return str(response.data.decode())

@@ -6,6 +6,7 @@ import base64
 
 import pytest
 import yaml
+from emu_support import python_pod
 from kubernetes import client, config
 
 from k8s_ai_orchestrator.testing.kube import KubeEmulator, NodeSpec
@@ -76,8 +77,6 @@ def test_tls_servers_are_verified_with_the_generated_ca() -> None:
 def test_stop_kills_every_container_process() -> None:
     emu = KubeEmulator(nodes=[NodeSpec("n1", cpu="2", memory="2Gi")]).start()
     core = client.CoreV1Api(emu.host.api_client())
-    from emu_support import python_pod
-
     core.create_namespaced_pod("default", python_pod("sleeper", "import time; time.sleep(600)"))
     emu.wait_for(lambda: emu.processes_alive() == 1, timeout=20)
     emu.stop()

@@ -6,7 +6,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from k8s_support import TENANTS, FakeClock, tenant_config
+from k8s_support import TENANTS, FakeClock, install_priority_classes, tenant_config
 
 from k8s_ai_orchestrator.backends.kubernetes import KubernetesBackend, KubernetesConfig
 
@@ -19,6 +19,8 @@ def emulator() -> Iterator[Any]:
         kube.NodeSpec(name="node-b", cpu="8", memory="16Gi", gpus=0, labels={}, taints=()),
     ]
     with kube.KubeEmulator(nodes=nodes, tenants=list(TENANTS), tls=False, workdir=None) as emu:
+        for tenant in TENANTS:
+            install_priority_classes(emu.tenant(tenant).api_client())
         yield emu
 
 

@@ -6,6 +6,8 @@ import sys
 import uuid
 from typing import Any
 
+from kubernetes.client import ApiClient, SchedulingV1Api
+
 from k8s_ai_orchestrator.backends.base import JobHandle, LaunchRequest, StepState, StepStatus
 from k8s_ai_orchestrator.backends.kubernetes import KubernetesBackend
 from k8s_ai_orchestrator.spec import resolve_spec
@@ -25,6 +27,19 @@ class FakeClock:
 
     def advance(self, seconds: float) -> None:
         self.now += seconds
+
+
+def install_priority_classes(api_client: ApiClient) -> None:
+    """The PriorityClasses helm/k8s-ai-tenant installs in a tenant."""
+    api = SchedulingV1Api(api_client)
+    for name, value, policy in (
+        ("k8s-ai-standard", 100000, "PreemptLowerPriority"),
+        ("k8s-ai-preemptible", 1000, "Never"),
+        ("urgent", 1000000, "PreemptLowerPriority"),
+    ):
+        api.create_priority_class(
+            {"metadata": {"name": name}, "value": value, "preemptionPolicy": policy}
+        )
 
 
 def tenant_config(emu: Any, **overrides: Any) -> dict[str, Any]:
@@ -79,7 +94,10 @@ def wait_until(
         seen.append(backend.status(handle))
         return bool(predicate(seen[-1]))
 
-    emu.wait_for(check, timeout=timeout)
+    try:
+        emu.wait_for(check, timeout=timeout)
+    except TimeoutError:
+        raise AssertionError(f"{handle.step_key}: last status {seen[-1] if seen else None}") from None
     return seen[-1]
 
 

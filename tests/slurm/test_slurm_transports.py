@@ -8,7 +8,7 @@ from pathlib import Path
 from urllib.parse import unquote
 
 import pytest
-from support import launch_request, program, wait_for_status
+from slurm_support import launch_request, program, wait_for_status
 
 from k8s_ai_orchestrator.backends.base import FailureReason, StepState
 from k8s_ai_orchestrator.backends.slurm import SlurmBackend, SlurmConfig

@@ -27,6 +27,9 @@ from .states import JobInfo, expand_hostlist, parse_tres
 # (method, url, headers, body or None, timeout seconds) → (HTTP status, response body)
 HttpCall = Callable[[str, str, Mapping[str, str], bytes | None, float], tuple[int, bytes]]
 
+# Variables of the submitting process a REST job inherits (sbatch exports the whole environment).
+FORWARDED_ENV = ("PATH", "PYTHONPATH", "VIRTUAL_ENV", "DAGSTER_HOME", "HOME", "LANG", "LC_ALL", "TZ")
+
 # Transient HTTP statuses: slurmrestd or slurmctld busy or restarting.
 TRANSIENT_STATUSES = frozenset({429, 500, 502, 503, 504})
 
@@ -88,7 +91,8 @@ class RestTransport:
         os.makedirs(path, exist_ok=True)
 
     def submit(self, job: BatchJob, script: str, step_key: str) -> str:
-        env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin")}
+        env = {name: os.environ[name] for name in FORWARDED_ENV if name in os.environ}
+        env.setdefault("PATH", "/usr/bin:/bin")
         payload = {"script": script, "job": rest_job_properties(job, env)}
         status, data = self._call("POST", "job/submit", payload)
         if status != 200 or data.get("errors") or "job_id" not in data:

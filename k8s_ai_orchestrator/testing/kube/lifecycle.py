@@ -45,8 +45,7 @@ def put_or_release(store: Store, resource: str, obj: Obj) -> Obj:
     """Write `obj`, or remove it when it was deleted and nothing holds it any more."""
     if releasable(resource, obj):
         meta = obj["metadata"]
-        store.put(resource, obj)
-        return store.remove(resource, meta.get("namespace", ""), meta["name"]) or obj
+        return store.remove(resource, meta.get("namespace", ""), meta["name"], obj) or obj
     return store.put(resource, obj)
 
 

@@ -161,12 +161,15 @@ class Store:
         self._record(Change(rv, "MODIFIED" if old else "ADDED", resource, stored, old))
         return stored
 
-    def remove(self, resource: str, namespace: str, name: str) -> Obj | None:
+    def remove(
+        self, resource: str, namespace: str, name: str, final: Obj | None = None
+    ) -> Obj | None:
+        """Remove an object; the DELETED event carries `final` (its last state) if given."""
         old = self._objects.get(resource, {}).pop((namespace, name), None)
         if old is None:
             return None
         rv = self.cluster.next_rv()
-        gone = copy.deepcopy(old)
+        gone = copy.deepcopy(final if final is not None else old)
         gone["metadata"]["resourceVersion"] = str(rv)
         self._record(Change(rv, "DELETED", resource, gone, old))
         return gone

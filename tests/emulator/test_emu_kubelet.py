@@ -1,0 +1,164 @@
+"""The kubelet: processes, environment, logs, memory limits, grace periods, pull failures."""
+
+from __future__ import annotations
+
+import pytest
+from emu_support import python_pod, read_log, terminated
+from kubernetes import client
+
+from k8s_ai_orchestrator.testing.kube import KubeEmulator
+
+pytestmark = [pytest.mark.emulator, pytest.mark.timeout(90)]
+
+GROW = (
+    "import time\n"
+    "chunks = []\n"
+    "while True:\n"
+    "    chunks.append(b'x' * (16 * 1024 * 1024))\n"
+    "    time.sleep(0.02)\n"
+)
+
+
+def _phase(core: client.CoreV1Api, ns: str, name: str) -> str:
+    return str(core.read_namespaced_pod(name, ns).status.phase)
+
+
+def test_a_pod_runs_its_command_and_its_log_is_readable(
+    emu: KubeEmulator, core: client.CoreV1Api, ns: str
+) -> None:
+    core.create_namespaced_pod(ns, python_pod("hello", "print('line 1'); print('line 2')"))
+    emu.wait_for(lambda: _phase(core, ns, "hello") == "Succeeded")
+    assert read_log(core, "hello", ns) == "line 1\nline 2\n"
+    assert read_log(core, "hello", ns, tail_lines=1) == "line 2\n"
+    pod = core.read_namespaced_pod("hello", ns)
+    assert (terminated(pod).exit_code, terminated(pod).reason) == (0, "Completed")
+    assert pod.status.host_ip and pod.status.pod_ip and pod.status.start_time
+
+
+def test_a_process_past_its_memory_limit_is_oom_killed_with_137(
+    emu: KubeEmulator, core: client.CoreV1Api, ns: str
+) -> None:
+    core.create_namespaced_pod(ns, python_pod("hog", GROW, memory_limit="256Mi"))
+    emu.wait_for(lambda: _phase(core, ns, "hog") == "Failed", timeout=60)
+    state = terminated(core.read_namespaced_pod("hog", ns))
+    assert (state.reason, state.exit_code) == ("OOMKilled", 137)
+
+
+def test_env_from_secrets_configmaps_and_the_downward_api(
+    emu: KubeEmulator, core: client.CoreV1Api, ns: str
+) -> None:
+    core.create_namespaced_secret(
+        ns, client.V1Secret(metadata=client.V1ObjectMeta(name="creds"), string_data={"token": "s3cr3t"})
+    )
+    core.create_namespaced_config_map(
+        ns, client.V1ConfigMap(metadata=client.V1ObjectMeta(name="conf"), data={"MODE": "fast"})
+    )
+    env = [
+        client.V1EnvVar(name="TOKEN", value_from=client.V1EnvVarSource(
+            secret_key_ref=client.V1SecretKeySelector(name="creds", key="token"))),
+        client.V1EnvVar(name="POD", value_from=client.V1EnvVarSource(
+            field_ref=client.V1ObjectFieldSelector(field_path="metadata.name"))),
+        client.V1EnvVar(name="GREETING", value="hi-$(POD)"),
+    ]  # fmt: skip
+    pod = python_pod("env", "import os; print(os.environ['TOKEN'], os.environ['MODE'], "
+                     "os.environ['GREETING'])", env=env)  # fmt: skip
+    pod.spec.containers[0].env_from = [
+        client.V1EnvFromSource(config_map_ref=client.V1ConfigMapEnvSource(name="conf"))
+    ]
+    core.create_namespaced_pod(ns, pod)
+    emu.wait_for(lambda: _phase(core, ns, "env") == "Succeeded")
+    assert read_log(core, "env", ns) == "s3cr3t fast hi-env\n"
+
+
+def test_a_missing_secret_is_a_create_container_config_error(
+    emu: KubeEmulator, core: client.CoreV1Api, ns: str
+) -> None:
+    env = [client.V1EnvVar(name="X", value_from=client.V1EnvVarSource(
+        secret_key_ref=client.V1SecretKeySelector(name="absent", key="k")))]  # fmt: skip
+    core.create_namespaced_pod(ns, python_pod("no-secret", "pass", env=env))
+
+    def waiting_reason() -> str | None:
+        statuses = core.read_namespaced_pod("no-secret", ns).status.container_statuses or []
+        return statuses[0].state.waiting.reason if statuses and statuses[0].state.waiting else None
+
+    assert emu.wait_for(waiting_reason) == "CreateContainerConfigError"
+    waiting = core.read_namespaced_pod("no-secret", ns).status.container_statuses[0].state.waiting
+    assert waiting.message == 'secret "absent" not found'
+
+
+def test_an_unpullable_image_goes_to_image_pull_back_off(
+    emu: KubeEmulator, core: client.CoreV1Api, ns: str
+) -> None:
+    core.create_namespaced_pod(ns, python_pod("bad-image", "pass", image="invalid/image:1"))
+
+    def waiting_reason() -> str | None:
+        statuses = core.read_namespaced_pod("bad-image", ns).status.container_statuses or []
+        return statuses[0].state.waiting.reason if statuses and statuses[0].state.waiting else None
+
+    emu.wait_for(lambda: waiting_reason() == "ImagePullBackOff")
+    assert core.read_namespaced_pod("bad-image", ns).status.phase == "Pending"
+
+
+def test_deletion_sends_sigterm_and_waits_for_the_process(
+    emu: KubeEmulator, core: client.CoreV1Api, ns: str, tmp_path
+) -> None:
+    marker = tmp_path / "got-term"
+    code = (
+        "import signal, sys, time, pathlib\n"
+        f"signal.signal(signal.SIGTERM, lambda *a: (pathlib.Path({str(marker)!r}).write_text('x'), sys.exit(0)))\n"  # noqa: E501
+        "print('ready', flush=True)\n"
+        "time.sleep(600)\n"
+    )
+    core.create_namespaced_pod(ns, python_pod("graceful", code, grace=30))
+    emu.wait_for(lambda: "ready" in read_log(core, "graceful", ns))
+    core.delete_namespaced_pod("graceful", ns)
+    emu.wait_for(lambda: not core.list_namespaced_pod(ns, field_selector="metadata.name=graceful").items)
+    assert marker.read_text() == "x"
+
+
+def test_a_process_ignoring_sigterm_is_killed_after_the_grace_period(
+    emu: KubeEmulator, core: client.CoreV1Api, ns: str
+) -> None:
+    code = "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); print('up', flush=True); time.sleep(600)"
+    core.create_namespaced_pod(ns, python_pod("stubborn", code, grace=1))
+    emu.wait_for(lambda: "up" in read_log(core, "stubborn", ns))
+    before = emu.processes_alive()
+    deleted = core.delete_namespaced_pod("stubborn", ns)
+    assert deleted.metadata.deletion_timestamp is not None
+    emu.wait_for(lambda: not core.list_namespaced_pod(ns, field_selector="metadata.name=stubborn").items)
+    assert emu.processes_alive() == before - 1
+
+
+def test_restart_on_failure_keeps_the_previous_log(
+    emu: KubeEmulator, core: client.CoreV1Api, ns: str, tmp_path
+) -> None:
+    counter = tmp_path / "runs"
+    code = (
+        "import pathlib, sys\n"
+        f"p = pathlib.Path({str(counter)!r}); n = int(p.read_text()) if p.exists() else 0\n"
+        "p.write_text(str(n + 1)); print('run', n)\n"
+        "sys.exit(0 if n else 3)\n"
+    )
+    core.create_namespaced_pod(ns, python_pod("flaky", code, restart_policy="OnFailure"))
+    emu.wait_for(lambda: _phase(core, ns, "flaky") == "Succeeded")
+    status = core.read_namespaced_pod("flaky", ns).status.container_statuses[0]
+    assert status.restart_count == 1 and status.last_state.terminated.exit_code == 3
+    assert read_log(core, "flaky", ns, previous=True) == "run 0\n"
+    assert read_log(core, "flaky", ns) == "run 1\n"
+
+
+def test_follow_streams_the_log_until_the_container_exits(
+    emu: KubeEmulator, core: client.CoreV1Api, ns: str
+) -> None:
+    code = "import time\nfor i in range(3):\n    print(i, flush=True); time.sleep(0.2)\n"
+    core.create_namespaced_pod(ns, python_pod("talker", code))
+    emu.wait_for(lambda: _phase(core, ns, "talker") in ("Running", "Succeeded"))
+    assert read_log(core, "talker", ns, follow=True) == "0\n1\n2\n"
+
+
+def test_working_dir_is_honoured(emu: KubeEmulator, core: client.CoreV1Api, ns: str, tmp_path) -> None:
+    pod = python_pod("cwd", "import os; print(os.getcwd())")
+    pod.spec.containers[0].working_dir = str(tmp_path)
+    core.create_namespaced_pod(ns, pod)
+    emu.wait_for(lambda: _phase(core, ns, "cwd") == "Succeeded")
+    assert read_log(core, "cwd", ns).strip() == str(tmp_path)
