@@ -26,7 +26,7 @@ test: $(STAMP) system-deps
 	$(BIN)/pytest -q
 
 bench: $(STAMP)
-	$(BIN)/python -m benchmarks
+	for b in benchmarks/bench_*.py; do $(BIN)/python -m benchmarks.$$(basename $$b .py) || exit 1; done
 
 clean:
 	rm -rf $(VENV) .demo artifacts

@@ -25,15 +25,17 @@ def test_two_node_gang_asset_is_materialized_on_slurm_by_ai_executor(
     slurm = {"workdir": str(cluster.workdir), "slurm_conf": str(cluster.conf_path)}
     executor = {"backend": "local", "slurm": slurm}
 
-    result = execute_job(
+    with execute_job(
         JOBS.get_reconstructable_job("train_gang"),
         instance=instance,
         run_config={"execution": {"config": executor}},
         raise_on_error=False,
-    )
+    ) as result:
+        assert result.success, [e.message for e in result.all_events if e.is_failure]
+        assert result.output_for_node("gang_model")["RANK"] == "0"
 
-    assert result.success, [e.message for e in result.all_events if e.is_failure]
     ranks = [json.loads((test_out / f"rank-{r}.json").read_text()) for r in (0, 1)]
     assert {r["node"] for r in ranks} == {"n1", "n2"}
     assert [r["WORLD_SIZE"] for r in ranks] == ["2", "2"]
-    assert result.output_for_node("gang_model")["RANK"] == "0"
+    launches = [e.message or "" for e in result.all_events if e.is_engine_event]
+    assert any("Launching step 'gang_model' on slurm" in m for m in launches), launches
