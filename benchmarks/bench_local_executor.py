@@ -1,7 +1,9 @@
 """ai_executor on the local backend vs Dagster's multiprocess_executor, same job, same script.
 
 A 16-step fan-out of trivial steps (+ one gather step), at the same concurrency. Prints wall
-times and the ratio ours / baseline (target ≤ 1.05). Run: `python -m benchmarks.bench_local_executor`.
+times and the ratio ours / baseline (target ≤ 1.05).
+
+Run: `python -m benchmarks.bench_local_executor [--rounds N] [--concurrency C]`.
 """
 
 from __future__ import annotations
@@ -48,8 +50,12 @@ def main() -> None:
                     times[name].append(_run(name, args.concurrency, instance))
     ours, base = statistics.median(times["ai"]), statistics.median(times["multiprocess"])
     print(f"16-step fan-out, concurrency {args.concurrency}, {args.rounds} rounds (median)")
-    print(f"  multiprocess_executor: {base:6.2f} s  {['%.2f' % t for t in times['multiprocess']]}")
-    print(f"  ai_executor (local):   {ours:6.2f} s  {['%.2f' % t for t in times['ai']]}")
+    for label, name, median in (
+        ("multiprocess_executor", "multiprocess", base),
+        ("ai_executor (local)", "ai", ours),
+    ):
+        rounds = ", ".join(f"{t:.2f}" for t in times[name])
+        print(f"  {label:<22} {median:6.2f} s  [{rounds}]")
     print(f"  ratio ai/multiprocess: {ours / base:.3f}  (target <= 1.05)")
 
 

@@ -4,7 +4,6 @@ The mosaic and the vegetation index are long steps in real life, so they checkpo
 preempted attempt resumes where its last checkpoint left off.
 """
 
-
 import os
 import time
 from pathlib import Path

@@ -3,7 +3,6 @@
 Load with `dagster dev -m example_project.definitions` or `dagster-webserver -m ...`.
 """
 
-
 import os
 from pathlib import Path
 

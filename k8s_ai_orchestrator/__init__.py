@@ -8,8 +8,8 @@ Example:
     >>> defs = Definitions(assets=[tiles], executor=ai_executor)
 """
 
-from .errors import ComputeSpecError, OrchestratorError
 from .checkpoint import CheckpointStore
+from .errors import ComputeSpecError, OrchestratorError
 from .executor import ai_executor
 from .tags import compute
 

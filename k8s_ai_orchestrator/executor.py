@@ -14,6 +14,7 @@ Example:
 from __future__ import annotations
 
 import time
+from typing import Any
 from collections.abc import Iterator, Sequence
 
 from dagster import Array, Field, Float, Int, Noneable, Permissive, Shape, String, executor
@@ -52,10 +53,10 @@ CONFIG_SCHEMA = {
         is_required=False,
         description="Local capacity (default: detected) and what to do with oversize steps.",
     ),
-    "kubernetes": Field(
-        Permissive(), is_required=False, description="Tenants and job settings."
+    "kubernetes": Field(Permissive(), is_required=False, description="Tenants and job settings."),
+    "slurm": Field(
+        Permissive(), is_required=False, description="Slurm transport and job settings."
     ),
-    "slurm": Field(Permissive(), is_required=False, description="Slurm transport and job settings."),
     "default_tenant": Field(Noneable(String), is_required=False),
     "allowed_tenants": Field(Noneable(Array(String)), is_required=False),
     "oom_escalation": Field(
@@ -93,13 +94,14 @@ def ai_executor(init_context: InitExecutorContext) -> Executor:
         >>> from dagster import Definitions
         >>> defs = Definitions(assets=[], executor=ai_executor)
     """
-    raw = dict(init_context.executor_config)
+    raw: dict[str, Any] = dict(init_context.executor_config)
     settings = ExecutorSettings.from_config(raw)
     retries = RetryMode.from_config(raw["retries"]) or RetryMode.ENABLED
     return AIExecutor(
-        AIStepHandler(settings), retries=retries, settings=settings, max_concurrent=raw.get(
-            "max_concurrent"
-        )
+        AIStepHandler(settings),
+        retries=retries,
+        settings=settings,
+        max_concurrent=raw.get("max_concurrent"),
     )
 
 

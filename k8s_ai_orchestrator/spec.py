@@ -276,7 +276,9 @@ def resolve_spec(
         gpu=gpu,
         gpu_type=gpu_type,
         nodes=nodes,
-        tasks_per_node=parse_count(get("tasks_per_node", 1), "tasks_per_node", minimum=1, step=step),
+        tasks_per_node=parse_count(
+            get("tasks_per_node", 1), "tasks_per_node", minimum=1, step=step
+        ),
         preemptible=parse_bool(get("preemptible", False), "preemptible", step),
         backend=backend,
         tenant=parse_name(tenant, "tenant", step) if tenant is not None else None,

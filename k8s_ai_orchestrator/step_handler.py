@@ -87,7 +87,7 @@ class AIStepHandler(StepHandler):
         """Resolve every step's spec and tenant before anything is submitted."""
         self._plan_context, self._plan = plan_context, plan
         for step in plan.steps:
-            spec = self._resolve(step.key, step.tags)
+            spec = self._resolve(step.key, step.tags or {})
             self.backend(self._settings.backend_for(spec))
 
     def _resolve(self, step_key: str, tags: Mapping[str, str]) -> ComputeSpec:
@@ -277,7 +277,9 @@ class AIStepHandler(StepHandler):
         if decision.relaunch:
             self._record_relaunch(live, reason, decision.memory_bytes)
             self._event(
-                self._step_context(key), f"Relaunching: {decision.message}", self._history_meta(live)
+                self._step_context(key),
+                f"Relaunching: {decision.message}",
+                self._history_meta(live),
             )
 
     def _record_relaunch(self, live: _Live, reason: str, memory_bytes: int | None) -> None:
@@ -407,7 +409,8 @@ class AIStepHandler(StepHandler):
 
     def _step_context(self, key: str) -> IStepContext:
         assert self._plan_context is not None and self._plan is not None
-        return self._plan_context.for_step(self._plan.get_step_by_key(key))
+        step = self._plan.get_step_by_key(key)
+        return self._plan_context.for_step(step)  # type: ignore[arg-type]
 
     def _event(
         self, step_context: IStepContext, message: str, meta: Mapping[str, Any] | None = None

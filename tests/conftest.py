@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -31,4 +30,3 @@ def test_out(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     out.mkdir()
     monkeypatch.setenv("TEST_OUT", str(out))
     return out
-

@@ -21,14 +21,14 @@ from typing import Protocol, runtime_checkable
 from ..spec import ComputeSpec
 
 
-class StepState(str, enum.Enum):
+class StepState(enum.StrEnum):
     PENDING = "Pending"
     RUNNING = "Running"
     SUCCEEDED = "Succeeded"
     FAILED = "Failed"
 
 
-class FailureReason(str, enum.Enum):
+class FailureReason(enum.StrEnum):
     OOM_KILLED = "OOMKilled"  # memory limit hit; the executor escalates memory
     PREEMPTED = "Preempted"  # capacity reclaimed (priority preemption, spot, SIGTERM from outside)
     EVICTED = "Evicted"  # node pressure / API eviction
@@ -148,4 +148,3 @@ class Backend(Protocol):
 def cpu_quantity(cpu: float) -> str:
     """CPU as a Kubernetes quantity: 2 → "2", 0.5 → "500m"."""
     return str(int(cpu)) if float(cpu).is_integer() else f"{int(round(cpu * 1000))}m"
-

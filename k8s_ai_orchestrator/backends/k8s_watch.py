@@ -142,7 +142,11 @@ class PodWatch:
             self.namespace, label_selector=self._selector, _preload_content=False
         )
         listing = json.loads(response.data)
-        fresh = {p["metadata"]["name"]: p for p in listing.get("items") or ()}
+        fresh = {
+            p["metadata"]["name"]: p
+            for p in listing.get("items") or ()
+            if p.get("kind", "Pod") == "Pod"
+        }
         with self._lock:
             for name, pod in self._pods.items():
                 if name not in fresh:
@@ -182,6 +186,8 @@ class PodWatch:
         version = (pod.get("metadata") or {}).get("resourceVersion")
         if kind == "BOOKMARK":
             return version
+        if pod.get("kind", "Pod") != "Pod":
+            return version  # only pods are watched; tolerate a server that streams more
         name = pod["metadata"]["name"]
         with self._lock:
             if kind == "DELETED":

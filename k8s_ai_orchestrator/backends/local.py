@@ -226,7 +226,9 @@ class LocalBackend:
                 return
             if attempt in self._queue:
                 self._queue.remove(attempt)
-                attempt.status = StepStatus.failed(FailureReason.CANCELLED, "cancelled while queued")
+                attempt.status = StepStatus.failed(
+                    FailureReason.CANCELLED, "cancelled while queued"
+                )
                 return
             attempt.kill_reason = FailureReason.CANCELLED
             attempt.kill_message = "cancelled by the executor"

@@ -37,7 +37,9 @@ def test_example_materializes_every_asset_through_ai_executor(example_env: Path)
         assert result.success
         materialized = {
             r.asset_materialization.asset_key.to_user_string()
-            for r in instance.all_logs(result.run_id, of_type=DagsterEventType.ASSET_MATERIALIZATION)
+            for r in instance.all_logs(
+                result.run_id, of_type=DagsterEventType.ASSET_MATERIALIZATION
+            )
             if r.asset_materialization
         }
         launches = [
@@ -56,13 +58,17 @@ def test_sensor_requests_a_run_when_new_scenes_land(example_env: Path):
 
     with DagsterInstance.ephemeral() as instance:
         empty = new_scenes(build_sensor_context(instance=instance, definitions=defs))
-        assert "no new scenes" in str(empty.skip_message if hasattr(empty, "skip_message") else empty)
+        assert "no new scenes" in str(
+            empty.skip_message if hasattr(empty, "skip_message") else empty
+        )
         drop_scene("north", 7)
         context = build_sensor_context(instance=instance, definitions=defs)
         request = new_scenes(context)
         assert request.run_key == "north-000007.json"
         assert context.cursor == "north-000007.json"
-        again = new_scenes(build_sensor_context(instance=instance, cursor=context.cursor, definitions=defs))
+        again = new_scenes(
+            build_sensor_context(instance=instance, cursor=context.cursor, definitions=defs)
+        )
         assert "no new scenes" in str(getattr(again, "skip_message", again))
 
 

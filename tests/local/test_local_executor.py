@@ -71,9 +71,7 @@ def test_step_allocating_past_its_limit_fails_as_oom_killed(instance, test_out):
     executor = {"local": {"cpus": 2}, "oom_escalation": {"max_attempts": 1}}
     result = run(instance, "oom", executor)
     assert not result.success
-    failure = next(
-        e for e in result.all_events if e.event_type == DagsterEventType.STEP_FAILURE
-    )
+    failure = next(e for e in result.all_events if e.event_type == DagsterEventType.STEP_FAILURE)
     message = failure.step_failure_data.error.message
     assert "OOMKilled" in message
     assert "256Mi" in message and "hog_600mi" in message

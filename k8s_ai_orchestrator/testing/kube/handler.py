@@ -99,11 +99,7 @@ class ApiHandler(BaseHTTPRequestHandler):
             if rule.kind == "slow":
                 time.sleep(rule.seconds)
             elif rule.kind == "reset":
-                self.close_connection = True
-                try:
-                    self.connection.shutdown(socket.SHUT_RDWR)
-                except OSError:
-                    pass
+                self._drop()
                 return True
             elif rule.kind == "error":
                 reason = _REASONS.get(rule.status, "InternalError")
@@ -239,9 +235,19 @@ class ApiHandler(BaseHTTPRequestHandler):
         try:
             for event in events:
                 self._chunk(json.dumps(event).encode() + b"\n")
-            self._end_chunks()
+            if self.api_server.stopping.is_set():
+                self._drop()  # a server going away does not end its streams cleanly
+            else:
+                self._end_chunks()
         except (BrokenPipeError, ConnectionResetError, OSError):
             self.close_connection = True
+
+    def _drop(self) -> None:
+        self.close_connection = True
+        try:
+            self.connection.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
 
     def _log(self, route: Route, params: dict) -> None:
         from .logs import stream_log
