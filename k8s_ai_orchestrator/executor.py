@@ -14,8 +14,8 @@ Example:
 from __future__ import annotations
 
 import time
-from typing import Any
 from collections.abc import Iterator, Sequence
+from typing import Any
 
 from dagster import Array, Field, Float, Int, Noneable, Permissive, Shape, String, executor
 from dagster._core.definitions.executor_definition import multiple_process_executor_requirements
