@@ -80,3 +80,48 @@ def test_nightly_schedule_requests_a_vegetation_risk_run(example_env: Path):
     assert nightly_vegetation_risk.cron_schedule == "0 2 * * *"
     assert nightly_vegetation_risk.job_name == "vegetation_risk"
     assert os.environ["VEGETATION_INBOX"]
+
+
+def test_preempted_mosaic_resumes_from_its_checkpoint_without_redoing_work(
+    example_env: Path, monkeypatch: pytest.MonkeyPatch
+):
+    import signal
+    import threading
+    import time
+
+    marker = example_env / "preempt-me"
+    monkeypatch.setenv("VEGETATION_PREEMPT_AT", "16")
+    monkeypatch.setenv("VEGETATION_PREEMPT_MARKER", str(marker))
+
+    def preempt_from_outside() -> None:
+        deadline = time.monotonic() + 120
+        while not marker.exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        os.kill(int(marker.read_text()), signal.SIGTERM)
+
+    killer = threading.Thread(target=preempt_from_outside, daemon=True)
+    killer.start()
+    repo = ReconstructableRepository.for_module(
+        "example_project.definitions", "defs", working_directory=str(ROOT)
+    )
+    with DagsterInstance.get() as instance:
+        result = execute_job(repo.get_reconstructable_job("vegetation_risk"), instance=instance)
+        killer.join(timeout=5)
+        assert result.success
+        messages = [
+            r.dagster_event.message or ""
+            for r in instance.all_logs(result.run_id, of_type=DagsterEventType.ENGINE_EVENT)
+            if r.dagster_event and r.dagster_event.step_key == "mosaic"
+        ]
+        mosaic = next(
+            r.asset_materialization
+            for r in instance.all_logs(
+                result.run_id, of_type=DagsterEventType.ASSET_MATERIALIZATION
+            )
+            if r.asset_materialization and r.asset_materialization.asset_key.path == ["mosaic"]
+        )
+    assert any("'mosaic' was Preempted; relaunching at the same size" in m for m in messages)
+    meta = {k: v.value for k, v in mosaic.metadata.items()}
+    # SIGTERM made due() true at unit 16, so the step saved 16 or 17 units before exiting
+    assert meta["resumed_progress"] in (16, 17)
+    assert meta["units_redone_avoided"] == meta["resumed_progress"]

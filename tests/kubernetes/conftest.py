@@ -6,7 +6,13 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from k8s_support import TENANTS, FakeClock, install_priority_classes, tenant_config
+from k8s_support import (
+    TENANTS,
+    FakeClock,
+    install_priority_classes,
+    sync_nodes_from_host,
+    tenant_config,
+)
 
 from k8s_ai_orchestrator.backends.kubernetes import KubernetesBackend, KubernetesConfig
 
@@ -21,6 +27,7 @@ def emulator() -> Iterator[Any]:
     with kube.KubeEmulator(nodes=nodes, tenants=list(TENANTS), tls=False, workdir=None) as emu:
         for tenant in TENANTS:
             install_priority_classes(emu.tenant(tenant).api_client())
+            sync_nodes_from_host(emu, tenant)
         yield emu
 
 

@@ -32,6 +32,8 @@ def test_two_node_gang_asset_is_materialized_on_slurm_by_ai_executor(
         raise_on_error=False,
     ) as result:
         assert result.success, [e.message for e in result.all_events if e.is_failure]
+        print("EVENTS", [(e.event_type_value, e.message) for e in result.all_events])
+        import subprocess; print(subprocess.run(["bash", "-c", f"cat {cluster.workdir}/*/*/*.log"], capture_output=True, text=True).stdout)
         assert result.output_for_node("gang_model")["RANK"] == "0"
 
     ranks = [json.loads((test_out / f"rank-{r}.json").read_text()) for r in (0, 1)]

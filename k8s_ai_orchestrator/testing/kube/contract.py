@@ -1,0 +1,246 @@
+"""Behaviour contract shared by the emulator and real clusters.
+
+Each check takes a `ContractTarget` (an API client, a namespace to work in, and how to run
+Python in a container) and asserts what the Kubernetes backend relies on. The same checks run
+against the emulator in the test suite and against a real cluster when `KUBECONFIG` and
+`K8S_AI_CONTRACT=1` are set, which is how the emulator's fidelity is kept honest.
+
+Example:
+    >>> [check.__name__ for check in CHECKS][:2]
+    ['check_pod_runs_and_logs', 'check_objects_deserialize_strictly']
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from kubernetes import client, watch
+
+from .schema import unknown_fields
+
+Predicate = Callable[[], Any]
+
+
+@dataclass(frozen=True)
+class ContractTarget:
+    """Where the contract runs."""
+
+    api_client: client.ApiClient
+    namespace: str  # an existing namespace the checks may fill and leave dirty
+    python: tuple[str, ...] = ("python",)  # argv prefix that runs Python in the container
+    image: str = "python:3.12-slim"  # an image that has that Python
+    timeout: float = 120.0  # seconds a single wait may take
+
+    def core(self) -> client.CoreV1Api:
+        return client.CoreV1Api(self.api_client)
+
+    def batch(self) -> client.BatchV1Api:
+        return client.BatchV1Api(self.api_client)
+
+    def wait(self, predicate: Predicate) -> Any:
+        deadline = time.monotonic() + self.timeout
+        while True:
+            result = predicate()
+            if result:
+                return result
+            if time.monotonic() > deadline:
+                raise AssertionError(f"timed out waiting for {predicate}")
+            time.sleep(0.1)
+
+    def container(self, code: str, memory: str | None = None) -> client.V1Container:
+        limits = {"memory": memory} if memory else None
+        return client.V1Container(
+            name="main",
+            image=self.image,
+            command=[*self.python, "-c", code],
+            resources=client.V1ResourceRequirements(limits=limits, requests=limits),
+        )
+
+    def pod(self, name: str, code: str, memory: str | None = None) -> client.V1Pod:
+        spec = client.V1PodSpec(containers=[self.container(code, memory)], restart_policy="Never")
+        return client.V1Pod(metadata=client.V1ObjectMeta(name=name), spec=spec)
+
+    def job(self, name: str, code: str, **spec: Any) -> client.V1Job:
+        pod_spec = client.V1PodSpec(containers=[self.container(code)], restart_policy="Never")
+        template = client.V1PodTemplateSpec(spec=pod_spec)
+        return client.V1Job(
+            metadata=client.V1ObjectMeta(name=name),
+            spec=client.V1JobSpec(template=template, **spec),
+        )
+
+
+class _RawResponse:
+    def __init__(self, data: Any) -> None:
+        self.data = json.dumps(data)
+
+
+def assert_strict(api_client: client.ApiClient, raw: dict[str, Any], model: str) -> Any:
+    """`raw` has no field the client's model lacks and deserializes with validation on."""
+    unknown = unknown_fields(raw, model)
+    assert not unknown, f"{model}: fields unknown to the client: {unknown}"
+    return api_client.deserialize(_RawResponse(raw), model)
+
+
+def _raw_get(target: ContractTarget, path: str) -> dict[str, Any]:
+    response = target.api_client.call_api(
+        path, "GET", auth_settings=["BearerToken"], _preload_content=False
+    )
+    return dict(json.loads(response.data))
+
+
+def _phase(target: ContractTarget, name: str) -> str:
+    return str(target.core().read_namespaced_pod(name, target.namespace).status.phase)
+
+
+def _terminated(pod: client.V1Pod) -> Any:
+    return pod.status.container_statuses[0].state.terminated
+
+
+def check_pod_runs_and_logs(target: ContractTarget) -> None:
+    """A pod runs its command to Succeeded; the log holds its output; exit 0 is Completed."""
+    core, ns = target.core(), target.namespace
+    core.create_namespaced_pod(ns, target.pod("contract-hello", "print('hello contract')"))
+    target.wait(lambda: _phase(target, "contract-hello") in ("Succeeded", "Failed"))
+    pod = core.read_namespaced_pod("contract-hello", ns)
+    assert pod.status.phase == "Succeeded"
+    assert (_terminated(pod).exit_code, _terminated(pod).reason) == (0, "Completed")
+    log = core.read_namespaced_pod_log("contract-hello", ns, _preload_content=False)
+    assert log.data.decode() == "hello contract\n"
+
+
+def check_objects_deserialize_strictly(target: ContractTarget) -> None:
+    """Pods, jobs, events and lists carry only fields the client's models declare."""
+    core, ns = target.core(), target.namespace
+    core.create_namespaced_pod(ns, target.pod("contract-strict", "print(1)"))
+    target.batch().create_namespaced_job(ns, target.job("contract-strict-job", "print(2)"))
+    target.wait(lambda: _phase(target, "contract-strict") in ("Succeeded", "Failed"))
+    api = target.api_client
+    assert_strict(api, _raw_get(target, f"/api/v1/namespaces/{ns}/pods/contract-strict"), "V1Pod")
+    assert_strict(api, _raw_get(target, f"/api/v1/namespaces/{ns}/pods"), "V1PodList")
+    assert_strict(api, _raw_get(target, f"/api/v1/namespaces/{ns}/events"), "CoreV1EventList")
+    jobs = f"/apis/batch/v1/namespaces/{ns}/jobs"
+    assert_strict(api, _raw_get(target, f"{jobs}/contract-strict-job"), "V1Job")
+    assert_strict(api, _raw_get(target, f"/api/v1/namespaces/{ns}"), "V1Namespace")
+
+
+def _conditions(job: client.V1Job) -> list[tuple[str, str | None]]:
+    return [(c.type, c.reason) for c in job.status.conditions or [] if c.status == "True"]
+
+
+def _finished(target: ContractTarget, name: str) -> client.V1Job | None:
+    job = target.batch().read_namespaced_job_status(name, target.namespace)
+    types = {c for c, _ in _conditions(job)}
+    return job if types & {"Complete", "Failed"} else None
+
+
+def check_job_success_conditions(target: ContractTarget) -> None:
+    """A Job that succeeds gets SuccessCriteriaMet, then Complete; its pods are labelled."""
+    target.batch().create_namespaced_job(target.namespace, target.job("contract-ok", "print('ok')"))
+    job = target.wait(lambda: _finished(target, "contract-ok"))
+    assert [c for c, _ in _conditions(job)] == ["SuccessCriteriaMet", "Complete"]
+    assert job.status.succeeded == 1 and job.status.completion_time is not None
+    pods = target.core().list_namespaced_pod(target.namespace, label_selector="job-name=contract-ok")
+    labels = pods.items[0].metadata.labels
+    assert labels["batch.kubernetes.io/job-name"] == "contract-ok"
+    assert labels["controller-uid"] == job.metadata.uid
+
+
+def check_job_pod_failure_policy(target: ContractTarget) -> None:
+    """A FailJob rule on exit code 42 fails the Job with FailureTarget, then Failed."""
+    rule = client.V1PodFailurePolicyRule(
+        action="FailJob",
+        on_exit_codes=client.V1PodFailurePolicyOnExitCodesRequirement(operator="In", values=[42]),
+    )
+    body = target.job("contract-fatal", "raise SystemExit(42)", backoff_limit=3,
+                      pod_failure_policy=client.V1PodFailurePolicy(rules=[rule]))  # fmt: skip
+    target.batch().create_namespaced_job(target.namespace, body)
+    job = target.wait(lambda: _finished(target, "contract-fatal"))
+    assert [c for c, _ in _conditions(job)] == ["FailureTarget", "Failed"]
+    assert dict(_conditions(job))["Failed"] == "PodFailurePolicy"
+
+
+def check_oom_kill(target: ContractTarget) -> None:
+    """A container growing past a 256Mi limit is OOMKilled with exit code 137."""
+    grow = "chunks = []\nwhile True:\n    chunks.append(b'x' * (16 * 1024 * 1024))\n"
+    target.core().create_namespaced_pod(target.namespace, target.pod("contract-oom", grow, "256Mi"))
+    target.wait(lambda: _phase(target, "contract-oom") == "Failed")
+    state = _terminated(target.core().read_namespaced_pod("contract-oom", target.namespace))
+    assert (state.reason, state.exit_code) == ("OOMKilled", 137)
+
+
+def check_watch_resume_and_expiry(target: ContractTarget) -> None:
+    """A watch resumes from a list's resourceVersion; an ancient one ends with 410 Expired."""
+    core, ns = target.core(), target.namespace
+    start = core.list_namespaced_config_map(ns).metadata.resource_version
+    body = client.V1ConfigMap(metadata=client.V1ObjectMeta(name="contract-watched"))
+    core.create_namespaced_config_map(ns, body)
+    stream = watch.Watch().stream(core.list_namespaced_config_map, ns, resource_version=start,
+                                  timeout_seconds=2)  # fmt: skip
+    seen = [(e["type"], e["object"].metadata.name) for e in stream]
+    assert ("ADDED", "contract-watched") in seen
+    try:
+        list(watch.Watch().stream(core.list_namespaced_config_map, ns, resource_version="1",
+                                  timeout_seconds=2))  # fmt: skip
+    except client.ApiException as error:
+        assert error.status == 410
+    else:
+        raise AssertionError("a watch from resourceVersion 1 did not expire")
+
+
+def _status_of(call: Callable[[], Any]) -> tuple[int, str]:
+    try:
+        call()
+    except client.ApiException as error:
+        return error.status, json.loads(error.body).get("message", "")
+    raise AssertionError("the request was accepted")
+
+
+def check_bad_input_answers(target: ContractTarget) -> None:
+    """Strict unknown fields: 400; no containers or a non-DNS name: 422; bad selector: 400."""
+    core, ns = target.core(), target.namespace
+    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "contract-strict-fields"},
+           "spec": {"foo": 1, "containers": [{"name": "c", "image": target.image}]}}  # fmt: skip
+    code, message = _status_of(
+        lambda: core.create_namespaced_pod(ns, pod, field_validation="Strict")
+    )
+    assert code == 400 and 'unknown field "spec.foo"' in message
+    empty = client.V1Pod(metadata=client.V1ObjectMeta(name="contract-empty"),
+                         spec=client.V1PodSpec(containers=[]))  # fmt: skip
+    assert _status_of(lambda: core.create_namespaced_pod(ns, empty))[0] == 422
+    bad_name = target.pod("Contract_Bad", "pass")
+    assert _status_of(lambda: core.create_namespaced_pod(ns, bad_name))[0] == 422
+    code, message = _status_of(lambda: core.list_namespaced_pod(ns, field_selector="spec.foo=x"))
+    assert code == 400 and "field label not supported" in message
+
+
+def check_unschedulable_pod_is_explained(target: ContractTarget) -> None:
+    """A pod asking for 10000 CPUs stays Pending with a FailedScheduling 'Insufficient cpu'."""
+    core, ns = target.core(), target.namespace
+    pod = target.pod("contract-huge", "pass")
+    pod.spec.containers[0].resources = client.V1ResourceRequirements(requests={"cpu": "10000"})
+    core.create_namespaced_pod(ns, pod)
+
+    def explained() -> list[str]:
+        events = core.list_namespaced_event(ns, field_selector="involvedObject.name=contract-huge")
+        return [e.message for e in events.items if e.reason == "FailedScheduling"]
+
+    message = target.wait(explained)[0]
+    assert message.startswith("0/") and "Insufficient cpu" in message
+    assert _phase(target, "contract-huge") == "Pending"
+    core.delete_namespaced_pod("contract-huge", ns, grace_period_seconds=0)
+
+
+CHECKS: tuple[Callable[[ContractTarget], None], ...] = (
+    check_pod_runs_and_logs,
+    check_objects_deserialize_strictly,
+    check_job_success_conditions,
+    check_job_pod_failure_policy,
+    check_oom_kill,
+    check_watch_resume_and_expiry,
+    check_bad_input_answers,
+    check_unschedulable_pod_is_explained,
+)
