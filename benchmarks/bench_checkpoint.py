@@ -1,6 +1,7 @@
 """Checkpoint benchmarks: throughput against raw file I/O, and work saved on preemption.
 
-Run: `python -m benchmarks.bench_checkpoint [--gib 1] [--repeats 2] [--unit-ms 20]`.
+Run: `python -m benchmarks.bench_checkpoint [--gib 1] [--repeats 2] [--unit-ms 20]`
+(`--gib 0` skips the throughput part, `--recovery-repeats 0` the recovery part).
 
 1. Throughput: save + load of a `--gib` GiB state on `file://` — a pyarrow Table and raw
    bytes — against writing the same bytes to one file with fsync and reading them back, in
@@ -46,8 +47,9 @@ def raw_round_trip(path: Path, data: bytes) -> float:
         with open(path, "wb", buffering=0) as f:
             f.write(data)
             os.fsync(f.fileno())
-        with open(path, "rb") as f:
-            assert len(f.read()) == len(data)
+        into = bytearray(len(data))
+        with open(path, "rb", buffering=0) as f:
+            assert f.readinto(into) == len(data)
 
     seconds = timed(write_and_read)
     path.unlink()
@@ -157,37 +159,39 @@ def attempt_in_child(store: CheckpointStore, key: str, unit_s: float, sigterm_at
     return attempt
 
 
-def median_scenario(
-    store: CheckpointStore, key: str, unit_s: float, repeats: int, **preempt: int | None
-) -> Attempt:
-    runs = [scenario(store, key, unit_s, **preempt) for _ in range(repeats)]
-    return sorted(runs, key=lambda a: a.seconds)[len(runs) // 2]
+CASES: list[tuple[str, dict[str, int | None]]] = [
+    ("undisturbed", dict(kill_at=None, sigterm_at=None)),
+    ("no checkpoints, killed in unit 45", {}),
+    ("checkpoints, killed in unit 45", dict(kill_at=PREEMPT_AT, sigterm_at=None)),
+    ("checkpoints, killed in unit 44 (worst)", dict(kill_at=44, sigterm_at=None)),
+    ("checkpoints, SIGTERM in unit 45", dict(kill_at=None, sigterm_at=PREEMPT_AT)),
+]
+
+
+def run_case(store: CheckpointStore, name: str, unit_s: float, **preempt: int | None) -> Attempt:
+    if not preempt:
+        return scenario_without_checkpoints(unit_s, PREEMPT_AT)
+    return scenario(store, name.replace(" ", "-"), unit_s, **preempt)
 
 
 def bench_recovery(workdir: Path, unit_s: float, repeats: int) -> None:
     os.sync()
     store = CheckpointStore(root=f"file://{workdir}/rec", interval_s=3600, handle_signals=False)
     scenario(store, "warm-up", unit_s, kill_at=None, sigterm_at=None)
+    store.open("probe").save({"next": PREEMPT_AT}, progress=PREEMPT_AT)
     relaunch_s = statistics.median(timed(lambda: store.open("probe").load()) for _ in range(5))
-    undisturbed = median_scenario(store, "undisturbed", unit_s, repeats, kill_at=None,
-                                  sigterm_at=None)  # fmt: skip
+    runs: dict[str, list[Attempt]] = {name: [] for name, _ in CASES}
+    for _ in range(repeats):  # interleaved, so drift in machine load hits every case alike
+        for name, preempt in CASES:
+            runs[name].append(run_case(store, name, unit_s, **preempt))
+    median = {n: sorted(r, key=lambda a: a.seconds)[len(r) // 2] for n, r in runs.items()}
+    baseline = median["undisturbed"].seconds + relaunch_s
     print(f"\n== recovery: {UNITS} units of {unit_s * 1000:.0f} ms, checkpoint every {EVERY}, "
           f"preempted at unit {PREEMPT_AT}, median of {repeats} ==")  # fmt: skip
-    print(f"undisturbed run {undisturbed.seconds:.2f} s; one relaunch (fresh handle + load) "
-          f"{relaunch_s * 1000:.1f} ms")  # fmt: skip
-    baseline = undisturbed.seconds + relaunch_s
-    cases: list[tuple[str, dict[str, int | None]]] = [
-        ("no checkpoints, killed in unit 45", {}),
-        ("checkpoints, killed in unit 45", dict(kill_at=PREEMPT_AT, sigterm_at=None)),
-        ("checkpoints, killed in unit 44 (worst)", dict(kill_at=44, sigterm_at=None)),
-        ("checkpoints, SIGTERM in unit 45", dict(kill_at=None, sigterm_at=PREEMPT_AT)),
-    ]
-    for name, preempt in cases:
-        if not preempt:
-            result = scenario_without_checkpoints(unit_s, PREEMPT_AT)
-        else:
-            key = name.replace(" ", "-")
-            result = median_scenario(store, key, unit_s, repeats, **preempt)
+    print(f"undisturbed run {median['undisturbed'].seconds:.2f} s; one relaunch (fresh handle + "
+          f"load) {relaunch_s * 1000:.2f} ms")  # fmt: skip
+    for name, _ in CASES[1:]:
+        result = median[name]
         redone = len(result.units_started) - UNITS
         print(
             f"{name:<40} units redone {redone:3d}   total {result.seconds:5.2f} s   "
@@ -214,12 +218,15 @@ def main() -> None:
     parser.add_argument("--gib", type=float, default=1.0, help="state size for throughput")
     parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--unit-ms", type=float, default=20.0)
+    parser.add_argument("--recovery-repeats", type=int, default=5)
     parser.add_argument("--dir", default=None, help="scratch folder (default: a temp folder)")
     args = parser.parse_args()
     workdir = Path(tempfile.mkdtemp(prefix="bench-ckpt-", dir=args.dir))
     try:
-        bench_throughput(workdir, args.gib, args.repeats)
-        bench_recovery(workdir, args.unit_ms / 1000, max(args.repeats, 3))
+        if args.gib > 0:
+            bench_throughput(workdir, args.gib, args.repeats)
+        if args.recovery_repeats > 0:
+            bench_recovery(workdir, args.unit_ms / 1000, args.recovery_repeats)
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
 

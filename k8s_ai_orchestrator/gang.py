@@ -11,7 +11,8 @@ a module the step can import (not in `__main__`, not a lambda or closure).
 
 Example:
     >>> from dagster import asset
-    >>> from k8s_ai_orchestrator import Gang, compute
+    >>> from k8s_ai_orchestrator import compute
+    >>> from k8s_ai_orchestrator.gang import Gang
     >>> def train_rank(epochs):  # at module level
     ...     import os
     ...     return int(os.environ["WORLD_SIZE"])

@@ -59,21 +59,18 @@ def two_ranks(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("K8S_AI_TASKS_PER_NODE", "1")
 
 
-def test_each_rank_sees_its_rank_node_rank_and_the_shared_master(
+def test_each_rank_sees_its_rank_and_node_rank_and_rank_zero_result_is_returned(
     two_nodes_two_tasks: None, tmp_path: Path
 ) -> None:
-    Gang().run(record_rank_env, str(tmp_path))
+    result = Gang().run(record_rank_env, str(tmp_path))
 
+    assert result == "result of rank 0"
     ranks = [json.loads((tmp_path / f"rank-{r}.json").read_text()) for r in range(4)]
     assert [r["RANK"] for r in ranks] == ["0", "1", "2", "3"]
     assert {r["WORLD_SIZE"] for r in ranks} == {"4"}
     assert [r["LOCAL_RANK"] for r in ranks] == ["0", "1", "0", "1"]
     assert [r["NODE_RANK"] for r in ranks] == ["0", "0", "1", "1"]
     assert len({(r["MASTER_ADDR"], r["MASTER_PORT"]) for r in ranks}) == 1
-
-
-def test_run_returns_the_result_of_rank_zero(two_nodes_two_tasks: None, tmp_path: Path) -> None:
-    assert Gang().run(record_rank_env, str(tmp_path)) == "result of rank 0"
 
 
 def test_a_failing_rank_fails_the_gang_with_its_traceback(two_ranks: None) -> None:

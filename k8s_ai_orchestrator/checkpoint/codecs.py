@@ -51,14 +51,17 @@ def encode(state: object) -> tuple[str, str, Producer]:
     )
 
 
-def decode(kind: str, buffer: pa.Buffer) -> State:
-    """Turn a verified data file back into the state that was saved."""
-    if kind == "arrow":
-        with pa.ipc.open_stream(buffer) as reader:
-            return reader.read_all()
+def decode_table(buffer: pa.Buffer) -> pa.Table:
+    """Read an Arrow IPC stream without copying its buffers."""
+    with pa.ipc.open_stream(buffer) as reader:
+        return reader.read_all()
+
+
+def decode(kind: str, data: bytes) -> State:
+    """Turn a verified `bytes` or `json` data file back into the state that was saved."""
     if kind == "bytes":
-        return buffer.to_pybytes()
-    value = json.loads(buffer.to_pybytes())
+        return data
+    value = json.loads(data)
     if not isinstance(value, dict):
         raise ValueError(f"JSON state is a {type(value).__name__}, not an object")
     return value

@@ -35,7 +35,7 @@ import pyarrow as pa
 from dagster import Failure
 
 from ..errors import CheckpointError
-from .codecs import State, decode, encode
+from .codecs import State, decode, decode_table, encode
 from .keys import CheckpointKey
 from .manifest import Commit, CommitFile, Manifest, parse_manifest
 from .signals import PreemptionWatch
@@ -319,7 +319,9 @@ class CheckpointHandle:
     def _read_state(self, commit: Commit) -> State:
         if len(commit.files) != 1:
             raise ValueError(f"a {commit.kind} commit has {len(commit.files)} files, not 1")
-        return decode(commit.kind, self._folder.read_buffer(commit.files[0]))
+        if commit.kind == "arrow":
+            return decode_table(self._folder.read_buffer(commit.files[0]))
+        return decode(commit.kind, self._folder.read_bytes(commit.files[0]))
 
     def _restore_into(self, commit: Commit, target: Path) -> None:
         prefix = f"data/{commit.id}/dir/"

@@ -73,10 +73,16 @@ class CheckpointStore(ConfigurableResource):  # type: ignore[misc]
 
     _fs: AbstractFileSystem | None = PrivateAttr(default=None)
     _base: str = PrivateAttr(default="")
+    _handles: list[CheckpointHandle] = PrivateAttr(default_factory=list)
 
     def setup_for_execution(self, context: InitResourceContext) -> None:
         """Check the root before any step runs: bad protocol or unwritable root fail here."""
         self._filesystem()
+
+    def teardown_after_execution(self, context: InitResourceContext) -> None:
+        """Close handles the step left open, giving back their signal handlers (no clearing)."""
+        while self._handles:
+            self._handles.pop().close()
 
     def open(
         self,
@@ -113,7 +119,7 @@ class CheckpointStore(ConfigurableResource):  # type: ignore[misc]
             run_id=run_id,
         )
         folder = KeyFolder(fs, f"{base}/{key.relative_path()}")
-        return CheckpointHandle(
+        handle = CheckpointHandle(
             folder,
             key,
             settings,
@@ -122,6 +128,9 @@ class CheckpointStore(ConfigurableResource):  # type: ignore[misc]
             install_signals=self.handle_signals,
             clock=clock,
         )
+        if not isinstance(context_or_key, str):
+            self._handles.append(handle)
+        return handle
 
     def _filesystem(self) -> tuple[AbstractFileSystem, str]:
         if self._fs is None:

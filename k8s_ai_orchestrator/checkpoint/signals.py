@@ -46,14 +46,16 @@ class PreemptionWatch:
             self._received = signum
 
     def acquire(self) -> bool:
-        """Install the handlers (first user, main thread only); False when they could not be."""
+        """Install the handlers unless they are in place; False outside the main thread."""
         if threading.current_thread() is not threading.main_thread():
             return False
         with self._lock:
             self._users += 1
-            if self._users == 1:
-                for sig in PREEMPTION_SIGNALS:
-                    self._previous[sig] = signal.signal(sig, self._handle)
+            for sig in PREEMPTION_SIGNALS:
+                current = signal.getsignal(sig)
+                if current != self._handle:  # first user, or someone replaced ours since
+                    self._previous[sig] = current
+                    signal.signal(sig, self._handle)
         return True
 
     def release(self) -> None:

@@ -16,6 +16,7 @@ import hashlib
 import os
 import uuid
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from typing import IO, Any
 
@@ -26,21 +27,34 @@ from fsspec.implementations.local import LocalFileSystem
 from .manifest import CommitFile
 
 CHUNK = 8 << 20
+OVERLAP_MIN = 4 * CHUNK  # from a write this large on, hashing runs in a helper thread
 MANIFEST = "manifest.json"
 
 
 class HashingSink:
-    """A write-only file object that hashes what passes through it (pyarrow writes here)."""
+    """A write-only file object that hashes what passes through it (pyarrow writes here).
+
+    Once a large write arrives, hashing moves to a helper thread fed in order, so it overlaps
+    the remaining writes and the final fsync. Every queued piece is an immutable object kept
+    alive by its memoryview (bytes, or an Arrow buffer of the table being saved); call
+    `finish()` before trusting `hexdigest()`.
+    """
 
     def __init__(self, raw: IO[bytes]) -> None:
         self._raw = raw
         self._hash = hashlib.sha256()
+        self._hasher: ThreadPoolExecutor | None = None
         self.size = 0
         self.closed = False
 
     def write(self, data: Any) -> int:
         view = memoryview(data).cast("B")
-        self._hash.update(view)
+        if self._hasher is None and len(view) >= OVERLAP_MIN:
+            self._hasher = ThreadPoolExecutor(1, thread_name_prefix="checkpoint-sha256")
+        if self._hasher is None:
+            self._hash.update(view)
+        else:
+            self._hasher.submit(self._hash.update, view if len(view) >= CHUNK else bytes(view))
         done = 0
         while done < len(view):
             written = self._raw.write(view[done:])
@@ -59,6 +73,12 @@ class HashingSink:
 
     def close(self) -> None:
         self.closed = True
+
+    def finish(self) -> None:
+        """Wait until everything written has been hashed."""
+        if self._hasher is not None:
+            self._hasher.shutdown(wait=True)
+            self._hasher = None
 
     def hexdigest(self) -> str:
         return self._hash.hexdigest()
@@ -81,21 +101,38 @@ class KeyFolder:
 
     def write_file(self, rel: str, produce: Callable[[HashingSink], object]) -> CommitFile:
         """Create `rel` with what `produce` writes into the sink; durable once this returns."""
-        with self._open_write(self.path(rel)) as raw:
-            sink = HashingSink(raw)
-            produce(sink)
-            sink.flush()
-        return CommitFile(rel, sink.size, sink.hexdigest())
+        sinks: list[HashingSink] = []
+        try:
+            with self._open_write(self.path(rel)) as raw:
+                sinks.append(HashingSink(raw))
+                produce(sinks[0])
+                sinks[0].flush()
+            # the file is fsync'ed by now; hashing ran alongside the writes and the fsync
+        finally:
+            for sink in sinks:
+                sink.finish()
+        return CommitFile(rel, sinks[0].size, sinks[0].hexdigest())
 
     def read_buffer(self, cf: CommitFile) -> pa.Buffer:
         """Whole file as a pyarrow buffer (memory-mapped on local disks), checksum verified."""
-        path = self.path(cf.path)
-        if self.local:
-            buffer = pa.memory_map(path, "r").read_buffer()
-        else:
-            buffer = pa.py_buffer(self.fs.cat_file(path))
+        buffer = self._map(cf)
         _verify(cf, buffer.size, hashlib.sha256(memoryview(buffer)).hexdigest())
         return buffer
+
+    def read_bytes(self, cf: CommitFile) -> bytes:
+        """Whole file as bytes, checksum verified; hashing overlaps the copy out of the map."""
+        buffer = self._map(cf)
+        with ThreadPoolExecutor(1, thread_name_prefix="checkpoint-sha256") as hasher:
+            digest = hasher.submit(lambda: hashlib.sha256(memoryview(buffer)).hexdigest())
+            data = buffer.to_pybytes()
+            _verify(cf, len(data), digest.result())
+        return data
+
+    def _map(self, cf: CommitFile) -> pa.Buffer:
+        path = self.path(cf.path)
+        if self.local:
+            return pa.memory_map(path, "r").read_buffer()
+        return pa.py_buffer(self.fs.cat_file(path))
 
     def download_verified(self, cf: CommitFile, local_path: str) -> None:
         """Copy one data file to a local path, checking size and checksum as it streams."""

@@ -160,12 +160,10 @@ class LocalSlurmCluster:
         """Kill every daemon and job process (one PID namespace) and remove the directory."""
         proc, self._supervisor = self._supervisor, None
         if proc is not None and proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGTERM)
-            try:
-                proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait(timeout=10)
+            # unshare --kill-child: when unshare dies, the namespace's init and with it every
+            # daemon and job process is killed by the kernel.
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(timeout=30)
         if self._own_root:
             shutil.rmtree(self.root, ignore_errors=True)
 
@@ -260,7 +258,7 @@ class LocalSlurmCluster:
             "SlurmdUser=root",
             "AuthType=auth/munge",
             "CredType=cred/munge",
-            f"AuthInfo=socket={r}/munge/munge.sock,cred_expire=10",
+            f"AuthInfo=socket={r}/munge/munge.sock,cred_expire=5",
             "AuthAltTypes=auth/jwt",
             f"AuthAltParameters=jwt_key={r}/etc/jwt.key",
             f"StateSaveLocation={r}/state",

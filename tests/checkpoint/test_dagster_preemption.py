@@ -14,7 +14,6 @@ import subprocess
 import sys
 import time
 from collections import Counter
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -35,7 +34,6 @@ def env_for(tmp_path: Path) -> dict[str, str]:
         **os.environ,
         "MOSAIC_ROOT": f"file://{tmp_path}/ckpt",
         "MOSAIC_PROGRESS_LOG": str(tmp_path / "progress.log"),
-        "DAGSTER_HOME": str(tmp_path / "home"),
     }
 
 
@@ -79,14 +77,6 @@ def test_a_sigtermed_materialization_saves_and_the_rerun_resumes(tmp_path: Path)
     assert metadata["resumed_progress"] >= stopped_at - UNITS_PER_INTERVAL
     assert metadata["resumed_from_checkpoint"]
     assert_every_unit_done_with_little_redone(tmp_path)
-
-
-@pytest.fixture
-def instance(tmp_path: Path) -> Iterator[DagsterInstance]:
-    home = tmp_path / "home"
-    home.mkdir()
-    with DagsterInstance.local_temp(str(home)) as instance:
-        yield instance
 
 
 def new_step_command(instance: DagsterInstance) -> tuple[str, list[str]]:

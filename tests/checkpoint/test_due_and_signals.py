@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import signal
 import subprocess
 import threading
@@ -109,3 +110,17 @@ def test_a_second_sigterm_falls_through_to_the_previous_handler(tmp_path: Path) 
     )
     assert done.returncode == -signal.SIGTERM
     assert "saved" not in done.stdout
+
+
+def test_every_step_of_an_in_process_run_gets_the_save_then_exit_contract(tmp_path: Path) -> None:
+    root = f"file://{tmp_path}/ckpt"
+    done = subprocess.run(
+        [*program("two_assets.py"), root], capture_output=True, text=True, timeout=90
+    )
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout.splitlines()[-1])
+    assert report == {
+        "failed_step": "second",
+        "error_class": "Preempted",
+        "sigusr2_given_back": True,
+    }

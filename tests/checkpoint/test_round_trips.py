@@ -143,3 +143,10 @@ def test_without_clear_on_success_checkpoints_outlive_the_step(store: Checkpoint
     with store.open("tiles") as ckpt:
         ckpt.save({"a": 1})
     assert store.open("tiles").load() == {"a": 1}
+
+
+@pytest.mark.parametrize("empty", [b"", {}, pa.table({"x": pa.array([], pa.int64())})])
+def test_empty_states_round_trip(store: CheckpointStore, empty: object) -> None:
+    store.open("empty").save(empty)  # type: ignore[arg-type]
+    loaded = store.open("empty").load()
+    assert loaded.equals(empty) if isinstance(empty, pa.Table) else loaded == empty

@@ -20,8 +20,10 @@ ENABLED = os.environ.get("K8S_AI_CONTRACT") == "1" and bool(os.environ.get("KUBE
 pytestmark = [
     pytest.mark.contract,
     pytest.mark.timeout(600),
-    pytest.mark.skipif(not ENABLED, reason="set KUBECONFIG and K8S_AI_CONTRACT=1 to run the "
-                       "contract against a real cluster"),  # fmt: skip
+    pytest.mark.skipif(
+        not ENABLED,
+        reason="set KUBECONFIG and K8S_AI_CONTRACT=1 to run the contract against a real cluster",
+    ),
 ]
 
 

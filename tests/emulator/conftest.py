@@ -22,6 +22,7 @@ NODES = [
 def emu() -> Iterator[KubeEmulator]:
     with KubeEmulator(nodes=NODES, tenants=["team-a", "team-b"]) as emulator:
         yield emulator
+        assert not emulator.controller_errors, emulator.controller_errors[0]
 
 
 @pytest.fixture(scope="module")

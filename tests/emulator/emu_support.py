@@ -43,7 +43,9 @@ def python_pod(
 
 def python_job(name: str, code: str, **job_spec: Any) -> client.V1Job:
     """A Job whose pods run `python -c code` with restartPolicy Never."""
-    container = client.V1Container(name="main", image="python:3.11-slim", command=[PYTHON, "-c", code])
+    container = client.V1Container(
+        name="main", image="python:3.11-slim", command=[PYTHON, "-c", code]
+    )
     template = client.V1PodTemplateSpec(
         spec=client.V1PodSpec(containers=[container], restart_policy="Never")
     )

@@ -60,7 +60,7 @@ def test_a_job_blocked_by_quota_reports_failed_create_events(
         return [e.message for e in events if e.reason == "FailedCreate"]
 
     message = emu.wait_for(failed_create)[0]
-    assert message.startswith("Error creating: pods \"blocked-")
+    assert message.startswith('Error creating: pods "blocked-')
     assert "exceeded quota: compute, requested: pods=1, used: pods=0, limited: pods=0" in message
 
 
@@ -69,9 +69,12 @@ def test_limit_range_defaults_fill_in_container_resources(core: client.CoreV1Api
         type="Container", default={"memory": "512Mi"}, default_request={"cpu": "250m"}
     )
     core.create_namespaced_limit_range(
-        ns, client.V1LimitRange(metadata=client.V1ObjectMeta(name="defaults"),
-                                spec=client.V1LimitRangeSpec(limits=[item]))
-    )  # fmt: skip
+        ns,
+        client.V1LimitRange(
+            metadata=client.V1ObjectMeta(name="defaults"),
+            spec=client.V1LimitRangeSpec(limits=[item]),
+        ),
+    )
     pod = core.create_namespaced_pod(ns, python_pod("defaulted", "pass"))
     resources = pod.spec.containers[0].resources
     assert resources.limits == {"memory": "512Mi"}
@@ -83,7 +86,9 @@ def test_a_global_default_priority_class_resolves_the_pod_priority(
 ) -> None:
     other = emu.tenant("team-b").api_client()
     client.SchedulingV1Api(other).create_priority_class(
-        client.V1PriorityClass(metadata=client.V1ObjectMeta(name="normal"), value=50, global_default=True)
+        client.V1PriorityClass(
+            metadata=client.V1ObjectMeta(name="normal"), value=50, global_default=True
+        )
     )
     pod = client.CoreV1Api(other).create_namespaced_pod("default", python_pod("prio", "pass"))
     assert (pod.spec.priority_class_name, pod.spec.priority) == ("normal", 50)
@@ -95,9 +100,13 @@ def test_access_reviews_follow_the_permission_table(
     review_api = client.AuthorizationV1Api(api)
 
     def allowed(verb: str, resource: str) -> bool:
-        review = client.V1SelfSubjectAccessReview(spec=client.V1SelfSubjectAccessReviewSpec(
-            resource_attributes=client.V1ResourceAttributes(
-                verb=verb, resource=resource, group="batch", namespace=ns)))  # fmt: skip
+        review = client.V1SelfSubjectAccessReview(
+            spec=client.V1SelfSubjectAccessReviewSpec(
+                resource_attributes=client.V1ResourceAttributes(
+                    verb=verb, resource=resource, group="batch", namespace=ns
+                )
+            )
+        )
         return bool(review_api.create_self_subject_access_review(review).status.allowed)
 
     assert allowed("create", "jobs")

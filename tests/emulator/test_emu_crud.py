@@ -20,7 +20,9 @@ def _cm(name: str, labels: dict[str, str] | None = None) -> client.V1ConfigMap:
     )
 
 
-def raw(emu: KubeEmulator, method: str, path: str, body: bytes = b"", ctype: str = "application/json"):
+def raw(
+    emu: KubeEmulator, method: str, path: str, body: bytes = b"", ctype: str = "application/json"
+):
     """An HTTP request with the tenant's token, returning (status, decoded JSON)."""
     server = emu.tenant("team-a")
     headers = {"Authorization": f"Bearer {server.token}", "Content-Type": ctype}
@@ -80,8 +82,9 @@ def test_the_three_patch_types(core: client.CoreV1Api, ns: str) -> None:
 def test_json_merge_patch_null_deletes_a_key(emu: KubeEmulator, core, ns: str) -> None:
     core.create_namespaced_config_map(ns, _cm("m", {"x": "1", "y": "2"}))
     body = json.dumps({"metadata": {"labels": {"x": None}}}).encode()
-    status, result = raw(emu, "PATCH", f"/api/v1/namespaces/{ns}/configmaps/m", body,
-                         "application/merge-patch+json")  # fmt: skip
+    status, result = raw(
+        emu, "PATCH", f"/api/v1/namespaces/{ns}/configmaps/m", body, "application/merge-patch+json"
+    )
     assert status == 200 and result["metadata"]["labels"] == {"y": "2"}
 
 
@@ -147,7 +150,10 @@ def test_malformed_json_is_a_400_status(emu: KubeEmulator, ns: str) -> None:
 
 
 def test_unknown_fields_are_rejected_under_strict_field_validation(emu: KubeEmulator, ns) -> None:
-    pod = {"metadata": {"name": "strict"}, "spec": {"foo": 1, "containers": [{"name": "c", "image": "i"}]}}
+    pod = {
+        "metadata": {"name": "strict"},
+        "spec": {"foo": 1, "containers": [{"name": "c", "image": "i"}]},
+    }
     path = f"/api/v1/namespaces/{ns}/pods?fieldValidation=Strict"
     status, body = raw(emu, "POST", path, json.dumps(pod).encode())
     assert status == 400

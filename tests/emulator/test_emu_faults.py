@@ -21,12 +21,15 @@ def emu() -> Iterator[KubeEmulator]:
     nodes = [NodeSpec("node-a", cpu="2", memory="4Gi"), NodeSpec("node-b", cpu="2", memory="4Gi")]
     with KubeEmulator(nodes=nodes, tenants=["team-a"]) as emulator:
         yield emulator
+        assert not emulator.controller_errors, emulator.controller_errors[0]
 
 
 def _get(emu: KubeEmulator, path: str) -> urllib3.BaseHTTPResponse:
     server = emu.tenant("team-a")
     headers = {"Authorization": f"Bearer {server.token}"}
-    return urllib3.PoolManager(retries=False).request("GET", server.server_url + path, headers=headers)
+    return urllib3.PoolManager(retries=False).request(
+        "GET", server.server_url + path, headers=headers
+    )
 
 
 def test_injected_errors_hit_the_next_matching_requests(emu: KubeEmulator, core, ns: str) -> None:
@@ -59,9 +62,13 @@ def test_slow_responses_outlast_a_short_client_timeout(emu: KubeEmulator, core, 
 
 
 def test_a_restarted_server_keeps_its_port_token_and_objects(emu: KubeEmulator, core, ns) -> None:
-    core.create_namespaced_config_map(ns, client.V1ConfigMap(metadata=client.V1ObjectMeta(name="kept")))
+    core.create_namespaced_config_map(
+        ns, client.V1ConfigMap(metadata=client.V1ObjectMeta(name="kept"))
+    )
     url = emu.tenant("team-a").server_url
-    response = core.list_namespaced_config_map(ns, watch=True, timeout_seconds=30, _preload_content=False)
+    response = core.list_namespaced_config_map(
+        ns, watch=True, timeout_seconds=30, _preload_content=False
+    )
     emu.restart_server("team-a")
     with pytest.raises(urllib3.exceptions.HTTPError):
         response.read()
@@ -87,11 +94,15 @@ def test_a_failed_node_loses_its_pods_and_the_job_replaces_them(
     emu: KubeEmulator, batch, core, ns: str
 ) -> None:
     batch.create_namespaced_job(ns, python_job("survivor", SLEEP, backoff_limit=3))
-    first = emu.wait_for(lambda: [p for p in core.list_namespaced_pod(ns).items if p.status.phase == "Running"])[0]
+    first = emu.wait_for(
+        lambda: [p for p in core.list_namespaced_pod(ns).items if p.status.phase == "Running"]
+    )[0]
     node = first.spec.node_name
     emu.fail_node(node)
-    replacement = emu.wait_for(lambda: [p for p in core.list_namespaced_pod(ns).items
-                                        if p.status.phase == "Running"], timeout=40)[0]  # fmt: skip
+    replacement = emu.wait_for(
+        lambda: [p for p in core.list_namespaced_pod(ns).items if p.status.phase == "Running"],
+        timeout=40,
+    )[0]
     assert replacement.spec.node_name != node
     job = batch.read_namespaced_job_status("survivor", ns)
     assert job.status.failed == 1
@@ -103,8 +114,12 @@ def test_a_failed_node_loses_its_pods_and_the_job_replaces_them(
 
 def test_drain_evicts_pods_and_cordons_the_node(emu: KubeEmulator, core, ns: str) -> None:
     host = client.CoreV1Api(emu.host.api_client())
-    ready = [n.metadata.name for n in host.list_node().items if condition(n, "Ready").status == "True"]
-    core.create_namespaced_pod(ns, python_pod("drained", SLEEP, node_selector={"kubernetes.io/hostname": ready[0]}))
+    ready = [
+        n.metadata.name for n in host.list_node().items if condition(n, "Ready").status == "True"
+    ]
+    core.create_namespaced_pod(
+        ns, python_pod("drained", SLEEP, node_selector={"kubernetes.io/hostname": ready[0]})
+    )
     emu.wait_for(lambda: core.read_namespaced_pod("drained", ns).status.phase == "Running")
     emu.drain_node(ready[0])
     emu.wait_for(lambda: not core.list_namespaced_pod(ns).items)

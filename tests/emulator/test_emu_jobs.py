@@ -57,10 +57,16 @@ def test_backoff_limit_exceeded_fails_the_job(emu, batch, ns: str) -> None:
 
 
 def test_pod_failure_policy_fail_job_on_an_exit_code(emu, batch, ns: str) -> None:
-    policy = client.V1PodFailurePolicy(rules=[client.V1PodFailurePolicyRule(
-        action="FailJob",
-        on_exit_codes=client.V1PodFailurePolicyOnExitCodesRequirement(operator="In", values=[42]),
-    )])  # fmt: skip
+    policy = client.V1PodFailurePolicy(
+        rules=[
+            client.V1PodFailurePolicyRule(
+                action="FailJob",
+                on_exit_codes=client.V1PodFailurePolicyOnExitCodesRequirement(
+                    operator="In", values=[42]
+                ),
+            )
+        ]
+    )
     job = python_job("fatal", "raise SystemExit(42)", backoff_limit=6, pod_failure_policy=policy)
     batch.create_namespaced_job(ns, job)
     assert emu.wait_for(lambda: _finished(batch, ns, "fatal")) == "Failed"
@@ -73,19 +79,31 @@ def test_pod_failure_policy_fail_job_on_an_exit_code(emu, batch, ns: str) -> Non
 def test_an_evicted_pod_is_ignored_by_a_disruption_target_rule_and_replaced(
     emu: KubeEmulator, batch, core, ns: str
 ) -> None:
-    policy = client.V1PodFailurePolicy(rules=[client.V1PodFailurePolicyRule(
-        action="Ignore",
-        on_pod_conditions=[client.V1PodFailurePolicyOnPodConditionsPattern(
-            type="DisruptionTarget", status="True")],
-    )])  # fmt: skip
+    policy = client.V1PodFailurePolicy(
+        rules=[
+            client.V1PodFailurePolicyRule(
+                action="Ignore",
+                on_pod_conditions=[
+                    client.V1PodFailurePolicyOnPodConditionsPattern(
+                        type="DisruptionTarget", status="True"
+                    )
+                ],
+            )
+        ]
+    )
     job = python_job("resilient", SLEEP, backoff_limit=0, pod_failure_policy=policy)
     batch.create_namespaced_job(ns, job)
-    first = emu.wait_for(lambda: [p for p in _job_pods(core, ns, "resilient") if p.status.phase == "Running"])[0]
+    first = emu.wait_for(
+        lambda: [p for p in _job_pods(core, ns, "resilient") if p.status.phase == "Running"]
+    )[0]
     emu.evict_pod("team-a", ns, first.metadata.name)
 
     def replacement() -> list[client.V1Pod]:
-        return [p for p in _job_pods(core, ns, "resilient") if p.metadata.name != first.metadata.name
-                and p.status.phase == "Running"]  # fmt: skip
+        return [
+            p
+            for p in _job_pods(core, ns, "resilient")
+            if p.metadata.name != first.metadata.name and p.status.phase == "Running"
+        ]
 
     emu.wait_for(replacement, timeout=40)
     job_now = _job(batch, ns, "resilient")
@@ -115,7 +133,13 @@ def test_active_deadline_seconds_fails_with_deadline_exceeded(emu, batch, core, 
 
 def test_a_suspended_job_creates_no_pods_until_resumed(emu, batch, core, ns: str) -> None:
     batch.create_namespaced_job(ns, python_job("later", "pass", suspend=True))
-    emu.wait_for(lambda: condition(_job(batch, ns, "later"), "Suspended") if _job(batch, ns, "later").status.conditions else None)
+    emu.wait_for(
+        lambda: (
+            condition(_job(batch, ns, "later"), "Suspended")
+            if _job(batch, ns, "later").status.conditions
+            else None
+        )
+    )
     assert _job_pods(core, ns, "later") == []
     batch.patch_namespaced_job("later", ns, {"spec": {"suspend": False}})
     assert emu.wait_for(lambda: _finished(batch, ns, "later")) == "Complete"

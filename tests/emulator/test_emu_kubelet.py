@@ -48,20 +48,34 @@ def test_env_from_secrets_configmaps_and_the_downward_api(
     emu: KubeEmulator, core: client.CoreV1Api, ns: str
 ) -> None:
     core.create_namespaced_secret(
-        ns, client.V1Secret(metadata=client.V1ObjectMeta(name="creds"), string_data={"token": "s3cr3t"})
+        ns,
+        client.V1Secret(
+            metadata=client.V1ObjectMeta(name="creds"), string_data={"token": "s3cr3t"}
+        ),
     )
     core.create_namespaced_config_map(
         ns, client.V1ConfigMap(metadata=client.V1ObjectMeta(name="conf"), data={"MODE": "fast"})
     )
     env = [
-        client.V1EnvVar(name="TOKEN", value_from=client.V1EnvVarSource(
-            secret_key_ref=client.V1SecretKeySelector(name="creds", key="token"))),
-        client.V1EnvVar(name="POD", value_from=client.V1EnvVarSource(
-            field_ref=client.V1ObjectFieldSelector(field_path="metadata.name"))),
+        client.V1EnvVar(
+            name="TOKEN",
+            value_from=client.V1EnvVarSource(
+                secret_key_ref=client.V1SecretKeySelector(name="creds", key="token")
+            ),
+        ),
+        client.V1EnvVar(
+            name="POD",
+            value_from=client.V1EnvVarSource(
+                field_ref=client.V1ObjectFieldSelector(field_path="metadata.name")
+            ),
+        ),
         client.V1EnvVar(name="GREETING", value="hi-$(POD)"),
-    ]  # fmt: skip
-    pod = python_pod("env", "import os; print(os.environ['TOKEN'], os.environ['MODE'], "
-                     "os.environ['GREETING'])", env=env)  # fmt: skip
+    ]
+    pod = python_pod(
+        "env",
+        "import os; print(os.environ['TOKEN'], os.environ['MODE'], os.environ['GREETING'])",
+        env=env,
+    )
     pod.spec.containers[0].env_from = [
         client.V1EnvFromSource(config_map_ref=client.V1ConfigMapEnvSource(name="conf"))
     ]
@@ -73,8 +87,14 @@ def test_env_from_secrets_configmaps_and_the_downward_api(
 def test_a_missing_secret_is_a_create_container_config_error(
     emu: KubeEmulator, core: client.CoreV1Api, ns: str
 ) -> None:
-    env = [client.V1EnvVar(name="X", value_from=client.V1EnvVarSource(
-        secret_key_ref=client.V1SecretKeySelector(name="absent", key="k")))]  # fmt: skip
+    env = [
+        client.V1EnvVar(
+            name="X",
+            value_from=client.V1EnvVarSource(
+                secret_key_ref=client.V1SecretKeySelector(name="absent", key="k")
+            ),
+        )
+    ]
     core.create_namespaced_pod(ns, python_pod("no-secret", "pass", env=env))
 
     def waiting_reason() -> str | None:
@@ -105,27 +125,39 @@ def test_deletion_sends_sigterm_and_waits_for_the_process(
     marker = tmp_path / "got-term"
     code = (
         "import signal, sys, time, pathlib\n"
-        f"signal.signal(signal.SIGTERM, lambda *a: (pathlib.Path({str(marker)!r}).write_text('x'), sys.exit(0)))\n"  # noqa: E501
+        "def stop(*args):\n"
+        f"    pathlib.Path({str(marker)!r}).write_text('x')\n"
+        "    sys.exit(0)\n"
+        "signal.signal(signal.SIGTERM, stop)\n"
         "print('ready', flush=True)\n"
         "time.sleep(600)\n"
     )
     core.create_namespaced_pod(ns, python_pod("graceful", code, grace=30))
     emu.wait_for(lambda: "ready" in read_log(core, "graceful", ns))
     core.delete_namespaced_pod("graceful", ns)
-    emu.wait_for(lambda: not core.list_namespaced_pod(ns, field_selector="metadata.name=graceful").items)
+    emu.wait_for(
+        lambda: not core.list_namespaced_pod(ns, field_selector="metadata.name=graceful").items
+    )
     assert marker.read_text() == "x"
 
 
 def test_a_process_ignoring_sigterm_is_killed_after_the_grace_period(
     emu: KubeEmulator, core: client.CoreV1Api, ns: str
 ) -> None:
-    code = "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); print('up', flush=True); time.sleep(600)"
+    code = (
+        "import signal, time\n"
+        "signal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
+        "print('up', flush=True)\n"
+        "time.sleep(600)\n"
+    )
     core.create_namespaced_pod(ns, python_pod("stubborn", code, grace=1))
     emu.wait_for(lambda: "up" in read_log(core, "stubborn", ns))
     before = emu.processes_alive()
     deleted = core.delete_namespaced_pod("stubborn", ns)
     assert deleted.metadata.deletion_timestamp is not None
-    emu.wait_for(lambda: not core.list_namespaced_pod(ns, field_selector="metadata.name=stubborn").items)
+    emu.wait_for(
+        lambda: not core.list_namespaced_pod(ns, field_selector="metadata.name=stubborn").items
+    )
     assert emu.processes_alive() == before - 1
 
 
@@ -156,7 +188,9 @@ def test_follow_streams_the_log_until_the_container_exits(
     assert read_log(core, "talker", ns, follow=True) == "0\n1\n2\n"
 
 
-def test_working_dir_is_honoured(emu: KubeEmulator, core: client.CoreV1Api, ns: str, tmp_path) -> None:
+def test_working_dir_is_honoured(
+    emu: KubeEmulator, core: client.CoreV1Api, ns: str, tmp_path
+) -> None:
     pod = python_pod("cwd", "import os; print(os.getcwd())")
     pod.spec.containers[0].working_dir = str(tmp_path)
     core.create_namespaced_pod(ns, pod)

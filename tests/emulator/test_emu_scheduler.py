@@ -12,7 +12,11 @@ from k8s_ai_orchestrator.testing.kube import KubeEmulator, NodeSpec
 
 pytestmark = [pytest.mark.emulator, pytest.mark.timeout(90)]
 
-SLEEP = "import signal, sys, time; signal.signal(signal.SIGTERM, lambda *a: sys.exit(0)); time.sleep(600)"
+SLEEP = (
+    "import signal, sys, time\n"
+    "signal.signal(signal.SIGTERM, lambda *args: sys.exit(0))\n"
+    "time.sleep(600)\n"
+)
 GPU_TAINT = {"key": "gpu", "value": "true", "effect": "NoSchedule"}
 
 
@@ -25,6 +29,7 @@ def emu() -> Iterator[KubeEmulator]:
     ]
     with KubeEmulator(nodes=nodes, tenants=["team-a", "team-b"]) as emulator:
         yield emulator
+        assert not emulator.controller_errors, emulator.controller_errors[0]
 
 
 def _failed_scheduling(core: client.CoreV1Api, ns: str, pod: str) -> list[str]:
@@ -55,11 +60,15 @@ def test_node_selector_and_tolerations_choose_the_node(
     emu: KubeEmulator, core: client.CoreV1Api, ns: str
 ) -> None:
     ssd = python_pod("on-ssd", "pass", node_selector={"disk": "ssd"})
-    gpu = python_pod("on-gpu", "pass", tolerations=[client.V1Toleration(key="gpu", operator="Exists")])
+    gpu = python_pod(
+        "on-gpu", "pass", tolerations=[client.V1Toleration(key="gpu", operator="Exists")]
+    )
     gpu.spec.containers[0].resources = client.V1ResourceRequirements(limits={"nvidia.com/gpu": "1"})
     core.create_namespaced_pod(ns, ssd)
     core.create_namespaced_pod(ns, gpu)
-    emu.wait_for(lambda: all(core.read_namespaced_pod(n, ns).spec.node_name for n in ("on-ssd", "on-gpu")))
+    emu.wait_for(
+        lambda: all(core.read_namespaced_pod(n, ns).spec.node_name for n in ("on-ssd", "on-gpu"))
+    )
     assert core.read_namespaced_pod("on-ssd", ns).spec.node_name == "node-b"
     assert core.read_namespaced_pod("on-gpu", ns).spec.node_name == "node-gpu"
 
@@ -87,16 +96,25 @@ def test_a_higher_priority_pod_preempts_a_lower_priority_one(
         )
     start = core.list_namespaced_pod(ns).metadata.resource_version
     pinned = {"kubernetes.io/hostname": "node-a"}
-    core.create_namespaced_pod(ns, python_pod("victim", SLEEP, cpu="2", priority_class_name="low",
-                                              node_selector=pinned))  # fmt: skip
+    core.create_namespaced_pod(
+        ns, python_pod("victim", SLEEP, cpu="2", priority_class_name="low", node_selector=pinned)
+    )
     emu.wait_for(lambda: core.read_namespaced_pod("victim", ns).status.phase == "Running")
-    core.create_namespaced_pod(ns, python_pod("vip", SLEEP, cpu="2", priority_class_name="high",
-                                              node_selector=pinned))  # fmt: skip
+    core.create_namespaced_pod(
+        ns, python_pod("vip", SLEEP, cpu="2", priority_class_name="high", node_selector=pinned)
+    )
     emu.wait_for(lambda: core.read_namespaced_pod("vip", ns).status.phase == "Running", timeout=40)
     assert core.read_namespaced_pod("vip", ns).spec.priority == 1000
-    stream = watch.Watch().stream(core.list_namespaced_pod, ns, resource_version=start,
-                                  field_selector="metadata.name=victim", timeout_seconds=1)  # fmt: skip
-    disruptions = [condition(e["object"], "DisruptionTarget") for e in stream if e["object"].status.conditions]
+    stream = watch.Watch().stream(
+        core.list_namespaced_pod,
+        ns,
+        resource_version=start,
+        field_selector="metadata.name=victim",
+        timeout_seconds=1,
+    )
+    disruptions = [
+        condition(e["object"], "DisruptionTarget") for e in stream if e["object"].status.conditions
+    ]
     reasons = {c.reason for c in disruptions if c is not None}
     assert reasons == {"PreemptionByScheduler"}
     core.delete_namespaced_pod("vip", ns, grace_period_seconds=0)
@@ -114,7 +132,9 @@ def test_pods_of_all_tenants_compete_for_the_shared_nodes(
 ) -> None:
     other = client.CoreV1Api(emu.tenant("team-b").api_client())
     pinned = {"kubernetes.io/hostname": "node-b"}
-    other.create_namespaced_pod("default", python_pod("b-hog", SLEEP, cpu="2", node_selector=pinned))
+    other.create_namespaced_pod(
+        "default", python_pod("b-hog", SLEEP, cpu="2", node_selector=pinned)
+    )
     emu.wait_for(lambda: other.read_namespaced_pod("b-hog", "default").spec.node_name == "node-b")
     core.create_namespaced_pod(ns, python_pod("a-wants", "pass", cpu="1", node_selector=pinned))
     messages = emu.wait_for(lambda: _failed_scheduling(core, ns, "a-wants"))

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import base64
+import shutil
+import subprocess
 
 import pytest
 import yaml
@@ -81,3 +83,24 @@ def test_stop_kills_every_container_process() -> None:
     emu.wait_for(lambda: emu.processes_alive() == 1, timeout=20)
     emu.stop()
     assert emu.processes_alive() == 0
+
+
+@pytest.mark.skipif(shutil.which("kubectl") is None, reason="kubectl is not installed")
+def test_kubectl_lists_pods_and_jobs_with_server_side_columns() -> None:
+    with KubeEmulator(nodes=[NodeSpec("n1")], tenants=["ops"], tls=True) as emu:
+        core = client.CoreV1Api(emu.tenant("ops").api_client())
+        core.create_namespaced_pod("default", python_pod("listed", "print('hi')"))
+        emu.wait_for(
+            lambda: core.read_namespaced_pod("listed", "default").status.phase == "Succeeded"
+        )
+
+        def kubectl(*args: str) -> str:
+            command = ["kubectl", "--kubeconfig", emu.tenant("ops").kubeconfig_path, *args]
+            done = subprocess.run(command, capture_output=True, text=True, timeout=60, check=True)
+            return done.stdout
+
+        pods = kubectl("get", "pods")
+        assert pods.split("\n")[0].split() == ["NAME", "READY", "STATUS", "RESTARTS", "NODE", "AGE"]
+        assert pods.split("\n")[1].split()[:3] == ["listed", "0/1", "Completed"]
+        assert kubectl("logs", "listed") == "hi\n"
+        kubectl("get", "jobs")

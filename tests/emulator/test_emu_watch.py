@@ -46,8 +46,13 @@ def test_a_watcher_resumes_from_the_last_resource_version_it_saw(
     start = core.list_namespaced_config_map(ns).metadata.resource_version
     core.create_namespaced_config_map(ns, _cm("r1"))
     watcher = watch.Watch()
-    first = next(iter(watcher.stream(core.list_namespaced_config_map, ns, resource_version=start,
-                                     timeout_seconds=2)))  # fmt: skip
+    first = next(
+        iter(
+            watcher.stream(
+                core.list_namespaced_config_map, ns, resource_version=start, timeout_seconds=2
+            )
+        )
+    )
     watcher.stop()
     core.create_namespaced_config_map(ns, _cm("r2"))
     resumed = watch.Watch().stream(
@@ -68,18 +73,25 @@ def test_label_selected_watch_sees_an_object_leave_the_selection_as_deleted(
     core.create_namespaced_config_map(ns, body)
     core.patch_namespaced_config_map("sel", ns, {"metadata": {"labels": {"keep": "no"}}})
     stream = watch.Watch().stream(
-        core.list_namespaced_config_map, ns, label_selector="keep=yes",
-        resource_version=start, timeout_seconds=1,
-    )  # fmt: skip
+        core.list_namespaced_config_map,
+        ns,
+        label_selector="keep=yes",
+        resource_version=start,
+        timeout_seconds=1,
+    )
     assert [event["type"] for event in stream] == ["ADDED", "DELETED"]
 
 
 def test_bookmarks_carry_the_latest_resource_version(core: client.CoreV1Api, ns: str) -> None:
     start = core.list_namespaced_config_map(ns).metadata.resource_version
     response = core.list_namespaced_config_map(
-        ns, watch=True, allow_watch_bookmarks=True, resource_version=start,
-        timeout_seconds=2, _preload_content=False,
-    )  # fmt: skip
+        ns,
+        watch=True,
+        allow_watch_bookmarks=True,
+        resource_version=start,
+        timeout_seconds=2,
+        _preload_content=False,
+    )
     events = [line for line in response.read().decode().splitlines() if line]
     assert any('"type": "BOOKMARK"' in line for line in events)
 
@@ -97,8 +109,11 @@ def test_a_too_old_resource_version_gets_an_error_event_with_410(
     old = core.list_namespaced_config_map(ns).metadata.resource_version
     emu.expire_watches("team-a")
     with pytest.raises(client.ApiException) as raised:
-        list(watch.Watch().stream(core.list_namespaced_config_map, ns, resource_version=old,
-                                  timeout_seconds=2))  # fmt: skip
+        list(
+            watch.Watch().stream(
+                core.list_namespaced_config_map, ns, resource_version=old, timeout_seconds=2
+            )
+        )
     assert raised.value.status == 410
     assert "Expired" in raised.value.reason
 

@@ -43,7 +43,7 @@ def request(
         attempt=1,
         command=STEP_COMMAND,
         env=env or {"K8S_AI_BACKEND": "slurm", "DAGSTER_HOME": "/shared/dagster"},
-        spec=ComputeSpec(**fields),  # type: ignore[arg-type]
+        spec=ComputeSpec(**fields),
     )
 
 

@@ -10,6 +10,7 @@ from dagster import DagsterInstance, execute_job
 from dagster._core.definitions.reconstruct import ReconstructableRepository
 
 from k8s_ai_orchestrator.testing.slurm import LocalSlurmCluster
+from tests.slurm.gang_jobs import defs
 
 pytestmark = [pytest.mark.slurm, pytest.mark.timeout(180)]
 
@@ -25,17 +26,15 @@ def test_two_node_gang_asset_is_materialized_on_slurm_by_ai_executor(
     slurm = {"workdir": str(cluster.workdir), "slurm_conf": str(cluster.conf_path)}
     executor = {"backend": "local", "slurm": slurm}
 
-    with execute_job(
+    result = execute_job(
         JOBS.get_reconstructable_job("train_gang"),
         instance=instance,
         run_config={"execution": {"config": executor}},
         raise_on_error=False,
-    ) as result:
-        assert result.success, [e.message for e in result.all_events if e.is_failure]
-        print("EVENTS", [(e.event_type_value, e.message) for e in result.all_events])
-        import subprocess; print(subprocess.run(["bash", "-c", f"cat {cluster.workdir}/*/*/*.log"], capture_output=True, text=True).stdout)
-        assert result.output_for_node("gang_model")["RANK"] == "0"
+    )
 
+    assert result.success, [e.message for e in result.all_events if e.is_failure]
+    assert defs.load_asset_value("gang_model", instance=instance)["RANK"] == "0"
     ranks = [json.loads((test_out / f"rank-{r}.json").read_text()) for r in (0, 1)]
     assert {r["node"] for r in ranks} == {"n1", "n2"}
     assert [r["WORLD_SIZE"] for r in ranks] == ["2", "2"]

@@ -50,6 +50,19 @@ def test_a_failing_rank_fails_the_step_with_its_traceback_and_stops_the_others(
     assert "ValueError: rank 1 found a corrupt shard" in log
 
 
+def test_a_gang_past_its_timeout_is_stopped_and_fails_the_step(
+    backend: SlurmBackend, cluster: LocalSlurmCluster
+) -> None:
+    request = launch_request(program("gang_step.py", "sleep_forever"), env={"GANG_TIMEOUT_S": "3"})
+    handle = backend.submit(request)
+
+    status = wait_for_status(backend, handle, lambda s: s.is_terminal, timeout_s=90)
+
+    assert status.exit_code == 3
+    assert "gang of 2 ranks did not finish: srun still running after 3s" in backend.logs(handle)
+    assert cluster.run(["squeue", "-h", "-s"]).stdout.strip() == ""
+
+
 def test_more_nodes_than_the_partition_has_is_refused_before_submitting(
     backend: SlurmBackend, cluster: LocalSlurmCluster
 ) -> None:

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from slurm_support import launch_request, program, wait_for_file, wait_for_status
 
-from k8s_ai_orchestrator.backends.base import FailureReason, StepState
+from k8s_ai_orchestrator.backends.base import FailureReason, StepState, StepStatus
 from k8s_ai_orchestrator.backends.slurm import SlurmBackend
 from k8s_ai_orchestrator.testing.slurm import LocalSlurmCluster
 
@@ -18,7 +18,7 @@ pytestmark = [pytest.mark.slurm, pytest.mark.timeout(150)]
 SLEEP = ["sleep", "300"]
 
 
-def running(status) -> bool:  # type: ignore[no-untyped-def]
+def running(status: StepStatus) -> bool:
     return status.state is StepState.RUNNING
 
 
@@ -105,10 +105,12 @@ def test_cancel_leaves_no_job_in_the_queue(
         time.sleep(0.2)
 
 
-def test_usage_reports_node_cpu_and_memory_seconds_of_a_finished_gang(
+def test_usage_reports_node_cpu_memory_gpu_seconds_and_rss_of_a_finished_gang(
     backend: SlurmBackend,
 ) -> None:
-    handle = backend.submit(launch_request(["sleep", "2"], gpu=1))
+    handle = backend.submit(launch_request(["sleep", "4"], gpu=1))
+    wait_for_status(backend, handle, running)
+    time.sleep(1.5)  # let jobacct_gather sample the running job once
     wait_for_status(backend, handle, lambda s: s.is_terminal)
 
     usage = backend.usage(handle)
@@ -118,3 +120,4 @@ def test_usage_reports_node_cpu_and_memory_seconds_of_a_finished_gang(
     assert usage.cpu_seconds == pytest.approx(2 * usage.wall_seconds)
     assert usage.gpu_seconds == pytest.approx(2 * usage.wall_seconds)
     assert usage.memory_gib_seconds == pytest.approx(0.5 * usage.wall_seconds)
+    assert usage.max_rss_bytes is not None and usage.max_rss_bytes > 0

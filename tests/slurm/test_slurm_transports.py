@@ -97,3 +97,27 @@ def test_rest_transport_refuses_oversized_gangs_and_cancels(
 
     status = wait_for_status(rest_backend, handle, lambda s: s.is_terminal)
     assert status.reason == FailureReason.CANCELLED.value
+
+
+def test_rest_jobs_get_usr2_before_their_time_limit_then_requeue_and_resume(
+    cluster: LocalSlurmCluster, tmp_path: Path
+) -> None:
+    config = SlurmConfig(
+        transport="rest",
+        rest_url=cluster.rest_url,
+        rest_user="root",
+        rest_token=cluster.jwt_token(),
+        workdir=str(cluster.workdir),
+        slurm_conf=str(cluster.conf_path),
+        time_limit=1,
+        grace_period_s=57,  # USR2 three seconds into the one-minute limit
+    )
+    backend = SlurmBackend(config)
+    step = program("checkpoint_step.py", str(tmp_path), "--stop-after-save")
+
+    handle = backend.submit(launch_request(step, preemptible=True))
+    status = wait_for_status(backend, handle, lambda s: s.is_terminal, timeout_s=90)
+
+    assert status.state is StepState.SUCCEEDED, backend.logs(handle)
+    assert (tmp_path / "checkpoint").read_text() == "saved"
+    assert (tmp_path / "resumed").read_text() == "1"

@@ -153,10 +153,14 @@ class SlurmBackend:
     def logs(self, handle: JobHandle, tail_lines: int | None = None) -> str:
         """The job's output file (append mode: every requeue of the attempt)."""
         attempt = self._attempts.get(handle.job_id)
-        if attempt is None:
-            return ""
-        path = Path(attempt.job.output_path)
-        if not path.exists():
+        output: str | None
+        if attempt is not None:
+            output = attempt.job.output_path
+        else:
+            info = self._transport.job_info(handle.job_id)
+            output = info.output_path if info else None
+        path = Path(output or "")
+        if not output or not path.is_file():
             return ""
         with path.open(errors="replace") as handle_file:
             if tail_lines is None:

@@ -25,7 +25,10 @@ class SlurmConfig:
     """Where and how gang steps are submitted.
 
     Example:
-        >>> SlurmConfig(transport="rest", rest_url="http://slurm:6820", rest_user="ml").rest_url
+        >>> config = SlurmConfig(
+        ...     transport="rest", rest_url="http://slurm:6820", rest_user="ml", rest_token="jwt"
+        ... )
+        >>> config.rest_url
         'http://slurm:6820'
     """
 

@@ -28,7 +28,16 @@ from .states import JobInfo, expand_hostlist, parse_tres
 HttpCall = Callable[[str, str, Mapping[str, str], bytes | None, float], tuple[int, bytes]]
 
 # Variables of the submitting process a REST job inherits (sbatch exports the whole environment).
-FORWARDED_ENV = ("PATH", "PYTHONPATH", "VIRTUAL_ENV", "DAGSTER_HOME", "HOME", "LANG", "LC_ALL", "TZ")
+FORWARDED_ENV = (
+    "PATH",
+    "PYTHONPATH",
+    "VIRTUAL_ENV",
+    "DAGSTER_HOME",
+    "HOME",
+    "LANG",
+    "LC_ALL",
+    "TZ",
+)
 
 # Transient HTTP statuses: slurmrestd or slurmctld busy or restarting.
 TRANSIENT_STATUSES = frozenset({429, 500, 502, 503, 504})
@@ -128,6 +137,7 @@ class RestTransport:
             cpus=cpus,
             memory_mb=memory_mb,
             gpus=gpus,
+            output_path=job.get("standard_output") or None,
         )
 
     def cancel(self, job_id: str) -> None:

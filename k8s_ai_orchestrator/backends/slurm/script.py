@@ -146,6 +146,8 @@ def _self_signal_after(config: SlurmConfig) -> int | None:
 
 # The body after the exports. The step process runs in the background so that the USR2 trap
 # runs while it works; `wait` returns early (status > 128) whenever a trapped signal arrives.
+# After USR2 a preemptible step has half the grace period to save its checkpoint; unless it
+# finished successfully by then, the job is requeued (which stops the step if still running).
 _BODY = """\
 k8s_ai_usr2=0
 k8s_ai_step=""
@@ -160,15 +162,18 @@ while :; do
         break
     fi
     if [ "$k8s_ai_usr2" = 1 ] && [ "$k8s_ai_requeue" = 1 ]; then
-        k8s_ai_usr2=0
         k8s_ai_deadline=$((SECONDS + k8s_ai_save_s))
         while kill -0 "$k8s_ai_step" 2>/dev/null && [ "$SECONDS" -lt "$k8s_ai_deadline" ]; do
-            sleep 1
+            sleep 0.2
         done
-        echo "k8s_ai: requeueing job $SLURM_JOB_ID after the checkpoint window" >&2
-        scontrol requeue "$SLURM_JOB_ID"
+        kill -0 "$k8s_ai_step" 2>/dev/null || {{ wait "$k8s_ai_step"; k8s_ai_rc=$?; }}
+        break
     fi
 done
+if [ "$k8s_ai_usr2" = 1 ] && [ "$k8s_ai_requeue" = 1 ] && [ "$k8s_ai_rc" != 0 ]; then
+    echo "k8s_ai: requeueing job $SLURM_JOB_ID after the checkpoint window" >&2
+    scontrol requeue "$SLURM_JOB_ID"
+fi
 exit "$k8s_ai_rc"
 """
 

@@ -48,6 +48,7 @@ class JobInfo:
     cpus: int = 0  # allocated CPUs, all nodes
     memory_mb: int = 0  # allocated memory, all nodes
     gpus: int = 0  # allocated GPUs, all nodes
+    output_path: str | None = None  # the batch script's stdout file
 
 
 def to_step_status(info: JobInfo) -> StepStatus:
@@ -145,4 +146,5 @@ def parse_scontrol_job(line: str) -> JobInfo:
         cpus=cpus,
         memory_mb=memory_mb,
         gpus=gpus,
+        output_path=fields.get("StdOut") or None,
     )

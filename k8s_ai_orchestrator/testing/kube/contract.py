@@ -143,7 +143,9 @@ def check_job_success_conditions(target: ContractTarget) -> None:
     job = target.wait(lambda: _finished(target, "contract-ok"))
     assert [c for c, _ in _conditions(job)] == ["SuccessCriteriaMet", "Complete"]
     assert job.status.succeeded == 1 and job.status.completion_time is not None
-    pods = target.core().list_namespaced_pod(target.namespace, label_selector="job-name=contract-ok")
+    pods = target.core().list_namespaced_pod(
+        target.namespace, label_selector="job-name=contract-ok"
+    )
     labels = pods.items[0].metadata.labels
     assert labels["batch.kubernetes.io/job-name"] == "contract-ok"
     assert labels["controller-uid"] == job.metadata.uid
@@ -155,8 +157,12 @@ def check_job_pod_failure_policy(target: ContractTarget) -> None:
         action="FailJob",
         on_exit_codes=client.V1PodFailurePolicyOnExitCodesRequirement(operator="In", values=[42]),
     )
-    body = target.job("contract-fatal", "raise SystemExit(42)", backoff_limit=3,
-                      pod_failure_policy=client.V1PodFailurePolicy(rules=[rule]))  # fmt: skip
+    body = target.job(
+        "contract-fatal",
+        "raise SystemExit(42)",
+        backoff_limit=3,
+        pod_failure_policy=client.V1PodFailurePolicy(rules=[rule]),
+    )
     target.batch().create_namespaced_job(target.namespace, body)
     job = target.wait(lambda: _finished(target, "contract-fatal"))
     assert [c for c, _ in _conditions(job)] == ["FailureTarget", "Failed"]
@@ -178,13 +184,17 @@ def check_watch_resume_and_expiry(target: ContractTarget) -> None:
     start = core.list_namespaced_config_map(ns).metadata.resource_version
     body = client.V1ConfigMap(metadata=client.V1ObjectMeta(name="contract-watched"))
     core.create_namespaced_config_map(ns, body)
-    stream = watch.Watch().stream(core.list_namespaced_config_map, ns, resource_version=start,
-                                  timeout_seconds=2)  # fmt: skip
+    stream = watch.Watch().stream(
+        core.list_namespaced_config_map, ns, resource_version=start, timeout_seconds=2
+    )
     seen = [(e["type"], e["object"].metadata.name) for e in stream]
     assert ("ADDED", "contract-watched") in seen
     try:
-        list(watch.Watch().stream(core.list_namespaced_config_map, ns, resource_version="1",
-                                  timeout_seconds=2))  # fmt: skip
+        list(
+            watch.Watch().stream(
+                core.list_namespaced_config_map, ns, resource_version="1", timeout_seconds=2
+            )
+        )
     except client.ApiException as error:
         assert error.status == 410
     else:
@@ -202,14 +212,19 @@ def _status_of(call: Callable[[], Any]) -> tuple[int, str]:
 def check_bad_input_answers(target: ContractTarget) -> None:
     """Strict unknown fields: 400; no containers or a non-DNS name: 422; bad selector: 400."""
     core, ns = target.core(), target.namespace
-    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "contract-strict-fields"},
-           "spec": {"foo": 1, "containers": [{"name": "c", "image": target.image}]}}  # fmt: skip
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "contract-strict-fields"},
+        "spec": {"foo": 1, "containers": [{"name": "c", "image": target.image}]},
+    }
     code, message = _status_of(
         lambda: core.create_namespaced_pod(ns, pod, field_validation="Strict")
     )
     assert code == 400 and 'unknown field "spec.foo"' in message
-    empty = client.V1Pod(metadata=client.V1ObjectMeta(name="contract-empty"),
-                         spec=client.V1PodSpec(containers=[]))  # fmt: skip
+    empty = client.V1Pod(
+        metadata=client.V1ObjectMeta(name="contract-empty"), spec=client.V1PodSpec(containers=[])
+    )
     assert _status_of(lambda: core.create_namespaced_pod(ns, empty))[0] == 422
     bad_name = target.pod("Contract_Bad", "pass")
     assert _status_of(lambda: core.create_namespaced_pod(ns, bad_name))[0] == 422

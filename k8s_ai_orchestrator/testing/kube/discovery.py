@@ -30,6 +30,20 @@ def _group_entry(group: str, version: str) -> Obj:
     return {"name": group, "versions": [group_version], "preferredVersion": group_version}
 
 
+_SUBRESOURCE_VERBS = {"log": ["get"], "eviction": ["create"], "binding": ["create"]}
+_SUBRESOURCE_KINDS = {"log": "Pod", "eviction": "Eviction", "binding": "Binding"}
+
+
+def _subresource_entry(plural: str, kind: str, namespaced: bool, sub: str) -> Obj:
+    return {
+        "name": f"{plural}/{sub}",
+        "singularName": "",
+        "namespaced": namespaced,
+        "kind": _SUBRESOURCE_KINDS.get(sub, kind),
+        "verbs": _SUBRESOURCE_VERBS.get(sub, ["get", "patch", "update"]),
+    }
+
+
 def _resource_list(group: str, version: str) -> Obj:
     resources = []
     for (rt_group, _), rt in sorted(RESOURCES.items()):
@@ -46,18 +60,7 @@ def _resource_list(group: str, version: str) -> Obj:
             }
         )
         for sub in rt.subresources:
-            verbs = (
-                ["get"]
-                if sub == "log"
-                else ["create"]
-                if sub in ("eviction", "binding")
-                else ["get", "patch", "update"]
-            )  # noqa: E501
-            kind = {"eviction": "Eviction", "binding": "Binding", "log": "Pod"}.get(sub, rt.kind)
-            resources.append(
-                {"name": f"{rt.plural}/{sub}", "singularName": "", "namespaced": rt.namespaced,
-                 "kind": kind, "verbs": verbs}
-            )  # fmt: skip
+            resources.append(_subresource_entry(rt.plural, rt.kind, rt.namespaced, sub))
     return {
         "kind": "APIResourceList",
         "apiVersion": "v1",

@@ -57,8 +57,13 @@ class FaultsMixin:
             message = f"{SCHEDULER}: preempting to accommodate a higher priority pod"
             stored = disrupt(store, pod, "PreemptionByScheduler", message)
             node = (pod.get("spec") or {}).get("nodeName", "")
-            record_event(store, stored, "Preempted", f"Preempted by a pod on node {node}",
-                         component=SCHEDULER)  # fmt: skip
+            record_event(
+                store,
+                stored,
+                "Preempted",
+                f"Preempted by a pod on node {node}",
+                component=SCHEDULER,
+            )
             delete_pod(store, stored)
         self._wake.set()
 
@@ -81,18 +86,29 @@ class FaultsMixin:
         with self.cluster.lock:
             node = self._node(name)
             status = node["status"]
-            set_condition(status, "Ready", "Unknown", "NodeStatusUnknown",
-                          "Kubelet stopped posting node status.")  # fmt: skip
-            node["spec"]["taints"] = [*node["spec"].get("taints", []), {**UNREACHABLE,
-                                      "timeAdded": now_rfc3339()}]  # fmt: skip
+            set_condition(
+                status,
+                "Ready",
+                "Unknown",
+                "NodeStatusUnknown",
+                "Kubelet stopped posting node status.",
+            )
+            node["spec"]["taints"] = [
+                *node["spec"].get("taints", []),
+                {**UNREACHABLE, "timeAdded": now_rfc3339()},
+            ]
             self.host_store.put("nodes", node)
             for store, pod in self._pods_on(name):
                 self.kubelet.kill_pod(pod["metadata"]["uid"])
                 if pod["status"].get("phase") in ("Succeeded", "Failed"):
                     continue
                 lost = _lost_pod(pod)
-                stored = disrupt(store, lost, "DeletionByTaintManager",
-                                 "Taint manager: deleting due to NoExecute taint")  # fmt: skip
+                stored = disrupt(
+                    store,
+                    lost,
+                    "DeletionByTaintManager",
+                    "Taint manager: deleting due to NoExecute taint",
+                )
                 delete_pod(store, stored, 0)
         self._wake.set()
 
@@ -154,10 +170,14 @@ def _lost_pod(pod: Obj) -> Obj:
         if "running" in (container.get("state") or {}) or "waiting" in (
             container.get("state") or {}
         ):
-            container["state"] = {"terminated": {
-                "exitCode": 137, "reason": "ContainerStatusUnknown",
-                "message": "The container could not be located when the pod was terminated",
-                "startedAt": (container["state"].get("running") or {}).get("startedAt"),
-                "finishedAt": now_rfc3339()}}  # fmt: skip
+            container["state"] = {
+                "terminated": {
+                    "exitCode": 137,
+                    "reason": "ContainerStatusUnknown",
+                    "message": "The container could not be located when the pod was terminated",
+                    "startedAt": (container["state"].get("running") or {}).get("startedAt"),
+                    "finishedAt": now_rfc3339(),
+                }
+            }
             container["ready"], container["started"] = False, False
     return lost

@@ -19,6 +19,7 @@ from .discovery import document
 from .lifecycle import delete_pod, disrupt
 from .routing import Route, parse_route
 from .store import ApiError, Obj
+from .tables import to_table
 from .watch import watch_stream
 
 if TYPE_CHECKING:
@@ -44,6 +45,15 @@ class ApiHandler(BaseHTTPRequestHandler):
 
     protocol_version = "HTTP/1.1"
     server_version = "kube-emulator"
+
+    def setup(self) -> None:
+        super().setup()
+        # headers and body go out in separate writes: without this, Nagle's algorithm and
+        # delayed ACKs add ~40 ms to every request
+        try:
+            self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        except OSError:
+            pass
 
     def log_message(self, format: str, *args: Any) -> None:
         return None
@@ -129,8 +139,12 @@ class ApiHandler(BaseHTTPRequestHandler):
                 raise ApiError(404, "NotFound", "the server could not find the requested resource")
             if path.rstrip("/") == "/api":
                 address = f"127.0.0.1:{self.api_server.port}"
-                found = {**found, "serverAddressByClientCIDRs": [
-                    {"clientCIDR": "0.0.0.0/0", "serverAddress": address}]}  # fmt: skip
+                found = {
+                    **found,
+                    "serverAddressByClientCIDRs": [
+                        {"clientCIDR": "0.0.0.0/0", "serverAddress": address}
+                    ],
+                }
             self._send_json(200, found)
             return
         self._authorize(route, verb)
@@ -141,6 +155,8 @@ class ApiHandler(BaseHTTPRequestHandler):
         else:
             payload = None if method in ("GET",) else self._json_body(body)
             code, result = self._call(method, route, verb, params, payload)
+            if verb in ("get", "list") and "as=Table" in self.headers.get("Accept", ""):
+                result = to_table(route.rt, result)
             self._send_json(code, result)
 
     def _authorize(self, route: Route, verb: str) -> None:
@@ -228,9 +244,13 @@ class ApiHandler(BaseHTTPRequestHandler):
         with api.store.cluster.lock:
             api.select(route.rt, route.namespace, params)  # 400 on bad selectors before streaming
         events = watch_stream(
-            api, route.rt, route.namespace, params, self.api_server.stopping,
+            api,
+            route.rt,
+            route.namespace,
+            params,
+            self.api_server.stopping,
             self.api_server.bookmark_interval,
-        )  # fmt: skip
+        )
         self._start_chunked("application/json")
         try:
             for event in events:

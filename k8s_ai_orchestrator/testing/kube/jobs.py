@@ -100,13 +100,28 @@ class JobController:
 
     def tick(self) -> None:
         jobs = {job["metadata"]["uid"]: job for job in self.store.list("jobs")}
-        for job in jobs.values():
-            self._sync(job)
+        by_owner: dict[str, list[Obj]] = {}
         for pod in self.store.list("pods"):
             refs = pod["metadata"].get("ownerReferences") or []
+            for ref in refs:
+                by_owner.setdefault(ref.get("uid", ""), []).append(pod)
             tracked = JOB_TRACKING_FINALIZER in (pod["metadata"].get("finalizers") or [])
             if tracked and not any(ref.get("uid") in jobs for ref in refs):
                 self._untrack(pod)
+        for uid, job in jobs.items():
+            if _condition(job, "Complete") or _condition(job, "Failed"):
+                self._sync_finished(job, by_owner.get(uid, []))
+            else:
+                self._sync(job)
+
+    def _sync_finished(self, job: Obj, pods: list[Obj]) -> None:
+        """A finished Job only releases its pods' finalizers and waits for its TTL."""
+        for pod in pods:
+            if is_terminal(pod) and JOB_TRACKING_FINALIZER in (
+                pod["metadata"].get("finalizers") or []
+            ):
+                self._untrack(pod)
+        self._expire(job)
 
     def _owned(self, job: Obj) -> list[Obj]:
         uid = job["metadata"]["uid"]
@@ -124,22 +139,17 @@ class JobController:
 
     def _sync(self, job: Obj) -> None:
         new = copy.deepcopy(job)
-        status = new.setdefault("status", {})
+        new.setdefault("status", {})
         pods = self._owned(job)
-        finished = _condition(job, "Complete") or _condition(job, "Failed")
-        verdict = self._count_finished(new, pods, count=not finished)
-        if finished:
-            self._expire(new)
-        else:
-            self._decide(new, pods, verdict)
-            if not new["metadata"].get("deletionTimestamp"):
-                self._finish_or_run(new, pods)
-            self._refresh_counts(new)
+        verdict = self._count_finished(new, pods)
+        self._decide(new, pods, verdict)
+        if not new["metadata"].get("deletionTimestamp"):
+            self._finish_or_run(new, pods)
+        self._refresh_counts(new)
         if new != job:
             self.store.put("jobs", new)
-        del status
 
-    def _count_finished(self, job: Obj, pods: list[Obj], count: bool) -> str | None:
+    def _count_finished(self, job: Obj, pods: list[Obj]) -> str | None:
         """Count newly terminated pods once (dropping their finalizer); a FailJob message."""
         status, verdict = job["status"], None
         indexed = job["spec"].get("completionMode") == "Indexed"
@@ -149,11 +159,11 @@ class JobController:
                 pod["metadata"].get("finalizers") or []
             ):
                 continue
-            if count and pod["status"]["phase"] == "Succeeded":
+            if pod["status"]["phase"] == "Succeeded":
                 status["succeeded"] = status.get("succeeded", 0) + 1
                 if indexed:
                     done.add(int(pod["metadata"].get("annotations", {}).get(INDEX_KEY, 0)))
-            elif count:
+            else:
                 action, message = failure_policy_match(job, pod) or ("Count", "")
                 if action == "FailJob":
                     verdict = verdict or message

@@ -15,6 +15,7 @@ import copy
 import os
 import secrets
 import signal
+import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -33,6 +34,10 @@ from .containers import (
 )
 from .lifecycle import is_terminal, put_or_release, record_event, releasable, set_condition
 from .store import ClusterState, Obj, Store, now_rfc3339
+
+# The emulator's own interpreter directory (a venv's bin) comes first on the containers' PATH,
+# so commands such as `dagster api execute_step` resolve to the same installation.
+_PATH = os.pathsep.join([os.path.dirname(sys.executable), os.environ.get("PATH", "")])
 
 
 def _exit_phase(codes: list[int]) -> str:
@@ -91,9 +96,10 @@ class Kubelet:
     def _sync(self, store: Store, pod: Obj) -> None:
         uid = pod["metadata"]["uid"]
         run = self.runs.get(uid)
+        if is_terminal(pod) and not pod["metadata"].get("deletionTimestamp"):
+            if run is None or not any(s.process for s in run.containers.values()):
+                return  # finished and published: nothing left to do
         if run is None:
-            if is_terminal(pod):
-                return
             run = self._new_run(store, pod)
         if pod["metadata"].get("deletionTimestamp"):
             self._terminate(run, pod)
@@ -155,7 +161,7 @@ class Kubelet:
 
     def _spawn(self, run: PodRun, pod: Obj, container: Obj, pod_env: dict[str, str]) -> None:
         state = run.containers[container["name"]]
-        env = {**os.environ, "HOSTNAME": pod["metadata"]["name"], **pod_env}
+        env = {**os.environ, "PATH": _PATH, "HOSTNAME": pod["metadata"]["name"], **pod_env}
         argv = container_argv(container, env)
         log_path = run.directory / f"{state.name}-{state.restarts}.log"
         log_path.touch()

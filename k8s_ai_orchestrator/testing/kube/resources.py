@@ -99,24 +99,62 @@ _EVENT_FIELDS.update(
 )
 
 _TYPES = [
-    _rt("namespaces", "Namespace", "", "v1", False, ("ns",), ("status", "finalize"),
-        fields={"status.phase": _path("status", "phase")}),
-    _rt("pods", "Pod", "", "v1", True, ("po",), ("status", "log", "eviction", "binding"),
-        fields=_POD_FIELDS),
+    _rt(
+        "namespaces",
+        "Namespace",
+        "",
+        "v1",
+        False,
+        ("ns",),
+        ("status", "finalize"),
+        fields={"status.phase": _path("status", "phase")},
+    ),
+    _rt(
+        "pods",
+        "Pod",
+        "",
+        "v1",
+        True,
+        ("po",),
+        ("status", "log", "eviction", "binding"),
+        fields=_POD_FIELDS,
+    ),
     _rt("events", "Event", "", "v1", True, ("ev",), fields=_EVENT_FIELDS),
     _rt("secrets", "Secret", "", "v1", True, fields={"type": _path("type")}),
     _rt("configmaps", "ConfigMap", "", "v1", True, ("cm",)),
     _rt("serviceaccounts", "ServiceAccount", "", "v1", True, ("sa",)),
     _rt("resourcequotas", "ResourceQuota", "", "v1", True, ("quota",), ("status",)),
     _rt("limitranges", "LimitRange", "", "v1", True, ("limits",)),
-    _rt("nodes", "Node", "", "v1", False, ("no",), ("status",),
-        fields={"spec.unschedulable": _path("spec", "unschedulable")}),
-    _rt("jobs", "Job", "batch", "v1", True, (), ("status",),
-        fields={"status.successful": _path("status", "succeeded")}),
+    _rt(
+        "nodes",
+        "Node",
+        "",
+        "v1",
+        False,
+        ("no",),
+        ("status",),
+        fields={"spec.unschedulable": _path("spec", "unschedulable")},
+    ),
+    _rt(
+        "jobs",
+        "Job",
+        "batch",
+        "v1",
+        True,
+        (),
+        ("status",),
+        fields={"status.successful": _path("status", "succeeded")},
+    ),
     _rt("priorityclasses", "PriorityClass", "scheduling.k8s.io", "v1", False, ("pc",)),
-    _rt("selfsubjectaccessreviews", "SelfSubjectAccessReview", "authorization.k8s.io", "v1",
-        False, verbs=("create",)),
-]  # fmt: skip
+    _rt(
+        "selfsubjectaccessreviews",
+        "SelfSubjectAccessReview",
+        "authorization.k8s.io",
+        "v1",
+        False,
+        verbs=("create",),
+    ),
+]
 
 RESOURCES: dict[tuple[str, str], ResourceType] = {(t.group, t.plural): t for t in _TYPES}
 GROUPS: dict[str, str] = {t.group: t.version for t in _TYPES}

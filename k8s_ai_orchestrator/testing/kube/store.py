@@ -196,7 +196,7 @@ class Store:
     def expire_history(self) -> None:
         """Forget history: every version up to now becomes too old, open watches end."""
         with self.cluster.lock:
-            self.compacted_rv = self.cluster.current_rv + 1
+            self.compacted_rv = self.cluster.next_rv()  # a list from now on is watchable
             self._history.clear()
             self.watch_epoch += 1
             self.cluster.changed.notify_all()

@@ -29,13 +29,16 @@ while :; do
         break
     fi
     if [ "$k8s_ai_usr2" = 1 ] && [ "$k8s_ai_requeue" = 1 ]; then
-        k8s_ai_usr2=0
         k8s_ai_deadline=$((SECONDS + k8s_ai_save_s))
         while kill -0 "$k8s_ai_step" 2>/dev/null && [ "$SECONDS" -lt "$k8s_ai_deadline" ]; do
-            sleep 1
+            sleep 0.2
         done
-        echo "k8s_ai: requeueing job $SLURM_JOB_ID after the checkpoint window" >&2
-        scontrol requeue "$SLURM_JOB_ID"
+        kill -0 "$k8s_ai_step" 2>/dev/null || { wait "$k8s_ai_step"; k8s_ai_rc=$?; }
+        break
     fi
 done
+if [ "$k8s_ai_usr2" = 1 ] && [ "$k8s_ai_requeue" = 1 ] && [ "$k8s_ai_rc" != 0 ]; then
+    echo "k8s_ai: requeueing job $SLURM_JOB_ID after the checkpoint window" >&2
+    scontrol requeue "$SLURM_JOB_ID"
+fi
 exit "$k8s_ai_rc"

@@ -1,7 +1,8 @@
 """A step that 'checkpoints' on SIGUSR2 and finishes when it starts from a checkpoint.
 
-argv[1]: a directory. First run: wait for SIGUSR2, write `checkpoint`, keep working until the
-job is requeued. Second run: find `checkpoint`, write `resumed`, exit 0.
+argv[1]: a directory. First run: wait for SIGUSR2, write `checkpoint`, then keep working until
+the job is requeued (or, with argv[2] == "--stop-after-save", exit 143 at once). Second run:
+find `checkpoint`, write `resumed`, exit 0.
 """
 
 import os
@@ -18,6 +19,8 @@ if (state / "checkpoint").exists():
 
 def save(signum, frame):
     (state / "checkpoint").write_text("saved")
+    if sys.argv[2:] == ["--stop-after-save"]:
+        sys.exit(143)
 
 
 signal.signal(signal.SIGUSR2, save)

@@ -1,7 +1,11 @@
-"""A gang step process: runs `rank_functions.<name>(*argv)` with Gang and prints the result."""
+"""A gang step process: runs `rank_functions.<name>(*argv)` with Gang and prints the result.
+
+Env GANG_TIMEOUT_S bounds the gang (default 60 s).
+"""
 
 from __future__ import annotations
 
+import os
 import sys
 
 import rank_functions
@@ -10,7 +14,8 @@ from k8s_ai_orchestrator.errors import GangError
 from k8s_ai_orchestrator.gang import Gang
 
 try:
-    result = Gang(timeout_s=60).run(getattr(rank_functions, sys.argv[1]), *sys.argv[2:])
+    gang = Gang(timeout_s=float(os.environ.get("GANG_TIMEOUT_S", "60")))
+    result = gang.run(getattr(rank_functions, sys.argv[1]), *sys.argv[2:])
 except GangError as exc:
     print(f"GANG ERROR: {exc}", flush=True)
     sys.exit(3)

@@ -22,3 +22,9 @@ def fail_on_rank_one() -> None:
     import time
 
     time.sleep(300)
+
+
+def sleep_forever() -> None:
+    import time
+
+    time.sleep(600)

@@ -1,0 +1,197 @@
+"""Transports and gang supervision with small fakes that behave (no daemons, no waiting)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+
+import pytest
+from slurm_support import launch_request
+
+from k8s_ai_orchestrator.backends.slurm import CommandResult, SlurmConfig
+from k8s_ai_orchestrator.backends.slurm.cli import CliTransport
+from k8s_ai_orchestrator.backends.slurm.rest import RestTransport
+from k8s_ai_orchestrator.backends.slurm.script import batch_job
+from k8s_ai_orchestrator.errors import BackendError, SubmitError
+from k8s_ai_orchestrator.gang import GangPlan, _supervise
+
+REST = SlurmConfig(
+    transport="rest",
+    rest_url="http://slurm-login:6820",
+    rest_user="ml",
+    rest_token="expired",
+    workdir="/shared/k8s_ai",
+)
+
+
+class FakeSlurmRest:
+    """Answers slurmrestd paths from a table and keeps every request it received."""
+
+    def __init__(self, answers: Mapping[str, tuple[int, object]]) -> None:
+        self.answers = answers
+        self.requests: list[tuple[str, str, dict[str, object] | None]] = []
+
+    def __call__(
+        self, method: str, url: str, headers: Mapping[str, str], body: bytes | None, timeout: float
+    ) -> tuple[int, bytes]:
+        path = url.split("/v0.0.38/", 1)[1]
+        self.requests.append((method, path, json.loads(body) if body else None))
+        status, answer = self.answers[f"{method} {path}"]
+        return status, json.dumps(answer).encode()
+
+
+class FakeCommands:
+    """A Slurm CLI that answers from a table keyed by the program name."""
+
+    def __init__(self, answers: Mapping[str, CommandResult | Exception]) -> None:
+        self.answers = answers
+        self.calls: list[list[str]] = []
+
+    def __call__(self, argv: Sequence[str], stdin: str | None, timeout_s: float) -> CommandResult:
+        self.calls.append(list(argv))
+        answer = self.answers[argv[0] if argv[0] != "ssh" else argv[-1].split()[-2]]
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
+
+
+def test_an_expired_rest_token_says_how_to_renew_it() -> None:
+    rest = RestTransport(REST, FakeSlurmRest({"GET job/7": (401, {})}))
+
+    with pytest.raises(BackendError, match="scontrol token username=ml"):
+        rest.job_info("7")
+
+
+def test_a_busy_slurmrestd_is_a_transient_error() -> None:
+    rest = RestTransport(REST, FakeSlurmRest({"GET job/7": (503, {})}))
+
+    with pytest.raises(BackendError) as failure:
+        rest.job_info("7")
+    assert failure.value.transient
+
+
+def test_rest_submission_carries_the_gang_shape_and_the_dagster_home(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("DAGSTER_HOME", "/shared/dagster")
+    fake = FakeSlurmRest({"POST job/submit": (200, {"job_id": 12, "errors": []})})
+    job = batch_job(launch_request(["true"], nodes=2, gpu=2), REST)
+
+    assert RestTransport(REST, fake).submit(job, "#!/bin/bash\ntrue\n", "train") == "12"
+
+    sent = fake.requests[0][2]
+    assert sent is not None
+    props = sent["job"]
+    assert isinstance(props, dict)
+    assert (props["nodes"], props["tasks_per_node"], props["gres"]) == ([2, 2], 1, "gpu:2")
+    assert props["environment"]["DAGSTER_HOME"] == "/shared/dagster"
+    assert "signal" not in props, "slurmrestd v0.0.38 cannot signal the batch shell"
+
+
+def test_rest_job_state_and_raw_exit_status_are_decoded() -> None:
+    job = {
+        "job_id": 7,
+        "job_state": "NODE_FAIL",
+        "state_reason": "NodeDown",
+        "exit_code": 256,
+        "nodes": "n[1-2]",
+        "batch_host": "n1",
+        "start_time": 100,
+        "end_time": 160,
+        "tres_alloc_str": "cpu=2,mem=512M,node=2",
+    }
+    rest = RestTransport(REST, FakeSlurmRest({"GET job/7": (200, {"jobs": [job]})}))
+
+    info = rest.job_info("7")
+
+    assert info is not None
+    assert (info.state, info.exit_code, info.nodes) == ("NODE_FAIL", 1, ("n1", "n2"))
+    assert (info.start_time, info.end_time, info.cpus) == (100.0, 160.0, 2)
+
+
+def test_the_cli_over_ssh_is_the_same_commands_behind_a_prefix() -> None:
+    fake = FakeCommands({"scancel": CommandResult(0, "", "")})
+    config = SlurmConfig(ssh_host="login1", slurm_conf="/etc/slurm/prod.conf")
+
+    CliTransport(config, fake).cancel("42")
+
+    assert fake.calls == [
+        ["ssh", "-o", "BatchMode=yes", "login1", "SLURM_CONF=/etc/slurm/prod.conf scancel 42"]
+    ]
+
+
+def test_an_unanswering_slurmctld_is_a_transient_error() -> None:
+    fake = FakeCommands({"scontrol": TimeoutError("scontrol did not finish in 30s")})
+
+    with pytest.raises(BackendError, match="scontrol ping") as failure:
+        CliTransport(SlurmConfig(), fake).job_info("42")
+    assert failure.value.transient
+
+
+def test_an_sbatch_refusal_names_the_step_and_slurms_words() -> None:
+    refusal = CommandResult(1, "", "sbatch: error: invalid account or account/partition\n")
+    job = batch_job(launch_request(["true"]), SlurmConfig())
+
+    with pytest.raises(
+        SubmitError, match="step 'train': sbatch refused the job: .*invalid account"
+    ):
+        CliTransport(SlurmConfig(), FakeCommands({"sbatch": refusal})).submit(job, "", "train")
+
+
+class FakeRank:
+    """A rank process that exits with `code` after `polls` polls (None: never)."""
+
+    def __init__(self, code: int | None, polls: int = 0) -> None:
+        self.code, self.polls = code, polls
+
+    def poll(self) -> int | None:
+        if self.polls > 0:
+            self.polls -= 1
+            return None
+        return self.code
+
+
+class FakeTime:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def clock(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.now += seconds
+
+
+def plan(timeout_s: float | None = None, straggler_timeout_s: float = 60.0) -> GangPlan:
+    return GangPlan("local", 2, 1, 0, 1, "python", timeout_s, straggler_timeout_s)
+
+
+def test_a_straggler_is_stopped_once_its_peer_has_been_gone_too_long() -> None:
+    fake_time = FakeTime()
+    ranks = [FakeRank(0), FakeRank(None)]
+
+    outcome = _supervise(ranks, plan(straggler_timeout_s=5), fake_time.clock, fake_time.sleep)
+
+    assert outcome.timed_out
+    assert "ranks [1] still running 5s after a peer" in outcome.detail
+    assert 5 < fake_time.now < 6
+
+
+def test_the_first_failing_rank_ends_the_gang_at_once() -> None:
+    fake_time = FakeTime()
+    ranks = [FakeRank(None), FakeRank(2, polls=3)]
+
+    outcome = _supervise(ranks, plan(), fake_time.clock, fake_time.sleep)
+
+    assert (outcome.returncode, outcome.timed_out) == (2, False)
+    assert outcome.detail == "rank 1 exited with code 2"
+
+
+def test_the_gang_timeout_bounds_ranks_that_never_finish() -> None:
+    fake_time = FakeTime()
+
+    outcome = _supervise(
+        [FakeRank(None), FakeRank(None)], plan(timeout_s=30), fake_time.clock, fake_time.sleep
+    )
+
+    assert outcome.timed_out and "still running after 30s" in outcome.detail
