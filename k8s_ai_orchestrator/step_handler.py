@@ -65,6 +65,7 @@ class _Live:
     usage: list[ResourceUsage] = field(default_factory=list)
     reasons: list[str] = field(default_factory=list)
     own_retry_pending: bool = False  # the next STEP_UP_FOR_RETRY is the executor's own
+    checked_at: float = 0.0  # when the backend was last asked for this attempt's status
 
 
 class AIStepHandler(StepHandler):
@@ -174,7 +175,12 @@ class AIStepHandler(StepHandler):
         live = self._live.get(key)
         if live is None or live.handle is None:
             return CheckStepHealthResult.healthy()
-        status = self.backend(live.backend).status(live.handle)
+        backend = self.backend(live.backend)
+        now = time.monotonic()
+        if now - live.checked_at < getattr(backend, "status_interval_s", 0.0):
+            return CheckStepHealthResult.healthy()
+        live.checked_at = now
+        status = backend.status(live.handle)
         step_context = step_handler_context.get_step_context(key)
         if status.state is StepState.PENDING:
             return self._check_pending(key, live, status, step_context)

@@ -5,6 +5,10 @@ an environment and a `ComputeSpec`) and reads back `StepStatus` values whose `re
 of `FailureReason` — the executor decides from the reason whether to relaunch (Preempted,
 Evicted, Lost), escalate memory (OOMKilled) or fail.
 
+Optional attributes a backend may define: `status_interval_s` (the executor asks `status()` no
+more often than this; default 0, for backends that answer from a cache) and
+`placement_warnings(spec) -> list[str]` (why a step will not run exactly as sized).
+
 Example:
     >>> status = StepStatus.failed(FailureReason.OOM_KILLED, "exceeded 256Mi", exit_code=137)
     >>> status.is_terminal, status.reason

@@ -56,7 +56,10 @@ def test_dagster_k8s_job_executor_runs_a_two_op_job(
         assert result.output_for_node("add_one") == 21
     jobs = emu.jobs("team-a", "dagster")
     assert len(jobs) == 2
-    assert all(j["status"].get("succeeded") == 1 for j in jobs)
+    # the run ends on the steps' events; the Job controller counts the pods a moment later
+    emu.wait_for(
+        lambda: all(j["status"].get("succeeded") == 1 for j in emu.jobs("team-a", "dagster"))
+    )
     assert emu.request_counts("team-a")[("create", "jobs")] >= 2
 
 

@@ -69,7 +69,7 @@ def test_preemptible_gpu_gang_script() -> None:
         time_limit="1-00:00:00",
         grace_period_s=120,
     )
-    job = batch_job(request(gpu=8, tasks_per_node=4, preemptible=True), config)
+    job = batch_job(request(gpu=8, gpu_type="a100", tasks_per_node=4, preemptible=True), config)
 
     assert_matches_golden("gang_gpu_preemptible.sh", render_script(job))
 
@@ -101,3 +101,8 @@ def test_rest_transport_script_sends_its_own_usr2_before_the_time_limit() -> Non
 def test_environment_names_a_shell_cannot_export_are_refused() -> None:
     with pytest.raises(SubmitError, match=r"step 'train': environment variable names \['A-B'\]"):
         batch_job(request(env={"A-B": "1"}), SlurmConfig())
+
+
+def test_a_gpu_type_that_could_add_sbatch_options_is_refused() -> None:
+    with pytest.raises(SubmitError, match="step 'train': gpu_type=.* is not a Slurm GRES type"):
+        batch_job(request(gpu=1, gpu_type="a100\n#SBATCH --uid=0"), SlurmConfig())

@@ -27,6 +27,7 @@ from .config import SlurmConfig
 JOB_DIR_ENV = "K8S_AI_SLURM_JOB_DIR"  # the attempt's directory in the shared workdir
 MiB = 1024**2
 _UNSAFE = re.compile(r"[^A-Za-z0-9_.-]")
+_GRES_TYPE = re.compile(r"^[A-Za-z0-9_.-]+$")
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
@@ -51,6 +52,7 @@ class BatchJob:
     cpus_per_task: int
     memory_mb: int  # per node
     gpus_per_node: int
+    gpu_type: str | None  # Slurm GRES type ("a100"), None = any
     partition: str | None
     account: str | None
     time_limit_min: int | None
@@ -62,6 +64,14 @@ class BatchJob:
     env: tuple[tuple[str, str], ...]  # exported before the step process starts
     command: tuple[str, ...]  # the step process argv
 
+    @property
+    def gres(self) -> str | None:
+        """ "gpu:4" or "gpu:a100:4"; None without GPUs."""
+        if not self.gpus_per_node:
+            return None
+        kind = f"{self.gpu_type}:" if self.gpu_type else ""
+        return f"gpu:{kind}{self.gpus_per_node}"
+
     def directives(self) -> list[str]:
         """The sbatch options, one per `#SBATCH` line."""
         options = [
@@ -72,8 +82,8 @@ class BatchJob:
             f"--cpus-per-task={self.cpus_per_task}",
             f"--mem={self.memory_mb}M",
         ]
-        if self.gpus_per_node:
-            options.append(f"--gres=gpu:{self.gpus_per_node}")
+        if self.gres:
+            options.append(f"--gres={self.gres}")
         if self.partition:
             options.append(f"--partition={self.partition}")
         if self.account:
@@ -124,6 +134,7 @@ def batch_job(request: LaunchRequest, config: SlurmConfig) -> BatchJob:
         cpus_per_task=max(1, math.ceil(spec.cpu)),
         memory_mb=max(1, math.ceil(spec.memory_bytes / MiB)),
         gpus_per_node=spec.gpu,
+        gpu_type=_gpu_type(request),
         partition=config.partition,
         account=config.account,
         time_limit_min=config.time_limit_minutes(),
@@ -135,6 +146,16 @@ def batch_job(request: LaunchRequest, config: SlurmConfig) -> BatchJob:
         env=tuple(sorted(env.items())),
         command=tuple(command),
     )
+
+
+def _gpu_type(request: LaunchRequest) -> str | None:
+    gpu_type = request.spec.gpu_type
+    if gpu_type is not None and not _GRES_TYPE.match(gpu_type):
+        raise SubmitError(
+            f"step '{request.step_key}': gpu_type={gpu_type!r} is not a Slurm GRES type; "
+            "use the type name from the cluster's gres.conf (letters, digits, '_', '.', '-')"
+        )
+    return gpu_type
 
 
 def _self_signal_after(config: SlurmConfig) -> int | None:
@@ -209,8 +230,8 @@ def rest_job_properties(job: BatchJob, base_env: Mapping[str, str]) -> dict[str,
         "current_working_directory": job.job_dir,
         "environment": dict(base_env),
     }
-    if job.gpus_per_node:
-        props["gres"] = f"gpu:{job.gpus_per_node}"
+    if job.gres:
+        props["gres"] = job.gres
     if job.partition:
         props["partition"] = job.partition
     if job.account:

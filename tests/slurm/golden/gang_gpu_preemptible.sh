@@ -5,7 +5,7 @@
 #SBATCH --ntasks-per-node=4
 #SBATCH --cpus-per-task=8
 #SBATCH --mem=65536M
-#SBATCH --gres=gpu:8
+#SBATCH --gres=gpu:a100:8
 #SBATCH --partition=gpu
 #SBATCH --account=ml-research
 #SBATCH --time=1440
