@@ -23,6 +23,7 @@ Example:
 
 from __future__ import annotations
 
+import contextlib
 import os
 import pickle
 import shutil
@@ -151,18 +152,11 @@ def run_gang(plan: GangPlan, fn: Callable[..., Any], args: tuple[Any, ...], base
     directory.mkdir(parents=True)
     try:
         _write_payload(directory, fn, args)
-        port = _free_port()
-        if plan.mode == "slurm":
-            outcome = launch_srun(plan, directory, port, _rank_argv(plan, directory))
-        else:
-            outcome = launch_local(plan, directory, port, _rank_argv(plan, directory))
-        return _collect(plan, directory, outcome)
+        argv = [plan.python, "-m", "k8s_ai_orchestrator.gang", str(directory)]
+        launch = launch_srun if plan.mode == "slurm" else launch_local
+        return _collect(plan, directory, launch(plan, directory, _free_port(), argv))
     finally:
         shutil.rmtree(directory, ignore_errors=True)
-
-
-def _rank_argv(plan: GangPlan, directory: Path) -> list[str]:
-    return [plan.python, "-m", "k8s_ai_orchestrator.gang", str(directory)]
 
 
 def _free_port() -> int:
@@ -352,20 +346,12 @@ def launch_srun(
 
 def _cancel_steps(name: str, timeout_s: float) -> None:
     """scancel the job steps srun started (srun may die without stopping its remote tasks)."""
-    job = os.environ.get("SLURM_JOB_ID", "")
-    listing = subprocess.run(
-        ["squeue", "-h", "-s", "-j", job, "-o", "%i %j"],
-        capture_output=True,
-        text=True,
-        timeout=timeout_s * 4,
-        stdin=subprocess.DEVNULL,
-        check=False,
-    )
-    steps = [line.split()[0] for line in listing.stdout.splitlines() if line.endswith(" " + name)]
-    if steps:
-        subprocess.run(
-            ["scancel", *steps], timeout=timeout_s * 4, stdin=subprocess.DEVNULL, check=False
-        )
+    listing = ["squeue", "-h", "-s", "-j", os.environ.get("SLURM_JOB_ID", ""), "-o", "%i %j"]
+    with contextlib.suppress(subprocess.TimeoutExpired, OSError):
+        out = subprocess.run(listing, capture_output=True, text=True, timeout=timeout_s * 4).stdout
+        steps = [line.split()[0] for line in out.splitlines() if line.endswith(" " + name)]
+        if steps:
+            subprocess.run(["scancel", *steps], timeout=timeout_s * 4, capture_output=True)
 
 
 def _rank_identity(env: Mapping[str, str]) -> dict[str, str]:
@@ -387,9 +373,10 @@ def rank_main(directory: Path) -> int:
     rank = int(os.environ["RANK"])
     meta = pickle.loads((directory / META).read_bytes())
     sys.path[:] = meta["sys_path"] + [p for p in sys.path if p not in meta["sys_path"]]
-    os.chdir(meta["cwd"])
-    record: dict[str, Any] = {"ok": True, "value": None, "node": socket.gethostname()}
-    record["node"] = os.environ.get("SLURMD_NODENAME", record["node"])
+    with contextlib.suppress(OSError):  # a node without the step's directory keeps its own
+        os.chdir(meta["cwd"])
+    node = os.environ.get("SLURMD_NODENAME") or socket.gethostname()
+    record: dict[str, Any] = {"ok": True, "value": None, "node": node}
     try:
         fn, args = pickle.loads((directory / PAYLOAD).read_bytes())
         value = fn(*args)

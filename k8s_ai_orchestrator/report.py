@@ -7,7 +7,8 @@ attempts per step and the resource-seconds each step used — and writes them as
 
 Example:
     >>> from dagster import DagsterInstance
-    >>> from k8s_ai_orchestrator.report import load_run_report, write_report
+    >>> from k8s_ai_orchestrator.report import load_run_report
+    >>> from k8s_ai_orchestrator.report_render import write_report
     >>> with DagsterInstance.get() as instance:  # doctest: +SKIP
     ...     report = load_run_report(instance, "813621f2-2ba1-45a4-bd95-400fed1bb88c")
     ...     files = write_report(report, "reports/")
@@ -21,18 +22,26 @@ import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
+
+from dagster import (
+    DagsterInstance,
+    DagsterRunStatus,
+    DefaultSensorStatus,
+    MetadataValue,
+    RunStatusSensorContext,
+    RunStatusSensorDefinition,
+    run_status_sensor,
+)
 
 from .errors import OrchestratorError
-
-if TYPE_CHECKING:
-    from dagster import DagsterInstance, MetadataValue
 
 META = "k8s_ai/"
 OOM = "OOMKilled"
 PREEMPTION_REASONS = frozenset({"Preempted", "Evicted", "Lost"})
 _RUNNING_ON = re.compile(r"^Step '.+' is running on (?P<node>.+)$")
 _RUN_END_KINDS = {"RUN_SUCCESS", "RUN_FAILURE", "RUN_CANCELED"}
+REPORT_TAG = "k8s_ai/report"  # run tag `run_report_sensor` sets to the report's HTML path
 
 
 class ReportError(OrchestratorError):
@@ -203,14 +212,6 @@ class RunReport:
         raise KeyError(step_key)
 
 
-@dataclass(frozen=True)
-class ReportFiles:
-    """Where `write_report` put the report."""
-
-    html: Path
-    png: Path
-
-
 class _AttemptBuilder:
     """The attempt being read while walking one step's events."""
 
@@ -377,24 +378,6 @@ def load_run_report(instance: DagsterInstance, run_id: str) -> RunReport:
     return build_report(run.run_id, run.job_name, run.status.value, events)
 
 
-def write_report(report: RunReport, out_dir: str | Path) -> ReportFiles:
-    """Write `run-<id8>.html` and `run-<id8>.png` into `out_dir` (created if missing).
-
-    Example:
-        >>> write_report(report, "reports").png  # doctest: +SKIP
-        PosixPath('reports/run-813621f2.png')
-    """
-    from .report_render import render_html, render_png
-
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    stem = f"run-{report.run_id[:8]}"
-    html = out / f"{stem}.html"
-    html.write_text(render_html(report), encoding="utf-8")
-    png = render_png(report, out / f"{stem}.png", html=html)
-    return ReportFiles(html=html, png=png)
-
-
 def report_metadata(
     run_id: str, out_dir: str | Path, instance: DagsterInstance | None = None
 ) -> dict[str, MetadataValue]:
@@ -407,7 +390,7 @@ def report_metadata(
         >>> report_metadata(run_id, "/shared/reports")  # doctest: +SKIP
         {'report_html': MetadataValue.path(...), 'report_url': MetadataValue.url(...), ...}
     """
-    from dagster import DagsterInstance, MetadataValue
+    from .report_render import write_report
 
     if instance is None:
         with DagsterInstance.get() as own:
@@ -424,16 +407,56 @@ def report_metadata(
     }
 
 
+def run_report_sensor(
+    out_dir: str | Path,
+    *,
+    name: str = "k8s_ai_run_report",
+    run_status: DagsterRunStatus | None = None,
+    minimum_interval_seconds: int = 30,
+    default_status: DefaultSensorStatus | None = None,
+) -> RunStatusSensorDefinition:
+    """A run-status sensor that writes each finished run's report and tags the run with it.
+
+    The run page in the UI then shows tags `k8s_ai/report` (the HTML) and
+    `k8s_ai/report_png`; the sensor's tick log names both files. It watches runs of its
+    own code location that end with `run_status` (default SUCCESS); add a second one with
+    `run_status=DagsterRunStatus.FAILURE` and another name for failed runs.
+
+    Example:
+        >>> defs = Definitions(assets=..., sensors=[run_report_sensor("/shared/reports")])
+        ... # doctest: +SKIP
+    """
+    from .report_render import write_report
+
+    @run_status_sensor(
+        run_status=run_status or DagsterRunStatus.SUCCESS,
+        name=name,
+        minimum_interval_seconds=minimum_interval_seconds,
+        default_status=default_status or DefaultSensorStatus.STOPPED,
+        description=f"Writes a timeline and resource report of each run into {out_dir}.",
+    )
+    def _write_run_report(context: RunStatusSensorContext) -> None:
+        run_id = context.dagster_run.run_id
+        files = write_report(load_run_report(context.instance, run_id), out_dir)
+        tags = {
+            REPORT_TAG: str(files.html.resolve()),
+            REPORT_TAG + "_png": str(files.png.resolve()),
+        }
+        context.instance.add_run_tags(run_id, tags)
+        context.log.info(f"run {run_id}: report {files.html} and {files.png}")
+
+    return _write_run_report
+
+
 __all__ = [
     "Attempt",
     "LoggedEvent",
     "ReportError",
-    "ReportFiles",
     "RunReport",
     "StepTimeline",
     "Usage",
     "build_report",
     "load_run_report",
     "report_metadata",
-    "write_report",
+    "run_report_sensor",
 ]

@@ -19,6 +19,7 @@ import shutil
 import subprocess
 import tempfile
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -229,6 +230,29 @@ th,td{border-bottom:1px solid #e6e9ee;padding:4px 6px;text-align:left}
 .bar{position:relative;min-width:70px} .bar i{position:absolute;left:0;top:0;bottom:0;
 background:#cfe3f7} .bar span{position:relative}
 """
+
+
+@dataclass(frozen=True)
+class ReportFiles:
+    """Where `write_report` put the report."""
+
+    html: Path
+    png: Path
+
+
+def write_report(report: RunReport, out_dir: str | Path) -> ReportFiles:
+    """Write `run-<id8>.html` and `run-<id8>.png` into `out_dir` (created if missing).
+
+    Example:
+        >>> write_report(report, "reports").png  # doctest: +SKIP
+        PosixPath('reports/run-813621f2.png')
+    """
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    stem = f"run-{report.run_id[:8]}"
+    html = out / f"{stem}.html"
+    html.write_text(render_html(report), encoding="utf-8")
+    return ReportFiles(html=html, png=render_png(report, out / f"{stem}.png", html=html))
 
 
 def render_html(report: RunReport) -> str:

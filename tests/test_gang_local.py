@@ -8,9 +8,16 @@ import time
 from pathlib import Path
 
 import pytest
+from dagster import DagsterInstance, execute_job, materialize
+from dagster._core.definitions.reconstruct import ReconstructableRepository
 
+from example_project.training import vegetation_model
 from k8s_ai_orchestrator.errors import GangError
 from k8s_ai_orchestrator.gang import Gang
+
+GANG_JOBS = ReconstructableRepository.for_module(
+    "tests.slurm.gang_jobs", "defs", working_directory=str(Path(__file__).parents[1])
+)
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -116,3 +123,32 @@ def test_slurm_backend_outside_an_allocation_is_explained(monkeypatch: pytest.Mo
 
     with pytest.raises(GangError, match="inside the step's Slurm allocation"):
         Gang().run(os.getenv, "RANK")
+
+
+def test_a_two_node_gang_asset_runs_as_local_ranks_under_ai_executor_without_slurm(
+    instance: DagsterInstance, test_out: Path
+) -> None:
+    result = execute_job(
+        GANG_JOBS.get_reconstructable_job("train_gang"),
+        instance=instance,
+        run_config={"execution": {"config": {"backend": "local"}}},
+        raise_on_error=False,
+    )
+
+    assert result.success, [e.message for e in result.all_events if e.is_failure]
+    ranks = [json.loads((test_out / f"rank-{r}.json").read_text()) for r in (0, 1)]
+    assert [(r["RANK"], r["NODE_RANK"], r["WORLD_SIZE"]) for r in ranks] == [
+        ("0", "0", "2"),
+        ("1", "1", "2"),
+    ]
+
+
+def test_the_example_training_asset_fits_the_model_on_two_ranks(
+    two_ranks: None, instance: DagsterInstance
+) -> None:
+    result = materialize([vegetation_model], resources={"gang": Gang()}, instance=instance)
+
+    model = result.output_for_node("vegetation_model")
+    assert (model["world_size"], model["backend"]) == (2, "sockets")
+    assert model["weight"] == pytest.approx(-0.8, abs=0.1)
+    assert model["loss"] < 0.01

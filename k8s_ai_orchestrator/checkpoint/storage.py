@@ -122,6 +122,10 @@ class KeyFolder:
     def read_bytes(self, cf: CommitFile) -> bytes:
         """Whole file as bytes, checksum verified; hashing overlaps the copy out of the map."""
         buffer = self._map(cf)
+        if buffer.size < OVERLAP_MIN:
+            data = buffer.to_pybytes()
+            _verify(cf, len(data), hashlib.sha256(data).hexdigest())
+            return data
         with ThreadPoolExecutor(1, thread_name_prefix="checkpoint-sha256") as hasher:
             digest = hasher.submit(lambda: hashlib.sha256(memoryview(buffer)).hexdigest())
             data = buffer.to_pybytes()

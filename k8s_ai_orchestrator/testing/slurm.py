@@ -258,7 +258,7 @@ class LocalSlurmCluster:
             "SlurmdUser=root",
             "AuthType=auth/munge",
             "CredType=cred/munge",
-            f"AuthInfo=socket={r}/munge/munge.sock,cred_expire=5",
+            f"AuthInfo=socket={r}/munge/munge.sock,cred_expire=10",
             "AuthAltTypes=auth/jwt",
             f"AuthAltParameters=jwt_key={r}/etc/jwt.key",
             f"StateSaveLocation={r}/state",

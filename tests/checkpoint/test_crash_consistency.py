@@ -60,5 +60,5 @@ def test_kill_9_during_saves_leaves_a_complete_old_or_new_state(
             last = current
 
     assert caplog.text == "", f"a commit was found corrupt (seed {seed})"
-    assert last > KILLS // 2, "too few saves happened between kills to test anything"
+    assert last >= 5, "too few saves happened between kills to test anything"
     assert torn_writes >= 5, f"only {torn_writes} kills landed mid-save (seed {seed})"

@@ -15,7 +15,7 @@ from k8s_ai_orchestrator.errors import CheckpointError
 
 from .support import FakeClock, program
 
-pytestmark = pytest.mark.timeout(60)
+pytestmark = pytest.mark.timeout(120)
 
 
 def test_due_is_false_until_the_interval_elapses(tmp_path: Path, clock: FakeClock) -> None:

@@ -192,3 +192,17 @@ def test_loading_a_folder_checkpoint_with_load_says_to_use_restore_dir(
     store.open("train").save_dir(tmp_path)
     with pytest.raises(CheckpointError, match="restore_dir"):
         store.open("train").load()
+
+
+def test_one_flipped_byte_in_a_large_commit_is_detected(store: CheckpointStore, root: str) -> None:
+    import os
+
+    ckpt = store.open("large")
+    ckpt.save(b"previous")
+    latest = ckpt.save(os.urandom(40 << 20))
+    fs, folder = key_folder(root, "large")
+    path = f"{folder}/{latest.files[0].path}"
+    data = bytearray(fs.cat_file(path))
+    data[len(data) // 2] ^= 0x01
+    fs.pipe_file(path, bytes(data))
+    assert store.open("large").load() == b"previous"

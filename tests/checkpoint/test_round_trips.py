@@ -150,3 +150,17 @@ def test_empty_states_round_trip(store: CheckpointStore, empty: object) -> None:
     store.open("empty").save(empty)  # type: ignore[arg-type]
     loaded = store.open("empty").load()
     assert loaded.equals(empty) if isinstance(empty, pa.Table) else loaded == empty
+
+
+def test_large_states_round_trip_and_are_checksummed(store: CheckpointStore) -> None:
+    import hashlib
+    import os
+
+    payload = os.urandom(40 << 20)  # large enough to hash alongside the writes
+    values = pa.py_buffer(os.urandom(40 << 20))
+    table = pa.table({"v": pa.Array.from_buffers(pa.int64(), (40 << 20) // 8, [None, values])})
+    blob = store.open("large-bytes").save(payload)
+    store.open("large-table").save(table)
+    assert blob.files[0].sha256 == hashlib.sha256(payload).hexdigest()
+    assert store.open("large-bytes").load() == payload
+    assert store.open("large-table").load().equals(table)

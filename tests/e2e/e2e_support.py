@@ -152,6 +152,7 @@ class ExampleEnv:
     home: Path
     inbox: Path
     logs: Path
+    reports: Path  # where a run-report sensor writes (env E2E_REPORT_DIR)
     env: dict[str, str]  # environment for the servers
 
     def instance(self) -> DagsterInstance:
@@ -171,9 +172,10 @@ def example_env(base: Path, *, with_daemon: bool) -> ExampleEnv:
         "VEGETATION_INBOX": str(inbox),
         "VEGETATION_CHECKPOINTS": (base / "checkpoints").as_uri(),
         "VEGETATION_UNIT_SECONDS": "0",
+        "E2E_REPORT_DIR": str(base / "reports"),
         "PYTHONUNBUFFERED": "1",
     }
-    return ExampleEnv(home, inbox, logs, env)
+    return ExampleEnv(home, inbox, logs, base / "reports", env)
 
 
 class Services:

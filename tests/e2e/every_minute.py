@@ -2,11 +2,15 @@
 
 The example's own `nightly_vegetation_risk` fires at 02:00 UTC, too late for a test; this
 location reuses the example's assets, resources, executor and `vegetation_risk` job unchanged
-and adds a schedule the daemon fires at the next minute. It requests one run per instance.
+and adds a schedule the daemon fires at the next minute (one run per instance), and the
+run-report sensor, which writes each successful run's report into env `E2E_REPORT_DIR`.
 """
+
+import os
 
 from dagster import (
     DefaultScheduleStatus,
+    DefaultSensorStatus,
     Definitions,
     RunRequest,
     RunsFilter,
@@ -15,15 +19,15 @@ from dagster import (
     schedule,
 )
 
-from example_project.definitions import defs as example_defs
-from example_project.definitions import vegetation_risk
+import example_project.definitions as example
+from k8s_ai_orchestrator.report import run_report_sensor
 
 SCHEDULE_NAME = "vegetation_risk_every_minute"
 
 
 @schedule(
     name=SCHEDULE_NAME,
-    job=vegetation_risk,
+    job=example.vegetation_risk,
     cron_schedule="* * * * *",
     execution_timezone="UTC",
     default_status=DefaultScheduleStatus.STOPPED,
@@ -39,9 +43,16 @@ def vegetation_risk_every_minute(context: ScheduleEvaluationContext) -> RunReque
 
 
 defs = Definitions(
-    assets=example_defs.assets,
-    jobs=[vegetation_risk],
+    assets=example.defs.assets,
+    jobs=[example.vegetation_risk],
     schedules=[vegetation_risk_every_minute],
-    resources=example_defs.resources,
-    executor=example_defs.executor,
+    sensors=[
+        run_report_sensor(
+            os.environ.get("E2E_REPORT_DIR", "k8s-ai-reports"),
+            minimum_interval_seconds=5,
+            default_status=DefaultSensorStatus.RUNNING,
+        )
+    ],
+    resources=example.defs.resources,
+    executor=example.defs.executor,
 )

@@ -115,6 +115,7 @@ def test_materialize_all_in_the_ui_runs_every_step_through_ai_executor(
         expect(page.get_by_text(message).first).to_be_visible(timeout=PAGE_TIMEOUT_MS)
     log_filter.fill("Launching step")
     page.keyboard.press("Escape")
+    expect(page.get_by_text("step:mosaic")).to_be_hidden(timeout=PAGE_TIMEOUT_MS)
     expect(page.get_by_text(LAUNCHES[-1]).first).to_be_visible(timeout=PAGE_TIMEOUT_MS)
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     page.screenshot(path=str(ARTIFACTS / "ui-run.png"))

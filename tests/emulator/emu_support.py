@@ -73,3 +73,11 @@ def read_log(core: client.CoreV1Api, name: str, namespace: str, **kwargs: Any) -
     """A pod's log as text (kubernetes client 36 returns "b'...'" from the plain call)."""
     response = core.read_namespaced_pod_log(name, namespace, _preload_content=False, **kwargs)
     return str(response.data.decode())
+
+
+def log_contains(core: client.CoreV1Api, name: str, namespace: str, text: str) -> bool:
+    """Whether the pod's log contains `text` yet (False while the container has not started)."""
+    try:
+        return text in read_log(core, name, namespace)
+    except client.ApiException:
+        return False

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from emu_support import python_pod, read_log, terminated
+from emu_support import log_contains, python_pod, read_log, terminated
 from kubernetes import client
 
 from k8s_ai_orchestrator.testing.kube import KubeEmulator
@@ -117,6 +117,19 @@ def test_an_unpullable_image_goes_to_image_pull_back_off(
 
     emu.wait_for(lambda: waiting_reason() == "ImagePullBackOff")
     assert core.read_namespaced_pod("bad-image", ns).status.phase == "Pending"
+    events = core.list_namespaced_event(ns, field_selector="involvedObject.name=bad-image").items
+    assert {"Failed", "BackOff"} <= {event.reason for event in events}
+
+
+def test_fallback_to_logs_on_error_puts_the_log_tail_in_the_termination_message(
+    emu: KubeEmulator, core: client.CoreV1Api, ns: str
+) -> None:
+    pod = python_pod("explained", "import sys; print('bad input: tile 7'); sys.exit(3)")
+    pod.spec.containers[0].termination_message_policy = "FallbackToLogsOnError"
+    core.create_namespaced_pod(ns, pod)
+    emu.wait_for(lambda: _phase(core, ns, "explained") == "Failed")
+    state = terminated(core.read_namespaced_pod("explained", ns))
+    assert (state.exit_code, state.reason, state.message) == (3, "Error", "bad input: tile 7\n")
 
 
 def test_deletion_sends_sigterm_and_waits_for_the_process(
@@ -133,7 +146,7 @@ def test_deletion_sends_sigterm_and_waits_for_the_process(
         "time.sleep(600)\n"
     )
     core.create_namespaced_pod(ns, python_pod("graceful", code, grace=30))
-    emu.wait_for(lambda: "ready" in read_log(core, "graceful", ns))
+    emu.wait_for(lambda: log_contains(core, "graceful", ns, "ready"))
     core.delete_namespaced_pod("graceful", ns)
     emu.wait_for(
         lambda: not core.list_namespaced_pod(ns, field_selector="metadata.name=graceful").items
@@ -151,7 +164,7 @@ def test_a_process_ignoring_sigterm_is_killed_after_the_grace_period(
         "time.sleep(600)\n"
     )
     core.create_namespaced_pod(ns, python_pod("stubborn", code, grace=1))
-    emu.wait_for(lambda: "up" in read_log(core, "stubborn", ns))
+    emu.wait_for(lambda: log_contains(core, "stubborn", ns, "up"))
     before = emu.processes_alive()
     deleted = core.delete_namespaced_pod("stubborn", ns)
     assert deleted.metadata.deletion_timestamp is not None

@@ -2,6 +2,8 @@
 
 import json
 import os
+import signal
+import time
 from pathlib import Path
 
 from dagster import Definitions, asset, define_asset_job
@@ -22,9 +24,36 @@ def gang_model(gang: Gang) -> dict[str, str]:
     return gang.run(describe_rank, os.environ["TEST_OUT"])
 
 
+@asset(op_tags=compute(nodes=2, tasks_per_node=1, cpu=1, memory="256Mi", preemptible=True))
+def resumable_model() -> str:
+    """Saves a 'checkpoint' on SIGUSR2; once requeued, finishes from it."""
+    out = Path(os.environ["TEST_OUT"])
+    if (out / "checkpoint").exists():
+        return "resumed from checkpoint"
+    signal.signal(signal.SIGUSR2, lambda *_: (out / "checkpoint").write_text("saved"))
+    (out / "started").write_text(os.environ["SLURM_JOB_ID"])
+    time.sleep(120)
+    return "never preempted"
+
+
+@asset(op_tags=compute(nodes=2, tasks_per_node=1, cpu=1, memory="256Mi"))
+def relaunched_model() -> str:
+    """The first attempt waits (its node is taken away); the relaunch finishes."""
+    out = Path(os.environ["TEST_OUT"])
+    attempt = os.environ["K8S_AI_ATTEMPT"]
+    if attempt == "0":
+        (out / "started").write_text(os.environ["SLURM_JOB_ID"])
+        time.sleep(120)
+    return f"attempt {attempt} on {os.environ['SLURM_JOB_NODELIST']}"
+
+
 defs = Definitions(
-    assets=[gang_model],
-    jobs=[define_asset_job("train_gang", selection=[gang_model])],
+    assets=[gang_model, resumable_model, relaunched_model],
+    jobs=[
+        define_asset_job("train_gang", selection=[gang_model]),
+        define_asset_job("train_resumable", selection=[resumable_model]),
+        define_asset_job("train_relaunched", selection=[relaunched_model]),
+    ],
     resources={"gang": Gang(timeout_s=120)},
     executor=ai_executor,
 )

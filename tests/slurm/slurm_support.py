@@ -46,7 +46,7 @@ def wait_for_status(
     backend: SlurmBackend,
     handle: JobHandle,
     done: Callable[[StepStatus], bool],
-    timeout_s: float = 60.0,
+    timeout_s: float = 90.0,
 ) -> StepStatus:
     """Poll until `done(status)`; fail with the last status and the job log otherwise."""
     deadline = time.monotonic() + timeout_s
@@ -61,7 +61,7 @@ def wait_for_status(
     return status
 
 
-def wait_for_file(path: Path, timeout_s: float = 60.0) -> None:
+def wait_for_file(path: Path, timeout_s: float = 120.0) -> None:
     deadline = time.monotonic() + timeout_s
     while not path.exists():
         if time.monotonic() > deadline:

@@ -3,16 +3,19 @@
 from __future__ import annotations
 
 import json
+import threading
+import time
 from pathlib import Path
 
 import pytest
 from dagster import DagsterInstance, execute_job
 from dagster._core.definitions.reconstruct import ReconstructableRepository
 
+from k8s_ai_orchestrator.backends.slurm.states import expand_hostlist
 from k8s_ai_orchestrator.testing.slurm import LocalSlurmCluster
 from tests.slurm.gang_jobs import defs
 
-pytestmark = [pytest.mark.slurm, pytest.mark.timeout(180)]
+pytestmark = [pytest.mark.slurm, pytest.mark.timeout(240)]
 
 ROOT = Path(__file__).parents[2]
 JOBS = ReconstructableRepository.for_module(
@@ -40,3 +43,71 @@ def test_two_node_gang_asset_is_materialized_on_slurm_by_ai_executor(
     assert [r["WORLD_SIZE"] for r in ranks] == ["2", "2"]
     launches = [e.message or "" for e in result.all_events if e.is_engine_event]
     assert any("Launching step 'gang_model' on slurm" in m for m in launches), launches
+
+
+def test_a_preemptible_gang_step_requeued_on_usr2_resumes_and_the_run_succeeds(
+    cluster: LocalSlurmCluster, instance: DagsterInstance, test_out: Path
+) -> None:
+    slurm = {
+        "workdir": str(cluster.workdir),
+        "slurm_conf": str(cluster.conf_path),
+        "grace_period_s": 4,
+    }
+    preempt = threading.Thread(target=send_usr2_once_started, args=(cluster, test_out))
+    preempt.start()
+
+    result = execute_job(
+        JOBS.get_reconstructable_job("train_resumable"),
+        instance=instance,
+        run_config={"execution": {"config": {"backend": "local", "slurm": slurm}}},
+        raise_on_error=False,
+    )
+    preempt.join(timeout=60)
+
+    assert result.success, [e.message for e in result.all_events if e.is_failure]
+    assert (test_out / "checkpoint").read_text() == "saved"
+    assert defs.load_asset_value("resumable_model", instance=instance) == (
+        "resumed from checkpoint"
+    )
+    notes = [e.message or "" for e in result.all_events if e.is_engine_event]
+    assert any("requeued 1 time(s)" in note for note in notes), notes
+
+
+def send_usr2_once_started(cluster: LocalSlurmCluster, out: Path) -> None:
+    """What Slurm does grace_period_s before a time limit: USR2 to the batch script."""
+    deadline = time.monotonic() + 120
+    while not (out / "started").exists() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    job_id = (out / "started").read_text()
+    cluster.run(["scancel", "--batch", "--signal=USR2", job_id])
+
+
+def test_a_gang_step_that_loses_a_node_is_relaunched_and_the_run_succeeds(
+    cluster: LocalSlurmCluster, instance: DagsterInstance, test_out: Path
+) -> None:
+    slurm = {"workdir": str(cluster.workdir), "slurm_conf": str(cluster.conf_path)}
+    fail_node = threading.Thread(target=take_a_node_down_once_started, args=(cluster, test_out))
+    fail_node.start()
+
+    result = execute_job(
+        JOBS.get_reconstructable_job("train_relaunched"),
+        instance=instance,
+        run_config={"execution": {"config": {"backend": "local", "slurm": slurm}}},
+        raise_on_error=False,
+    )
+    fail_node.join(timeout=60)
+
+    assert result.success, [e.message for e in result.all_events if e.is_failure]
+    value = defs.load_asset_value("relaunched_model", instance=instance)
+    assert value.startswith("attempt 1 on ")
+    notes = [e.message or "" for e in result.all_events if e.is_engine_event]
+    assert any("was Lost; relaunching" in note for note in notes), notes
+
+
+def take_a_node_down_once_started(cluster: LocalSlurmCluster, out: Path) -> None:
+    deadline = time.monotonic() + 120
+    while not (out / "started").exists() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    job_id = (out / "started").read_text()
+    nodes = cluster.run(["squeue", "-h", "-j", job_id, "-o", "%N"]).stdout.strip()
+    cluster.set_node_state(expand_hostlist(nodes)[-1], "down", reason="lost in test")

@@ -13,7 +13,7 @@ from k8s_ai_orchestrator.backends.slurm import SlurmBackend
 from k8s_ai_orchestrator.errors import SubmitError
 from k8s_ai_orchestrator.testing.slurm import LocalSlurmCluster
 
-pytestmark = [pytest.mark.slurm, pytest.mark.timeout(120)]
+pytestmark = [pytest.mark.slurm, pytest.mark.timeout(240)]
 
 
 def test_two_node_gang_step_runs_one_rank_per_node_with_torch_style_env(
@@ -41,7 +41,7 @@ def test_a_failing_rank_fails_the_step_with_its_traceback_and_stops_the_others(
 ) -> None:
     handle = backend.submit(launch_request(program("gang_step.py", "fail_on_rank_one")))
 
-    status = wait_for_status(backend, handle, lambda s: s.is_terminal, timeout_s=90)
+    status = wait_for_status(backend, handle, lambda s: s.is_terminal, timeout_s=150)
 
     assert status.reason == FailureReason.ERROR.value
     assert status.exit_code == 3
@@ -56,7 +56,7 @@ def test_a_gang_past_its_timeout_is_stopped_and_fails_the_step(
     request = launch_request(program("gang_step.py", "sleep_forever"), env={"GANG_TIMEOUT_S": "3"})
     handle = backend.submit(request)
 
-    status = wait_for_status(backend, handle, lambda s: s.is_terminal, timeout_s=90)
+    status = wait_for_status(backend, handle, lambda s: s.is_terminal, timeout_s=150)
 
     assert status.exit_code == 3
     assert "gang of 2 ranks did not finish: srun still running after 3s" in backend.logs(handle)

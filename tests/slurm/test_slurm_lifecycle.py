@@ -13,7 +13,7 @@ from k8s_ai_orchestrator.backends.base import FailureReason, StepState, StepStat
 from k8s_ai_orchestrator.backends.slurm import SlurmBackend
 from k8s_ai_orchestrator.testing.slurm import LocalSlurmCluster
 
-pytestmark = [pytest.mark.slurm, pytest.mark.timeout(150)]
+pytestmark = [pytest.mark.slurm, pytest.mark.timeout(240)]
 
 SLEEP = ["sleep", "300"]
 
@@ -80,8 +80,8 @@ def test_usr2_checkpoints_the_step_then_requeues_it_and_it_resumes(
     wait_for_file(tmp_path / "started")
 
     cluster.run(["scancel", "--batch", "--signal=USR2", handle.job_id])
-    wait_for_file(tmp_path / "checkpoint", timeout_s=30)
-    status = wait_for_status(backend, handle, lambda s: s.is_terminal, timeout_s=90)
+    wait_for_file(tmp_path / "checkpoint", timeout_s=60)
+    status = wait_for_status(backend, handle, lambda s: s.is_terminal, timeout_s=150)
 
     assert status.state is StepState.SUCCEEDED, backend.logs(handle)
     assert (tmp_path / "resumed").read_text() == "1"

@@ -15,7 +15,7 @@ from k8s_ai_orchestrator.backends.slurm import SlurmBackend, SlurmConfig
 from k8s_ai_orchestrator.errors import SubmitError
 from k8s_ai_orchestrator.testing.slurm import LocalSlurmCluster
 
-pytestmark = [pytest.mark.slurm, pytest.mark.timeout(120)]
+pytestmark = [pytest.mark.slurm, pytest.mark.timeout(240)]
 
 
 def hostile(marker: Path) -> str:
@@ -116,7 +116,7 @@ def test_rest_jobs_get_usr2_before_their_time_limit_then_requeue_and_resume(
     step = program("checkpoint_step.py", str(tmp_path), "--stop-after-save")
 
     handle = backend.submit(launch_request(step, preemptible=True))
-    status = wait_for_status(backend, handle, lambda s: s.is_terminal, timeout_s=90)
+    status = wait_for_status(backend, handle, lambda s: s.is_terminal, timeout_s=150)
 
     assert status.state is StepState.SUCCEEDED, backend.logs(handle)
     assert (tmp_path / "checkpoint").read_text() == "saved"

@@ -32,6 +32,7 @@ def _forbidden(pod: Obj, message: str) -> ApiError:
 
 
 def resolve_priority(store: Store, pod: Obj) -> None:
+    """Resolve spec.priority from the PriorityClass (403 if it does not exist)."""
     spec = pod["spec"]
     name = spec.get("priorityClassName")
     classes = {pc["metadata"]["name"]: pc for pc in store.list("priorityclasses")}
@@ -103,6 +104,7 @@ def quota_usage_of_pod(pod: Obj) -> dict[str, int]:
 
 
 def namespace_usage(store: Store, namespace: str) -> dict[str, int]:
+    """What the namespace's live pods consume, by quota resource name."""
     total: dict[str, int] = {}
     for pod in store.list("pods", namespace):
         if is_terminal(pod) or pod["metadata"].get("deletionTimestamp"):
@@ -113,6 +115,7 @@ def namespace_usage(store: Store, namespace: str) -> dict[str, int]:
 
 
 def check_quotas(store: Store, pod: Obj) -> None:
+    """Reject the pod (403 Forbidden, real message) if it would exceed a quota."""
     namespace = pod["metadata"]["namespace"]
     requested = quota_usage_of_pod(pod)
     used = namespace_usage(store, namespace)

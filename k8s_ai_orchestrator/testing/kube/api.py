@@ -36,6 +36,7 @@ def _no_admission(store: Store, pod: Obj) -> None:
 
 
 def success_status(rt: ResourceType, obj: Obj) -> Obj:
+    """The Status a delete answers with once the object is gone."""
     meta = obj["metadata"]
     details = {"name": meta["name"], "group": rt.group, "kind": rt.plural, "uid": meta.get("uid")}
     return {
@@ -102,6 +103,7 @@ class ObjectApi:
             )
 
     def create(self, rt: ResourceType, namespace: str, body: Any, params: Params) -> Obj:
+        """POST: validate, default, admit and store a new object."""
         self._check_kind(rt, body)
         check_fields(rt, body, params)
         obj = copy.deepcopy(body)
@@ -147,12 +149,14 @@ class ObjectApi:
         self.create(RESOURCES[("", "configmaps")], name, root_ca, {})
 
     def get(self, rt: ResourceType, namespace: str, name: str) -> Obj:
+        """GET one object (404 if absent)."""
         found = self.store.get(rt.plural, namespace, name)
         if found is None:
             raise not_found(rt.plural, name, rt.group)
         return found
 
     def select(self, rt: ResourceType, namespace: str | None, params: Params) -> Callable:
+        """A predicate for namespace, labelSelector and fieldSelector (400 if unsupported)."""
         labels = parse_label_selector(params.get("labelSelector"))
         fields = parse_field_selector(params.get("fieldSelector"), rt.field_getters())
 
@@ -164,6 +168,7 @@ class ObjectApi:
         return matches
 
     def list(self, rt: ResourceType, namespace: str | None, params: Params) -> Obj:
+        """GET a collection: a `<Kind>List` with the current resourceVersion."""
         matches = self.select(rt, namespace, params)
         items = [obj for obj in self.store.list(rt.plural, namespace or None) if matches(obj)]
         items.sort(key=lambda obj: (obj["metadata"].get("namespace", ""), obj["metadata"]["name"]))
@@ -185,6 +190,7 @@ class ObjectApi:
     def update(
         self, rt: ResourceType, namespace: str, name: str, body: Any, params: Params, sub: str = ""
     ) -> Obj:
+        """PUT: replace the object (409 on a stale resourceVersion)."""
         self._check_kind(rt, body)
         check_fields(rt, body, params)
         current = self.get(rt, namespace, name)
@@ -202,6 +208,7 @@ class ObjectApi:
     def patch(
         self, rt: ResourceType, namespace: str, name: str, body: Any, content_type: str, sub: str
     ) -> Obj:
+        """PATCH with the flavour named by the Content-Type."""
         current = self.get(rt, namespace, name)
         patched = apply_patch(current, body, content_type)
         if not isinstance(patched, dict):
@@ -247,6 +254,7 @@ class ObjectApi:
     def delete_collection(
         self, rt: ResourceType, namespace: str | None, params: Params, options: Obj
     ) -> Obj:
+        """DELETE a collection: delete each matching object."""
         listed = self.list(rt, namespace, params)
         for item in listed["items"]:
             meta = item["metadata"]

@@ -31,6 +31,7 @@ class ContainerConfigError(Exception):
 
 
 def bad_image(image: str) -> bool:
+    """Image names the emulated registry cannot pull."""
     return image.startswith("invalid/") or "does-not-exist" in image
 
 
@@ -140,8 +141,11 @@ class ContainerProcess:
         cwd: Path,
         log_path: Path,
         memory_limit: int | None,
+        message_from_log: bool = False,
     ) -> None:
         self.started_at = now_rfc3339()
+        self.log_path = log_path
+        self.message_from_log = message_from_log  # terminationMessagePolicy FallbackToLogsOnError
         self.memory_limit = memory_limit
         self.oom = False
         self.kill_deadline: float | None = None
@@ -157,12 +161,14 @@ class ContainerProcess:
         )
 
     def signal_group(self, signum: int) -> None:
+        """Send a signal to the whole process group."""
         try:
             os.killpg(self.proc.pid, signum)
         except (ProcessLookupError, PermissionError):
             pass
 
     def rss_bytes(self) -> int:
+        """Resident memory of the process and all its descendants."""
         try:
             root = psutil.Process(self.proc.pid)
             members = [root, *root.children(recursive=True)]
@@ -177,6 +183,7 @@ class ContainerProcess:
         return total
 
     def enforce_memory(self) -> None:
+        """SIGKILL the group when its RSS exceeds the memory limit (OOMKilled)."""
         if self.memory_limit and not self.oom and self.rss_bytes() > self.memory_limit:
             self.oom = True
             self.signal_group(signal.SIGKILL)
@@ -190,9 +197,16 @@ class ContainerProcess:
         self._log.close()
         code = code if code >= 0 else 128 - code
         reason = "OOMKilled" if self.oom else ("Completed" if code == 0 else "Error")
-        return Exit(code, reason, self.started_at, now_rfc3339())
+        message = self._log_tail() if code and self.message_from_log else ""
+        return Exit(code, reason, self.started_at, now_rfc3339(), message)
+
+    def _log_tail(self) -> str:
+        """What the kubelet keeps of a failed container's log: 80 lines, at most 2048 bytes."""
+        lines = self.log_path.read_bytes().splitlines(keepends=True)[-80:]
+        return b"".join(lines)[-2048:].decode(errors="replace")
 
     def group_alive(self) -> bool:
+        """Whether any process of the group is still running."""
         if self.proc.poll() is None:
             return True
         try:
@@ -202,6 +216,7 @@ class ContainerProcess:
         return True
 
     def kill_now(self) -> None:
+        """SIGKILL the group and reap the main process."""
         self.signal_group(signal.SIGKILL)
         try:
             self.proc.wait(timeout=5)
@@ -212,21 +227,25 @@ class ContainerProcess:
 
 
 def start_error(message: str) -> Exit:
+    """The terminated state of a container that could not start."""
     stamp = now_rfc3339()
     return Exit(128, "StartError", stamp, stamp, message)
 
 
 def container_argv(container: Obj, env: dict[str, str]) -> list[str]:
+    """command + args with $(VAR) references expanded."""
     argv = list(container.get("command") or []) + list(container.get("args") or [])
     return [expand(str(part), env) for part in argv]
 
 
 def memory_limit_of(container: Obj) -> int | None:
+    """The container's memory limit in bytes, or None."""
     limit = ((container.get("resources") or {}).get("limits") or {}).get("memory")
     return to_milli(limit) // 1000 if limit else None
 
 
 def terminated_state(exit: Exit, container_id: str) -> dict[str, Any]:
+    """A containerStatus `state.terminated` object."""
     state: dict[str, Any] = {
         "exitCode": exit.code,
         "reason": exit.reason,

@@ -36,12 +36,15 @@ class ContractTarget:
     timeout: float = 120.0  # seconds a single wait may take
 
     def core(self) -> client.CoreV1Api:
+        """CoreV1Api on the target."""
         return client.CoreV1Api(self.api_client)
 
     def batch(self) -> client.BatchV1Api:
+        """BatchV1Api on the target."""
         return client.BatchV1Api(self.api_client)
 
     def wait(self, predicate: Predicate) -> Any:
+        """Poll `predicate` until truthy; AssertionError after `timeout` seconds."""
         deadline = time.monotonic() + self.timeout
         while True:
             result = predicate()
@@ -52,6 +55,7 @@ class ContractTarget:
             time.sleep(0.1)
 
     def container(self, code: str, memory: str | None = None) -> client.V1Container:
+        """A container named main running `python -c code`."""
         limits = {"memory": memory} if memory else None
         return client.V1Container(
             name="main",
@@ -61,10 +65,12 @@ class ContractTarget:
         )
 
     def pod(self, name: str, code: str, memory: str | None = None) -> client.V1Pod:
+        """A restartPolicy Never pod running `python -c code`."""
         spec = client.V1PodSpec(containers=[self.container(code, memory)], restart_policy="Never")
         return client.V1Pod(metadata=client.V1ObjectMeta(name=name), spec=spec)
 
     def job(self, name: str, code: str, **spec: Any) -> client.V1Job:
+        """A Job whose pods run `python -c code`."""
         pod_spec = client.V1PodSpec(containers=[self.container(code)], restart_policy="Never")
         template = client.V1PodTemplateSpec(spec=pod_spec)
         return client.V1Job(

@@ -63,6 +63,7 @@ class NodeSpec:
     taints: tuple[Mapping[str, str], ...] = ()  # {"key", "value", "effect"} dicts
 
     def to_object(self) -> Obj:
+        """The Node object the host API serves."""
         capacity = {"cpu": self.cpu, "memory": self.memory, "pods": "110"}
         if self.gpus:
             capacity["nvidia.com/gpu"] = str(self.gpus)
@@ -118,6 +119,7 @@ _NODE_INFO = {
 
 
 def kubeconfig_text(name: str, server_url: str, token: str, ca_pem: bytes | None) -> str:
+    """A kubeconfig (YAML text) with one cluster, one token user and one context."""
     cluster: dict[str, Any] = {"server": server_url}
     if ca_pem is not None:
         cluster["certificate-authority-data"] = base64.b64encode(ca_pem).decode()
@@ -168,6 +170,14 @@ class KubeEmulator(FaultsMixin):
     # lifecycle ---------------------------------------------------------------------------
 
     def start(self) -> KubeEmulator:
+        """Start the API servers, write the kubeconfigs and start the controllers."""
+        try:
+            return self._start()
+        except BaseException:
+            self.stop()
+            raise
+
+    def _start(self) -> KubeEmulator:
         self.workdir.mkdir(parents=True, exist_ok=True)
         bundle = make_tls_bundle() if self.tls else None
         context = bundle.server_context(self.workdir) if bundle else None
@@ -236,6 +246,10 @@ class KubeEmulator(FaultsMixin):
             self._wake.clear()
 
     def _reconcile(self, scheduler: Scheduler) -> None:
+        # Job controllers before and after: a new Job's pod is created, bound and started in
+        # one pass, and a finished pod is counted in the pass that saw it exit.
+        for controller in self._controllers:
+            controller.tick()
         scheduler.tick()
         self.kubelet.tick()
         for controller in self._controllers:
@@ -266,6 +280,7 @@ class KubeEmulator(FaultsMixin):
 
     @property
     def host_store(self) -> Any:
+        """The host cluster's object store."""
         return self.cluster.stores[HOST]
 
     def tenant(self, name: str) -> ApiServer:
@@ -277,6 +292,7 @@ class KubeEmulator(FaultsMixin):
         return f"vcluster-{tenant}"
 
     def server(self, name: str | None) -> ApiServer:
+        """The API server named `name` ("host" when None)."""
         return self.servers[name or HOST]
 
     def request_counts(self, server: str | None = None) -> Counter[tuple[str, str]]:
@@ -288,6 +304,7 @@ class KubeEmulator(FaultsMixin):
         return total
 
     def reset_request_counts(self) -> None:
+        """Forget the request counts of every server."""
         for server in self.servers.values():
             server.reset_counts()
 
@@ -321,9 +338,11 @@ class KubeEmulator(FaultsMixin):
         return self._objects("pods", tenant, namespace)
 
     def jobs(self, tenant: str, namespace: str | None = None) -> list[Obj]:
+        """Raw Job objects of a server, for assertions."""
         return self._objects("jobs", tenant, namespace)
 
     def events(self, tenant: str, namespace: str | None = None) -> list[Obj]:
+        """Raw Event objects of a server, for assertions."""
         return self._objects("events", tenant, namespace)
 
     def processes_alive(self) -> int:
@@ -333,6 +352,7 @@ class KubeEmulator(FaultsMixin):
 
 
 def api_types(plural: str) -> Any:
+    """The ResourceType serving `plural`."""
     from .resources import RESOURCES
 
     return next(rt for (_, name), rt in RESOURCES.items() if name == plural)

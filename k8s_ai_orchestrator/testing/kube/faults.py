@@ -126,6 +126,7 @@ class FaultsMixin:
         self._wake.set()
 
     def add_node(self, spec: NodeSpec) -> None:
+        """Add a Ready node to the host cluster."""
         with self.cluster.lock:
             self.host_store.put("nodes", spec.to_object())
         self._wake.set()

@@ -99,6 +99,7 @@ class JobController:
         self.store: Store = api.store
 
     def tick(self) -> None:
+        """Reconcile every Job once."""
         jobs = {job["metadata"]["uid"]: job for job in self.store.list("jobs")}
         by_owner: dict[str, list[Obj]] = {}
         for pod in self.store.list("pods"):

@@ -81,6 +81,7 @@ class Kubelet:
         self.runs: dict[str, PodRun] = {}
 
     def tick(self) -> None:
+        """Start, watch, terminate and report the containers of every bound pod once."""
         nodes = {n["metadata"]["name"]: n for n in self.host.list("nodes")}
         seen = set()
         for store in list(self.cluster.stores.values()):
@@ -129,22 +130,7 @@ class Kubelet:
         for container in pod["spec"]["containers"]:
             name, image = container["name"], container.get("image", "")
             if bad_image(image):
-                pulled_before = run.waiting.get(name, ("",))[0] in (
-                    "ErrImagePull",
-                    "ImagePullBackOff",
-                )
-                reason = "ImagePullBackOff" if pulled_before else "ErrImagePull"
-                message = f'Back-off pulling image "{image}"'
-                if reason == "ErrImagePull":
-                    message = f'failed to pull and unpack image "{image}": not found'
-                    record_event(
-                        run.store,
-                        pod,
-                        "Failed",
-                        f'Failed to pull image "{image}": not found',
-                        "Warning",
-                    )
-                waiting[name] = (reason, message)
+                waiting[name] = self._pull_failure(run, pod, name, image)
                 continue
             try:
                 envs[name] = resolve_env(run.store, pod, container)
@@ -158,6 +144,19 @@ class Kubelet:
         for container in pod["spec"]["containers"]:
             self._spawn(run, pod, container, envs[container["name"]])
         run.started = True
+
+    def _pull_failure(self, run: PodRun, pod: Obj, name: str, image: str) -> tuple[str, str]:
+        """ErrImagePull the first time, ImagePullBackOff after; one event per transition."""
+        before = run.waiting.get(name, ("", ""))[0]
+        if before in ("ErrImagePull", "ImagePullBackOff"):
+            if before == "ErrImagePull":
+                record_event(run.store, pod, "BackOff", f'Back-off pulling image "{image}"')
+            return "ImagePullBackOff", f'Back-off pulling image "{image}"'
+        message = f'failed to pull and unpack image "{image}": not found'
+        record_event(
+            run.store, pod, "Failed", f'Failed to pull image "{image}": {message}', "Warning"
+        )
+        return "ErrImagePull", message
 
     def _spawn(self, run: PodRun, pod: Obj, container: Obj, pod_env: dict[str, str]) -> None:
         state = run.containers[container["name"]]
@@ -173,7 +172,10 @@ class Kubelet:
             return
         try:
             cwd.mkdir(parents=True, exist_ok=True)
-            state.process = ContainerProcess(argv, env, cwd, log_path, memory_limit_of(container))
+            fallback = container.get("terminationMessagePolicy") == "FallbackToLogsOnError"
+            state.process = ContainerProcess(
+                argv, env, cwd, log_path, memory_limit_of(container), fallback
+            )
         except (FileNotFoundError, PermissionError, NotADirectoryError) as error:
             state.exit = start_error(f"exec: {argv[0]!r}: {error.strerror or error}")
             return
@@ -292,6 +294,7 @@ class Kubelet:
                 state.process = None
 
     def log_file(self, uid: str, container: str, previous: bool) -> Path | None:
+        """The current (or previous) log file of a container, if it ever ran."""
         run = self.runs.get(uid)
         state = run.containers.get(container) if run else None
         if state is None or not state.logs:
@@ -301,11 +304,13 @@ class Kubelet:
         return state.logs[-1]
 
     def is_running(self, uid: str, container: str) -> bool:
+        """Whether the container's process is running now."""
         run = self.runs.get(uid)
         state = run.containers.get(container) if run else None
         return state is not None and state.process is not None
 
     def processes_alive(self) -> int:
+        """Container process groups still alive."""
         return sum(
             1
             for run in self.runs.values()
@@ -314,6 +319,7 @@ class Kubelet:
         )
 
     def stop(self) -> None:
+        """Kill every container process."""
         for uid in list(self.runs):
             self._forget(uid)
 

@@ -28,6 +28,7 @@ FOREGROUND_FINALIZER = "foregroundDeletion"
 
 
 def is_terminal(pod: Obj) -> bool:
+    """Whether the pod reached Succeeded or Failed."""
     return (pod.get("status") or {}).get("phase") in TERMINAL_PHASES
 
 
@@ -157,6 +158,7 @@ def disrupt(store: Store, pod: Obj, reason: str, message: str) -> Obj:
 
 
 def dependents(store: Store, owner: Obj) -> list[Obj]:
+    """Pods whose ownerReferences name `owner`."""
     uid = owner["metadata"]["uid"]
     namespace = owner["metadata"].get("namespace")
     return [

@@ -56,6 +56,7 @@ class ResourceType:
 
     @property
     def api_version(self) -> str:
+        """ "v1" or "<group>/<version>"."""
         return f"{self.group}/{self.version}" if self.group else self.version
 
     @property
@@ -69,6 +70,7 @@ class ResourceType:
         return f"{self.plural}.{self.group}" if self.group else self.plural
 
     def field_getters(self) -> dict[str, FieldGetter]:
+        """Field selector labels this resource supports."""
         return {**_META_FIELDS, **self.fields}
 
 
@@ -161,6 +163,7 @@ GROUPS: dict[str, str] = {t.group: t.version for t in _TYPES}
 
 
 def resource(group: str, plural: str) -> ResourceType:
+    """The ResourceType of (group, plural)."""
     return RESOURCES[(group, plural)]
 
 
@@ -197,6 +200,7 @@ def invalid(rt: ResourceType, name: str, causes: list[tuple[str, str, str]]) -> 
 
 
 def validate_name(rt: ResourceType, name: str) -> None:
+    """422 Invalid unless the name is a DNS subdomain (a DNS label for namespaces and jobs)."""
     label_only = rt.plural in ("namespaces", "jobs")
     pattern, help_text = (_LABEL, _LABEL_HELP) if label_only else (_SUBDOMAIN, _SUBDOMAIN_HELP)
     if not pattern.match(name) or len(name) > (63 if label_only else 253):
@@ -249,6 +253,7 @@ def _default_container(container: Obj) -> None:
 
 
 def default_pod_spec(spec: Obj) -> None:
+    """Pod spec defaults the API server fills in."""
     spec.setdefault("restartPolicy", "Always")
     spec.setdefault("terminationGracePeriodSeconds", 30)
     spec.setdefault("dnsPolicy", "ClusterFirst")
@@ -289,6 +294,7 @@ def default_object(rt: ResourceType, obj: Obj) -> None:
 
 
 def default_job(job: Obj) -> None:
+    """Job defaults: completions, parallelism, backoffLimit, selector and template labels."""
     spec = job.setdefault("spec", {})
     if spec.get("completions") is None and spec.get("parallelism") is None:
         spec["completions"] = 1
@@ -317,6 +323,7 @@ def default_job(job: Obj) -> None:
 
 
 def qos_class(spec: Obj) -> str:
+    """BestEffort, Burstable or Guaranteed, from the containers' resources."""
     containers = spec.get("containers") or []
     resources = [c.get("resources") or {} for c in containers]
     if not any(r.get("requests") or r.get("limits") for r in resources):

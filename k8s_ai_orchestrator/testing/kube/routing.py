@@ -29,9 +29,11 @@ class Route:
 
     @property
     def resource_label(self) -> str:
+        """ "pods" or "pods/log": the resource as request counts name it."""
         return f"{self.rt.plural}/{self.sub}" if self.sub else self.rt.plural
 
     def verb(self, method: str, params: Mapping[str, str]) -> str:
+        """The Kubernetes verb of an HTTP method on this route."""
         if method == "GET":
             if self.name:
                 return "get"
@@ -42,6 +44,7 @@ class Route:
 
 
 def parse_route(path: str) -> Route | None:
+    """The route of a REST path, or None for discovery and unknown paths."""
     parts = [part for part in path.split("/") if part]
     if parts[:2] == ["api", "v1"]:
         group, version, rest = "", "v1", parts[2:]
@@ -76,6 +79,7 @@ class FaultRule:
     path_regex: str | None = None
 
     def matches(self, verb: str, path: str) -> bool:
+        """Whether a request (verb, path) is subject to this fault."""
         if self.verb is not None and self.verb != verb:
             return False
         return self.path_regex is None or re.search(self.path_regex, path) is not None
@@ -89,6 +93,7 @@ class FaultPlan:
         self._rules: list[FaultRule] = []
 
     def add(self, rule: FaultRule) -> None:
+        """Plan a fault."""
         with self._lock:
             self._rules.append(rule)
 
@@ -105,5 +110,6 @@ class FaultPlan:
         return taken
 
     def clear(self) -> None:
+        """Forget every planned fault."""
         with self._lock:
             self._rules.clear()

@@ -36,9 +36,11 @@ class NodeView:
 
     @property
     def name(self) -> str:
+        """The node's name."""
         return str(self.node["metadata"]["name"])
 
     def allocatable(self) -> dict[str, int]:
+        """Allocatable resources in thousandths."""
         raw = (self.node.get("status") or {}).get("allocatable") or {}
         return {name: to_milli(value) for name, value in raw.items()}
 
@@ -50,6 +52,7 @@ def _summary(total: int, reasons: Iterable[str]) -> str:
 
 
 def tolerates(tolerations: list[Obj], taint: Obj) -> bool:
+    """Whether one of the tolerations tolerates the taint."""
     for toleration in tolerations:
         if toleration.get("effect") and toleration["effect"] != taint.get("effect"):
             continue
@@ -81,6 +84,7 @@ def hard_reason(pod: Obj, node: Obj) -> str | None:
 
 
 def resource_reasons(pod: Obj, view: NodeView, used: Counter[str]) -> list[str]:
+    """ "Insufficient <resource>" reasons of a pod on a node, given its usage."""
     allocatable = view.allocatable()
     reasons = []
     if used["pods"] + 1000 > allocatable.get("pods", 110_000):
@@ -112,6 +116,7 @@ class Scheduler:
         return views
 
     def tick(self) -> None:
+        """Try to bind every pending pod once, highest priority first."""
         pending = [
             (store, pod)
             for store in self.cluster.stores.values()

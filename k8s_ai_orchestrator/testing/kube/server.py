@@ -87,9 +87,11 @@ class ApiServer:
 
     @property
     def server_url(self) -> str:
+        """http(s)://127.0.0.1:<port>."""
         return f"{'https' if self.tls else 'http'}://127.0.0.1:{self.port}"
 
     def start(self) -> None:
+        """Listen on 127.0.0.1 (a new port the first time)."""
         httpd = _HttpServer(("127.0.0.1", self.port), self)
         if self.tls is not None:
             httpd.socket = self.tls.wrap_socket(httpd.socket, server_side=True)
@@ -102,6 +104,7 @@ class ApiServer:
         self._thread.start()
 
     def stop(self) -> None:
+        """Stop listening and drop every open connection (watches included)."""
         self.stopping.set()
         with self.api.store.cluster.changed:
             self.api.store.cluster.changed.notify_all()
@@ -119,14 +122,17 @@ class ApiServer:
         self.start()
 
     def count(self, verb: str, resource: str) -> None:
+        """Count one request."""
         with self._counts_lock:
             self._counts[(verb, resource)] += 1
 
     def counts(self) -> Counter[tuple[str, str]]:
+        """Requests by (verb, resource)."""
         with self._counts_lock:
             return Counter(self._counts)
 
     def reset_counts(self) -> None:
+        """Forget the counts."""
         with self._counts_lock:
             self._counts.clear()
 

@@ -48,6 +48,7 @@ class ApiError(Exception):
         self.details = details
 
     def status(self) -> Obj:
+        """The `Status` body of this error."""
         body: Obj = {
             "kind": "Status",
             "apiVersion": "v1",
@@ -63,6 +64,7 @@ class ApiError(Exception):
 
 
 def not_found(resource: str, name: str, group: str = "") -> ApiError:
+    """404 NotFound in the real message shape."""
     qualified = f"{resource}.{group}" if group else resource
     return ApiError(
         404,
@@ -79,10 +81,12 @@ def now_rfc3339(ts: float | None = None) -> str:
 
 
 def parse_rfc3339(value: str) -> float:
+    """Seconds since the epoch of a Kubernetes timestamp."""
     return datetime.strptime(value, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC).timestamp()
 
 
 def new_uid() -> str:
+    """A fresh object uid."""
     return str(uuid.uuid4())
 
 
@@ -115,14 +119,17 @@ class ClusterState:
         self.stores: dict[str, Store] = {}
 
     def next_rv(self) -> int:
+        """Allocate the next resourceVersion."""
         self._rv += 1
         return self._rv
 
     @property
     def current_rv(self) -> int:
+        """The latest resourceVersion handed out."""
         return self._rv
 
     def new_store(self, name: str) -> Store:
+        """Create and register the store of one API server."""
         store = Store(name, self)
         self.stores[name] = store
         return store
@@ -140,9 +147,11 @@ class Store:
         self.watch_epoch = 0  # bumped by expire_watches: open watches end with 410
 
     def get(self, resource: str, namespace: str, name: str) -> Obj | None:
+        """The stored object, or None."""
         return self._objects.get(resource, {}).get((namespace, name))
 
     def list(self, resource: str, namespace: str | None = None) -> list[Obj]:
+        """Stored objects of a resource, in one namespace or all."""
         items = self._objects.get(resource, {})
         if namespace is None:
             return list(items.values())
@@ -203,4 +212,5 @@ class Store:
 
 
 def too_old(rv: int, oldest: int) -> ApiError:
+    """410 Expired for a resourceVersion older than the kept history."""
     return ApiError(410, "Expired", f"too old resource version: {rv} ({oldest})")

@@ -29,6 +29,7 @@ class TlsBundle:
     key_pem: bytes
 
     def server_context(self, directory: Path) -> ssl.SSLContext:
+        """An SSL server context for the certificate (files written to `directory`)."""
         cert, key = directory / "server.crt", directory / "server.key"
         cert.write_bytes(self.cert_pem)
         key.write_bytes(self.key_pem)
@@ -43,6 +44,7 @@ def _name(common_name: str) -> x509.Name:
 
 
 def make_tls_bundle() -> TlsBundle:
+    """A fresh CA and a server certificate for 127.0.0.1 and localhost."""
     now = datetime.datetime.now(datetime.UTC)
     ca_key = ec.generate_private_key(ec.SECP256R1())
     ca_cert = (
