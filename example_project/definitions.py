@@ -19,15 +19,16 @@ from dagster import (
     sensor,
 )
 
-from k8s_ai_orchestrator import CheckpointStore, ai_executor
+from k8s_ai_orchestrator import CheckpointStore, Gang, ai_executor
 
 from .assets import mosaic, risk_scores, tile_assets, vegetation_index
 from .scenes import inbox_dir
+from .training import vegetation_model
 
 vegetation_risk = define_asset_job(
     "vegetation_risk",
-    selection=AssetSelection.groups("vegetation"),
-    description="Tiles → mosaic → vegetation index → risk scores.",
+    selection=AssetSelection.groups("vegetation", "training"),
+    description="Tiles → mosaic → vegetation index → risk scores, and the 2-node model.",
 )
 
 
@@ -60,10 +61,13 @@ def _checkpoint_root() -> str:
 
 
 defs = Definitions(
-    assets=[*tile_assets, mosaic, vegetation_index, risk_scores],
+    assets=[*tile_assets, mosaic, vegetation_index, risk_scores, vegetation_model],
     jobs=[vegetation_risk],
     schedules=[nightly_vegetation_risk],
     sensors=[new_scenes],
-    resources={"checkpoints": CheckpointStore(root=_checkpoint_root(), interval_s=0.5)},
+    resources={
+        "checkpoints": CheckpointStore(root=_checkpoint_root(), interval_s=0.5),
+        "gang": Gang(timeout_s=600),
+    },
     executor=ai_executor,
 )

@@ -19,8 +19,7 @@ from typing import Any
 
 from dagster import AssetExecutionContext, MetadataValue, asset
 
-from k8s_ai_orchestrator import compute
-from k8s_ai_orchestrator.gang import Gang
+from k8s_ai_orchestrator import Gang, compute
 
 
 @dataclass(frozen=True)

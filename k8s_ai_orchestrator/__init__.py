@@ -11,6 +11,14 @@ Example:
 from .checkpoint import CheckpointStore
 from .errors import ComputeSpecError, OrchestratorError
 from .executor import ai_executor
+from .gang import Gang
 from .tags import compute
 
-__all__ = ["CheckpointStore", "ComputeSpecError", "OrchestratorError", "ai_executor", "compute"]
+__all__ = [
+    "CheckpointStore",
+    "ComputeSpecError",
+    "Gang",
+    "OrchestratorError",
+    "ai_executor",
+    "compute",
+]

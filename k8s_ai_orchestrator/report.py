@@ -53,8 +53,8 @@ class LoggedEvent:
     """One event of the run's log, reduced to what the report reads.
 
     Example:
-        >>> LoggedEvent(12.5, "STEP_START", "mosaic", "Started execution of step")
-        LoggedEvent(timestamp=12.5, kind='STEP_START', step_key='mosaic', ...)
+        >>> LoggedEvent(12.5, "STEP_START", "mosaic", "Started execution of step").kind
+        'STEP_START'
     """
 
     timestamp: float  # seconds since the epoch

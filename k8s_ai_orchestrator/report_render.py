@@ -343,10 +343,11 @@ def _plot_usage(ax: Any, report: RunReport) -> None:
     mem = [s.usage.memory_gib_seconds if s.usage else 0.0 for s in report.steps]
     ax.barh([r - 0.2 for r in range(len(cpu))], cpu, 0.4, label="CPU-s", color="#5b8def")
     ax.barh([r + 0.2 for r in range(len(mem))], mem, 0.4, label="GiB-s", color="#9bc1f2")
-    if max(cpu + mem, default=0.0) > 100:
+    log = max(cpu + mem, default=0.0) > 100
+    if log:
         ax.set_xscale("symlog")
     ax.legend(fontsize=7, loc="lower right")
-    ax.set_xlabel("resource-seconds")
+    ax.set_xlabel("resource-seconds" + (" (log)" if log else ""))
 
 
 def screenshot_png(html: Path, path: Path, *, rows: int = 10) -> Path:

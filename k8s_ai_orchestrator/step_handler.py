@@ -35,7 +35,7 @@ from .backends.base import (
     StepState,
     StepStatus,
 )
-from .errors import TenantAccessError
+from .errors import BackendError, TenantAccessError
 from .relaunch import StepHistory, decide
 from .settings import ExecutorSettings
 from .spec import ComputeSpec, format_memory
@@ -66,6 +66,7 @@ class _Live:
     reasons: list[str] = field(default_factory=list)
     own_retry_pending: bool = False  # the next STEP_UP_FOR_RETRY is the executor's own
     checked_at: float = 0.0  # when the backend was last asked for this attempt's status
+    last_status: StepStatus = field(default_factory=StepStatus.pending)
 
 
 class AIStepHandler(StepHandler):
@@ -180,7 +181,7 @@ class AIStepHandler(StepHandler):
         if now - live.checked_at < getattr(backend, "status_interval_s", 0.0):
             return CheckStepHealthResult.healthy()
         live.checked_at = now
-        status = backend.status(live.handle)
+        status = self._status(live)
         step_context = step_handler_context.get_step_context(key)
         if status.state is StepState.PENDING:
             return self._check_pending(key, live, status, step_context)
@@ -232,7 +233,7 @@ class AIStepHandler(StepHandler):
         live = self._live.get(key)
         if live is None or live.handle is None:
             return True
-        return self.backend(live.backend).status(live.handle).is_terminal
+        return self._status(live).is_terminal
 
     def relaunch_if_infrastructure(
         self, key: str, error: SerializableErrorInfo | None, failure: DagsterEvent | None
@@ -241,7 +242,7 @@ class AIStepHandler(StepHandler):
         live = self._live.get(key)
         if live is None or live.handle is None or live.cancelled:
             return None
-        status = self.backend(live.backend).status(live.handle)
+        status = self._status(live)
         reason = status.reason if status.state is StepState.FAILED else None
         infra = {FailureReason.OOM_KILLED.value, *(r.value for r in RELAUNCH_REASONS)}
         if reason not in infra:
@@ -347,6 +348,16 @@ class AIStepHandler(StepHandler):
             backend.close()
 
     # -- helpers ----------------------------------------------------------------------------
+
+    def _status(self, live: _Live) -> StepStatus:
+        """The attempt's status; a transient backend error keeps the last known one."""
+        assert live.handle is not None
+        try:
+            live.last_status = self.backend(live.backend).status(live.handle)
+        except BackendError as exc:
+            if not exc.transient:
+                raise
+        return live.last_status
 
     def _new_live(self, key: str, ctx: StepHandlerContext) -> _Live:
         spec = self._resolve(key, ctx.step_tags[key])

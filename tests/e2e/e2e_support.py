@@ -7,6 +7,7 @@ period) also stops the code servers, run workers and step processes it started.
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -190,5 +191,8 @@ class Services:
         return service
 
     def stop_all(self) -> None:
+        """Stop every server, then keep its log as `artifacts/e2e/<name>.log`."""
         for service in reversed(self.started):
             service.stop()
+            ARTIFACTS.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(service.log, ARTIFACTS / f"{service.name}.log")

@@ -7,6 +7,7 @@ follows the launch toast to the run and reads ai_executor's engine events in the
 
 from __future__ import annotations
 
+import contextlib
 import shutil
 import sys
 from collections.abc import Iterator
@@ -14,6 +15,7 @@ from pathlib import Path
 
 import pytest
 from dagster import DagsterRun, DagsterRunStatus
+from playwright.sync_api import Error as PlaywrightError
 from playwright.sync_api import Page, expect, sync_playwright
 
 from .e2e_support import (
@@ -83,6 +85,9 @@ def page(tmp_path: Path) -> Iterator[Page]:
             page = context.new_page()
             page.set_default_timeout(PAGE_TIMEOUT_MS)
             yield page
+            ARTIFACTS.mkdir(parents=True, exist_ok=True)
+            with contextlib.suppress(PlaywrightError):
+                page.screenshot(path=str(ARTIFACTS / "ui-last-page.png"))
         finally:
             context.close()
 
@@ -107,7 +112,7 @@ def test_materialize_all_in_the_ui_runs_every_step_through_ai_executor(
             what=f"run {run_id} launched from the UI to finish",
         )
     assert run.status is DagsterRunStatus.SUCCESS
-    expect(page.get_by_text("Success", exact=True)).to_be_visible(timeout=PAGE_TIMEOUT_MS)
+    expect(page.get_by_text("Success", exact=True).first).to_be_visible(timeout=PAGE_TIMEOUT_MS)
 
     log_filter = page.get_by_placeholder("Filter")
     for message in LAUNCHES:

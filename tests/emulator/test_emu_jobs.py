@@ -111,6 +111,35 @@ def test_an_evicted_pod_is_ignored_by_a_disruption_target_rule_and_replaced(
     batch.delete_namespaced_job("resilient", ns, propagation_policy="Background")
 
 
+def test_with_a_fail_job_rule_on_disruption_an_evicted_pod_is_not_replaced(
+    emu: KubeEmulator, batch, core, ns: str
+) -> None:
+    rule = client.V1PodFailurePolicyRule(
+        action="FailJob",
+        on_pod_conditions=[
+            client.V1PodFailurePolicyOnPodConditionsPattern(type="DisruptionTarget")
+        ],
+    )
+    job = python_job(
+        "no-retry",
+        SLEEP,
+        backoff_limit=0,
+        pod_failure_policy=client.V1PodFailurePolicy(rules=[rule]),
+    )
+    created = batch.create_namespaced_job(ns, job)
+    assert created.spec.pod_replacement_policy == "Failed"
+    first = emu.wait_for(
+        lambda: [p for p in _job_pods(core, ns, "no-retry") if p.status.phase == "Running"]
+    )[0]
+    emu.evict_pod("team-a", ns, first.metadata.name)
+    assert emu.wait_for(lambda: _finished(batch, ns, "no-retry")) == "Failed"
+    failed = condition(_job(batch, ns, "no-retry"), "Failed")
+    assert failed.reason == "PodFailurePolicy"
+    assert "has condition DisruptionTarget matching FailJob rule at index 0" in failed.message
+    events = core.list_namespaced_event(ns, field_selector="involvedObject.name=no-retry").items
+    assert sum(e.count for e in events if e.reason == "SuccessfulCreate") == 1
+
+
 def test_indexed_jobs_set_the_completion_index(emu, batch, core, ns: str) -> None:
     code = "import os; print('index', os.environ['JOB_COMPLETION_INDEX'])"
     job = python_job("indexed", code, completions=3, parallelism=3, completion_mode="Indexed")

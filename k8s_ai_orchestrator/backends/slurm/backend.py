@@ -62,6 +62,7 @@ class SlurmBackend:
     """
 
     name = "slurm"
+    status_interval_s = 1.0  # each status() is a squeue/REST call: at most one per second
 
     def __init__(
         self,

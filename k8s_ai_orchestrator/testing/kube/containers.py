@@ -16,6 +16,8 @@ import os
 import re
 import signal
 import subprocess
+import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
@@ -142,6 +144,7 @@ class ContainerProcess:
         log_path: Path,
         memory_limit: int | None,
         message_from_log: bool = False,
+        on_exit: Callable[[], None] | None = None,
     ) -> None:
         self.started_at = now_rfc3339()
         self.log_path = log_path
@@ -159,6 +162,12 @@ class ContainerProcess:
             stderr=subprocess.STDOUT,
             start_new_session=True,
         )
+        if on_exit is not None:  # react to the exit now rather than at the next sampling
+            threading.Thread(target=self._wait_then, args=(on_exit,), daemon=True).start()
+
+    def _wait_then(self, on_exit: Callable[[], None]) -> None:
+        self.proc.wait()
+        on_exit()
 
     def signal_group(self, signum: int) -> None:
         """Send a signal to the whole process group."""

@@ -165,7 +165,8 @@ class KubeEmulator(FaultsMixin):
         self._wake = threading.Event()
         self._loop: threading.Thread | None = None
         self.controller_errors: list[str] = []  # tracebacks from the control loop (a bug)
-        self.kubelet = Kubelet(self.cluster, self.cluster.new_store(HOST), self.workdir / "pods")
+        host = self.cluster.new_store(HOST)
+        self.kubelet = Kubelet(self.cluster, host, self.workdir / "pods", self._wake)
 
     # lifecycle ---------------------------------------------------------------------------
 
@@ -237,13 +238,13 @@ class KubeEmulator(FaultsMixin):
     def _run(self) -> None:
         scheduler = Scheduler(self.cluster, self.host_store)
         while not self._stop.is_set():
+            self._wake.clear()  # a write or an exit during the pass runs the next one at once
             with self.cluster.lock:
                 try:
                     self._reconcile(scheduler)
                 except Exception:  # keep the control loop alive; tests assert none happened
                     self.controller_errors.append(traceback.format_exc())
             self._wake.wait(self.tick_seconds)
-            self._wake.clear()
 
     def _reconcile(self, scheduler: Scheduler) -> None:
         # Job controllers before and after: a new Job's pod is created, bound and started in

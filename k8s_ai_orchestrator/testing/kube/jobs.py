@@ -262,6 +262,8 @@ class JobController:
         if _condition(job, "Suspended"):
             set_condition(status, "Suspended", "False", "JobResumed", "Job resumed")
         status.setdefault("startTime", now_rfc3339())
+        if job["spec"].get("podReplacementPolicy") == "Failed":  # wait for terminating pods
+            active = [p for p in pods if not is_terminal(p)]
         for index in self._missing(job, active):
             self._create_pod(job, index)
 

@@ -16,6 +16,7 @@ import os
 import secrets
 import signal
 import sys
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -74,7 +75,10 @@ class PodRun:
 class Kubelet:
     """Runs the containers of every pod bound to a node of this emulator."""
 
-    def __init__(self, cluster: ClusterState, host: Store, workdir: Path) -> None:
+    def __init__(
+        self, cluster: ClusterState, host: Store, workdir: Path, wake: threading.Event | None = None
+    ) -> None:
+        self.wake = wake  # set when a container exits, so the control loop runs at once
         self.cluster = cluster
         self.host = host
         self.workdir = workdir
@@ -173,8 +177,9 @@ class Kubelet:
         try:
             cwd.mkdir(parents=True, exist_ok=True)
             fallback = container.get("terminationMessagePolicy") == "FallbackToLogsOnError"
+            on_exit = self.wake.set if self.wake is not None else None
             state.process = ContainerProcess(
-                argv, env, cwd, log_path, memory_limit_of(container), fallback
+                argv, env, cwd, log_path, memory_limit_of(container), fallback, on_exit
             )
         except (FileNotFoundError, PermissionError, NotADirectoryError) as error:
             state.exit = start_error(f"exec: {argv[0]!r}: {error.strerror or error}")

@@ -90,22 +90,23 @@ def record_event(
     """Record a core/v1 Event about `involved`, bumping the count of an identical one."""
     meta = involved["metadata"]
     namespace = meta.get("namespace") or "default"
-    for event in store.list("events", namespace):
-        same = event["involvedObject"].get("uid") == meta.get("uid")
-        if same and event["reason"] == reason and event["message"] == message:
-            event = copy.deepcopy(event)
-            event["count"] = event.get("count", 1) + 1
-            event["lastTimestamp"] = now_rfc3339()
-            store.put("events", event)
-            return
+    key = (namespace, str(meta.get("uid")), reason, message)
+    existing = store.get("events", namespace, store.event_names.get(key, ""))
+    if existing is not None:
+        event = copy.deepcopy(existing)
+        event["count"] = event.get("count", 1) + 1
+        event["lastTimestamp"] = now_rfc3339()
+        store.put("events", event)
+        return
     stamp = now_rfc3339()
+    store.event_names[key] = name = f"{meta['name']}.{random_suffix(10)}"
     store.put(
         "events",
         {
             "kind": "Event",
             "apiVersion": "v1",
             "metadata": {
-                "name": f"{meta['name']}.{random_suffix(10)}",
+                "name": name,
                 "namespace": namespace,
                 "uid": new_uid(),
                 "creationTimestamp": stamp,

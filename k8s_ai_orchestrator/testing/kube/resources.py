@@ -232,7 +232,13 @@ def validate_object(rt: ResourceType, obj: Obj) -> None:
         template_spec = ((obj.get("spec") or {}).get("template") or {}).get("spec") or {}
         causes = _pod_spec_causes(template_spec, "spec.template.spec")
         policy = template_spec.get("restartPolicy")
-        if policy not in ("Never", "OnFailure"):
+        if (obj.get("spec") or {}).get("podFailurePolicy") and policy == "OnFailure":
+            message = (
+                'Invalid value: "OnFailure": only "Never" is supported when podFailurePolicy '
+                "is specified"
+            )
+            causes.append(("spec.template.spec.restartPolicy", "FieldValueInvalid", message))
+        elif policy not in ("Never", "OnFailure"):
             message = 'Required value: valid values: "OnFailure", "Never"'
             if policy:
                 message = f'Unsupported value: "{policy}": supported values: "OnFailure", "Never"'
@@ -303,7 +309,10 @@ def default_job(job: Obj) -> None:
     spec.setdefault("completionMode", "NonIndexed")
     spec.setdefault("suspend", False)
     spec.setdefault("manualSelector", False)
-    spec.setdefault("podReplacementPolicy", "TerminatingOrFailed")
+    # with a podFailurePolicy, replacements wait until the old pod is fully terminated
+    spec.setdefault(
+        "podReplacementPolicy", "Failed" if spec.get("podFailurePolicy") else "TerminatingOrFailed"
+    )
     uid = job["metadata"]["uid"]
     name = job["metadata"]["name"]
     selector_labels = {"batch.kubernetes.io/controller-uid": uid}

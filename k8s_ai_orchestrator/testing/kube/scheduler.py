@@ -16,6 +16,7 @@ import copy
 from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from typing import Any
 
 from .lifecycle import delete_pod, is_terminal, record_event, set_condition
 from .quantity import pod_amounts, to_milli
@@ -101,7 +102,10 @@ class Scheduler:
     def __init__(self, cluster: ClusterState, host: Store) -> None:
         self.cluster = cluster
         self.host = host
-        self._explained: dict[str, str] = {}  # pod uid → last FailedScheduling message
+        # pod uid → (last FailedScheduling message, the pod's resourceVersion after it): such a
+        # pod is retried only when it or the nodes' occupancy changed, as the real queue does
+        self._explained: dict[str, tuple[str, str]] = {}
+        self._capacity_key: tuple[Any, ...] | None = None
 
     def _views(self) -> dict[str, NodeView]:
         views = {node["metadata"]["name"]: NodeView(node) for node in self.host.list("nodes")}
@@ -135,8 +139,15 @@ class Scheduler:
             )
         )
         views = self._views()
+        key = tuple(
+            (name, view.node["metadata"].get("resourceVersion"), tuple(sorted(view.used.items())))
+            for name, view in sorted(views.items())
+        )
+        capacity_changed, self._capacity_key = key != self._capacity_key, key
         for store, pod in pending:
-            self._schedule_one(store, pod, views)
+            explained = self._explained.get(pod["metadata"]["uid"])
+            if capacity_changed or explained is None or explained[1] != _rv(pod):
+                self._schedule_one(store, pod, views)
 
     def _schedule_one(self, store: Store, pod: Obj, views: dict[str, NodeView]) -> None:
         reasons: list[str] = []
@@ -156,9 +167,10 @@ class Scheduler:
             self._bind(store, pod, best)
             return
         message = _summary(len(views), reasons + hard) if views else "no nodes available"
+        nominated = None
         if views:
-            message = self._preempt_or_explain(store, pod, views, message, len(hard))
-        self._mark_unschedulable(store, pod, message)
+            message, nominated = self._preempt_or_explain(store, pod, views, message, len(hard))
+        self._mark_unschedulable(store, pod, message, nominated)
 
     @staticmethod
     def _free_share(view: NodeView) -> float:
@@ -187,10 +199,11 @@ class Scheduler:
 
     def _preempt_or_explain(
         self, store: Store, pod: Obj, views: dict[str, NodeView], message: str, hard: int
-    ) -> str:
+    ) -> tuple[str, str | None]:
+        """The FailedScheduling message, and the node nominated once victims were chosen."""
         spec = pod["spec"]
         if spec.get("preemptionPolicy") == "Never":
-            return f"{message} preemption: not eligible due to preemptionPolicy=Never."
+            return f"{message} preemption: not eligible due to preemptionPolicy=Never.", None
         candidates: list[tuple[tuple[int, int], NodeView, list[tuple[Store, Obj]]]] = []
         for view in views.values():
             if hard_reason(pod, view.node):
@@ -204,14 +217,11 @@ class Scheduler:
                 candidates.append((rank, view, victims))
         if not candidates:
             tail = _summary(len(views), [NO_VICTIMS] * (len(views) - hard) + [NOT_HELPFUL] * hard)
-            return f"{message} preemption: {tail}"
+            return f"{message} preemption: {tail}", None
         _, view, victims = min(candidates, key=lambda c: c[0])
         for victim_store, victim in victims:
             self._evict_for(victim_store, victim, pod, view.name)
-        pod = copy.deepcopy(pod)
-        pod["status"]["nominatedNodeName"] = view.name
-        store.put("pods", pod)
-        return message
+        return message, view.name
 
     def _victims(self, pod: Obj, view: NodeView) -> list[tuple[Store, Obj]] | None:
         """The fewest lower-priority pods whose removal lets `pod` fit, or None."""
@@ -266,14 +276,24 @@ class Scheduler:
         )
         delete_pod(store, stored)
 
-    def _mark_unschedulable(self, store: Store, pod: Obj, message: str) -> None:
+    def _mark_unschedulable(
+        self, store: Store, pod: Obj, message: str, nominated: str | None
+    ) -> None:
         uid = pod["metadata"]["uid"]
-        if self._explained.get(uid) == message:
+        status = pod.get("status") or {}
+        unchanged = nominated is None or status.get("nominatedNodeName") == nominated
+        if unchanged and self._explained.get(uid, ("",))[0] == message:
+            self._explained[uid] = (message, _rv(pod))
             return
-        self._explained[uid] = message
         pod = copy.deepcopy(pod)
-        set_condition(
-            pod.setdefault("status", {}), "PodScheduled", "False", "Unschedulable", message
-        )
+        status = pod.setdefault("status", {})
+        if nominated is not None:
+            status["nominatedNodeName"] = nominated
+        set_condition(status, "PodScheduled", "False", "Unschedulable", message)
         stored = store.put("pods", pod)
+        self._explained[uid] = (message, _rv(stored))
         record_event(store, stored, "FailedScheduling", message, "Warning", SCHEDULER)
+
+
+def _rv(obj: Obj) -> str:
+    return str(obj["metadata"].get("resourceVersion", ""))

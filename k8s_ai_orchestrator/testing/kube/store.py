@@ -145,6 +145,7 @@ class Store:
         self._history: deque[Change] = deque(maxlen=HISTORY_LIMIT)
         self.compacted_rv = 0  # watches from a version below this get 410 Expired
         self.watch_epoch = 0  # bumped by expire_watches: open watches end with 410
+        self.event_names: dict[tuple[str, str, str, str], str] = {}  # dedupe key → Event name
 
     def get(self, resource: str, namespace: str, name: str) -> Obj | None:
         """The stored object, or None."""
