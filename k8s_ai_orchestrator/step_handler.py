@@ -12,7 +12,6 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from dagster import MetadataValue
 from dagster._core.events import DagsterEvent, DagsterEventType, EngineEventData, StepRetryData
 from dagster._core.execution.context.system import IStepContext, PlanOrchestrationContext
 from dagster._core.execution.plan.plan import ExecutionPlan
@@ -25,6 +24,7 @@ from dagster._utils.error import SerializableErrorInfo
 from dagster_shared.record import copy as copy_record
 
 from . import stepenv
+from .backends import make_backend
 from .backends.base import (
     RELAUNCH_REASONS,
     Backend,
@@ -38,11 +38,16 @@ from .backends.base import (
 from .errors import BackendError, TenantAccessError
 from .relaunch import StepHistory, decide
 from .settings import ExecutorSettings
-from .spec import ComputeSpec, format_memory
+from .spec import ComputeSpec
+from .step_events import (
+    history_from_events,
+    history_metadata,
+    interrupted,
+    interrupted_error,
+    metadata_values,
+)
 from .tags import TAG_PREFIX, spec_from_tags
 
-META = "k8s_ai/"  # prefix of the engine-event metadata this handler writes
-INTERRUPT_ERRORS = {"DagsterExecutionInterruptedError", "KeyboardInterrupt", "Preempted"}
 LOG_TAIL_LINES = 30
 
 
@@ -111,7 +116,7 @@ class AIStepHandler(StepHandler):
 
     def backend(self, name: str) -> Backend:
         if name not in self._backends:
-            self._backends[name] = _make_backend(name, self._settings)
+            self._backends[name] = make_backend(name, self._settings)
         return self._backends[name]
 
     # -- StepHandler --------------------------------------------------------------------
@@ -120,11 +125,12 @@ class AIStepHandler(StepHandler):
         args = step_handler_context.execute_step_args
         key = _single_key(step_handler_context)
         step_context = step_handler_context.get_step_context(key)
-        live = self._live.get(key) or self._new_live(key, step_handler_context)
+        known = args.known_state
+        previous = known.previous_retry_attempts.get(key, 0) if known is not None else 0
+        live = self._live.get(key) or self._new_live(key, step_handler_context, previous)
         spec = live.spec.with_memory(live.next_memory) if live.next_memory else live.spec
         live.history = live.history.launched(spec.memory_bytes)
         attempt = len(live.history.memory_tried) - 1
-        known = args.known_state
         if known is not None and live.history.relaunches:
             counts = dict(known.previous_retry_attempts)
             counts[key] = max(0, counts.get(key, 0) - live.history.relaunches)
@@ -151,7 +157,7 @@ class AIStepHandler(StepHandler):
         )
         for note in getattr(backend, "placement_warnings", lambda _s: [])(spec):
             yield self._event(step_context, f"Warning: {note}", {"warning": note})
-        live.terminal_events_at_launch = self._terminal_event_count(key)
+        live.terminal_events_at_launch = self._terminal_event_count(key) if previous else 0
         live.handle = backend.submit(request)
         live.launched_at, live.last_note, live.running_noted = time.monotonic(), "", False
         where = live.backend + (f" tenant '{live.tenant}'" if live.tenant else "")
@@ -246,7 +252,7 @@ class AIStepHandler(StepHandler):
         reason = status.reason if status.state is StepState.FAILED else None
         infra = {FailureReason.OOM_KILLED.value, *(r.value for r in RELAUNCH_REASONS)}
         if reason not in infra:
-            reason = FailureReason.PREEMPTED.value if _interrupted(failure) else None
+            reason = FailureReason.PREEMPTED.value if interrupted(failure) else None
         if reason is None:
             return None
         decision = decide(self._settings.relaunch, live.history, reason)
@@ -276,7 +282,7 @@ class AIStepHandler(StepHandler):
         if live.own_retry_pending:
             live.own_retry_pending = False
             return
-        if not _interrupted_error(retry.step_retry_data.error):
+        if not interrupted_error(retry.step_retry_data.error):
             return
         reason = FailureReason.PREEMPTED.value
         decision = decide(self._settings.relaunch, live.history, reason)
@@ -359,48 +365,27 @@ class AIStepHandler(StepHandler):
                 raise
         return live.last_status
 
-    def _new_live(self, key: str, ctx: StepHandlerContext) -> _Live:
+    def _new_live(self, key: str, ctx: StepHandlerContext, previous_attempts: int) -> _Live:
         spec = self._resolve(key, ctx.step_tags[key])
         backend = self._settings.backend_for(spec)
         live = _Live(spec, backend, self._tenant_for(key, spec), StepHistory(key))
-        self._restore_history(key, live)
+        self._restore_history(key, live, previous_attempts)
         self._live[key] = live
         return live
 
-    def _restore_history(self, key: str, live: _Live) -> None:
+    def _restore_history(self, key: str, live: _Live, previous_attempts: int) -> None:
         """Rebuild the history from this run's engine events (survives a restarted coordinator)."""
-        if self._plan_context is None:
+        if self._plan_context is None or previous_attempts == 0:
             return
         records = self._plan_context.instance.all_logs(
             self._plan_context.run_id, of_type=DagsterEventType.ENGINE_EVENT
         )
-        for record in records:
-            event = record.dagster_event
-            if event is None or event.step_key != key:
-                continue
-            meta = event.engine_event_data.metadata
-            if META + "relaunches" not in meta:
-                continue
-            live.history = StepHistory(
-                key,
-                tuple(int(m) for m in str(meta[META + "memory_tried_bytes"].value).split(",")),
-                int(meta[META + "preemptions"].value),  # type: ignore[arg-type]
-                int(meta[META + "relaunches"].value),  # type: ignore[arg-type]
-            )
-            next_memory = int(meta[META + "next_memory_bytes"].value)  # type: ignore[arg-type]
-            live.next_memory = next_memory or None
+        found = history_from_events(key, (r.dagster_event for r in records if r.dagster_event))
+        if found is not None:
+            live.history, live.next_memory = found
 
     def _history_meta(self, live: _Live) -> dict[str, Any]:
-        tried = live.history.memory_tried
-        return {
-            "relaunches": live.history.relaunches,
-            "preemptions": live.history.preemptions,
-            "attempts": len(tried),
-            "reasons": ", ".join(live.reasons) or "none",
-            "memory_tried": " → ".join(format_memory(m) for m in tried),
-            "memory_tried_bytes": ",".join(str(m) for m in tried),
-            "next_memory_bytes": live.next_memory or 0,
-        }
+        return history_metadata(live.history, live.reasons, live.next_memory)
 
     def _describe_failure(self, key: str, live: _Live, status: StepStatus) -> str:
         tail = self.backend(live.backend).logs(live.handle, tail_lines=LOG_TAIL_LINES)  # type: ignore[arg-type]
@@ -432,34 +417,8 @@ class AIStepHandler(StepHandler):
     def _event(
         self, step_context: IStepContext, message: str, meta: Mapping[str, Any] | None = None
     ) -> DagsterEvent:
-        metadata = {META + k: _metadata_value(v) for k, v in (meta or {}).items()}
+        metadata = metadata_values(meta or {})
         return DagsterEvent.engine_event(step_context, message, EngineEventData(metadata=metadata))
-
-
-def _metadata_value(value: Any) -> MetadataValue:
-    if isinstance(value, bool):
-        return MetadataValue.bool(value)
-    if isinstance(value, int):
-        return MetadataValue.int(value)
-    if isinstance(value, float):
-        return MetadataValue.float(value)
-    return MetadataValue.text(str(value))
-
-
-def _interrupted(failure: DagsterEvent | None) -> bool:
-    if failure is None or failure.event_type is not DagsterEventType.STEP_FAILURE:
-        return False
-    data = failure.step_failure_data
-    return _interrupted_error(data.error) or str(data.error_source) == "ErrorSource.INTERRUPT"
-
-
-def _interrupted_error(error: SerializableErrorInfo | None) -> bool:
-    """Whether the error, or anything in its cause/context chain, is a preemption interrupt."""
-    while error is not None:
-        if error.cls_name in INTERRUPT_ERRORS:
-            return True
-        error = error.cause or error.context
-    return False
 
 
 def _step_command(args: Any) -> list[str]:
@@ -474,27 +433,6 @@ def _single_key(ctx: StepHandlerContext) -> str:
     keys = ctx.execute_step_args.step_keys_to_execute or []
     assert len(keys) == 1, f"ai_executor launches one step at a time, got {keys}"
     return keys[0]
-
-
-def _make_backend(name: str, settings: ExecutorSettings) -> Backend:
-    if name == "local":
-        from .backends.local import LocalBackend, LocalCapacity
-
-        local = settings.local
-        return LocalBackend(
-            LocalCapacity.from_config(local),
-            oversize=local.get("oversize", "run_alone"),
-            log_dir=local.get("log_dir"),
-        )
-    if name == "kubernetes":
-        from .backends.kubernetes import backend_from_settings as kube_backend
-
-        return kube_backend(settings)
-    if name == "slurm":
-        from .backends.slurm import backend_from_settings as slurm_backend
-
-        return slurm_backend(settings)
-    raise ValueError(f"unknown backend {name!r}")
 
 
 __all__ = ["AIStepHandler", "StepStatus"]

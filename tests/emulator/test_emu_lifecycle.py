@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from emu_support import condition, python_job, python_pod
+from emu_support import condition, log_contains, python_job, python_pod
 from kubernetes import client, watch
 
 from k8s_ai_orchestrator.testing.kube import KubeEmulator
@@ -16,6 +16,23 @@ SLEEP = (
     "print('up', flush=True)\n"
     "time.sleep(600)\n"
 )
+
+SLOW_EXIT = (
+    "import signal, sys, time\n"
+    "signal.signal(signal.SIGTERM, lambda *args: (time.sleep(1), sys.exit(143)))\n"
+    "print('up', flush=True)\n"
+    "time.sleep(600)\n"
+)
+
+
+def _wait_until_up(emu: KubeEmulator, core: client.CoreV1Api, ns: str, job: str) -> None:
+    """Wait until the job's pod has installed its SIGTERM handler (it prints 'up')."""
+
+    def up() -> bool:
+        pods = core.list_namespaced_pod(ns, label_selector=f"job-name={job}").items
+        return bool(pods) and log_contains(core, pods[0].metadata.name, ns, "up")
+
+    emu.wait_for(up)
 
 
 def _running(core: client.CoreV1Api, ns: str, name: str) -> bool:
@@ -58,10 +75,8 @@ def test_an_evicted_job_pod_counts_as_a_failure_of_the_job(
 def test_foreground_deletion_keeps_the_job_until_its_pods_are_gone(
     emu: KubeEmulator, batch: client.BatchV1Api, core: client.CoreV1Api, ns: str
 ) -> None:
-    batch.create_namespaced_job(ns, python_job("fg", SLEEP))
-    emu.wait_for(
-        lambda: [p for p in core.list_namespaced_pod(ns).items if p.status.phase == "Running"]
-    )
+    batch.create_namespaced_job(ns, python_job("fg", SLOW_EXIT))
+    _wait_until_up(emu, core, ns, "fg")
     batch.delete_namespaced_job("fg", ns, propagation_policy="Foreground")
     pending = batch.read_namespaced_job("fg", ns)
     assert pending.metadata.deletion_timestamp is not None
@@ -74,10 +89,8 @@ def test_deleting_a_namespace_removes_everything_in_it(
     emu: KubeEmulator, core: client.CoreV1Api, batch: client.BatchV1Api
 ) -> None:
     core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name="doomed")))
-    batch.create_namespaced_job("doomed", python_job("inside", SLEEP))
-    emu.wait_for(
-        lambda: [p for p in core.list_namespaced_pod("doomed").items if p.status.phase == "Running"]
-    )
+    batch.create_namespaced_job("doomed", python_job("inside", SLOW_EXIT))
+    _wait_until_up(emu, core, "doomed", "inside")
     alive = emu.processes_alive()
     core.delete_namespace("doomed")
     assert core.read_namespace("doomed").status.phase == "Terminating"

@@ -217,7 +217,7 @@ def _delete_namespace(store: Store, namespace: Obj) -> Obj:
     stored = store.put("namespaces", namespace)
     for resource in ("jobs", "pods", "events", "secrets", "configmaps", "serviceaccounts"):
         for obj in store.list(resource, name):
-            delete_object(store, resource, name, obj["metadata"]["name"], 0, "Background")
+            delete_object(store, resource, name, obj["metadata"]["name"], None, "Background")
     return stored
 
 
