@@ -87,6 +87,7 @@ class Attempt:
     outcome: str  # succeeded | failed | cancelled | unfinished | retried | a relaunch reason
     node: str = ""  # where it ran, when the backend said
     pending_reason: str = ""  # the last reason it was Pending, "" if it never waited
+    nodes: int = 1  # nodes of a multi-node (gang) step; cpu/memory/gpu are per task
 
     @property
     def pending_seconds(self) -> float:
@@ -225,6 +226,7 @@ class _AttemptBuilder:
             "cpu": float(meta.get(META + "cpu", 0.0)),
             "memory": str(meta.get(META + "memory", "")),
             "gpu": int(meta.get(META + "gpu", 0)),
+            "nodes": int(meta.get(META + "nodes", 1)),
             "launched_at": event.timestamp,
         }
         self.running_at: float | None = None

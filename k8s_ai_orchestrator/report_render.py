@@ -67,13 +67,9 @@ def _tick_step(span: float) -> float:
 
 
 def _size_text(a: Attempt) -> str:
-    gpu = f" / {a.gpu} GPU" if a.gpu else ""
-    cpu = f"{a.cpu:g}"
-    return (
-        f"{a.size}: {cpu} CPU / {a.memory}{gpu}"
-        if a.size != "custom"
-        else f"{cpu} CPU / {a.memory}{gpu}"
-    )
+    text = f"{a.cpu:g} CPU / {a.memory}" + (f" / {a.gpu} GPU" if a.gpu else "")
+    text = f"{a.nodes} nodes × ({text})" if a.nodes > 1 else text
+    return text if a.size == "custom" else f"{a.size}: {text}"
 
 
 def _attempt_svg(a: Attempt, y: float, x_of: Callable[[float], float]) -> list[str]:

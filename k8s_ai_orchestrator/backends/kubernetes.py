@@ -145,18 +145,20 @@ class KubernetesBackend:
         if attempt.cancelled:
             return self._finish(attempt, StepStatus.failed(FailureReason.CANCELLED, "cancelled"))
         pods = attempt.watch.pods(handle.job_id)
-        if pods:
-            current = pod_status(pods[-1])
-        elif (gone := attempt.watch.deleted(handle.job_id)) is not None:
+        pod = pods[-1] if pods else None
+        gone = attempt.watch.deleted(handle.job_id) if pod is None else None
+        if pod is not None:
+            current = pod_status(pod)
+        elif gone is not None:
             current = deleted_pod_status(gone)
         else:
             current = StepStatus.pending()
         if current.state == StepState.PENDING:
-            current = self._explain_pending(handle, attempt, pods[-1] if pods else None)
+            current = self._explain_pending(handle, attempt, pod)
         elif current.state == StepState.RUNNING and attempt.started_at is None:
             attempt.started_at = self._clock()
         if current.is_terminal:
-            return self._finish(attempt, current, pods[-1] if pods else None)
+            return self._finish(attempt, current, pod, pod_gone=gone is not None)
         return current
 
     def logs(self, handle: JobHandle, tail_lines: int | None = None) -> str:
@@ -314,8 +316,13 @@ class KubernetesBackend:
         )
 
     def _finish(
-        self, attempt: _Attempt, status: StepStatus, pod: Mapping[str, Any] | None = None
+        self,
+        attempt: _Attempt,
+        status: StepStatus,
+        pod: Mapping[str, Any] | None = None,
+        pod_gone: bool = False,
     ) -> StepStatus:
+        """Record the final status; stop a Job whose pod cannot finish by itself."""
         attempt.finished_at = self._clock()
         if attempt.started_at is None and status.node:
             attempt.started_at = attempt.submitted_at
@@ -327,7 +334,9 @@ class KubernetesBackend:
                 )
             except ApiException:
                 attempt.log_tail = ""
-        if status.state == StepState.FAILED and (pod is None or not _pod_finished(pod)):
+        stuck = pod is not None and not _pod_finished(pod)
+        never_started = pod is None and not pod_gone
+        if status.state == StepState.FAILED and not attempt.cancelled and (stuck or never_started):
             self._delete_job(
                 attempt.tenant,
                 attempt.namespace,

@@ -209,3 +209,15 @@ def test_working_dir_is_honoured(
     core.create_namespaced_pod(ns, pod)
     emu.wait_for(lambda: _phase(core, ns, "cwd") == "Succeeded")
     assert read_log(core, "cwd", ns).strip() == str(tmp_path)
+
+
+def test_a_pod_past_its_active_deadline_is_killed_with_deadline_exceeded(
+    emu: KubeEmulator, core: client.CoreV1Api, ns: str
+) -> None:
+    core.create_namespaced_pod(
+        ns, python_pod("overdue", "import time; time.sleep(600)", active_deadline_seconds=1)
+    )
+    emu.wait_for(lambda: _phase(core, ns, "overdue") == "Failed")
+    pod = core.read_namespaced_pod("overdue", ns)
+    assert pod.status.reason == "DeadlineExceeded"
+    assert terminated(pod).exit_code == 143

@@ -34,7 +34,7 @@ from .containers import (
     terminated_state,
 )
 from .lifecycle import is_terminal, put_or_release, record_event, releasable, set_condition
-from .store import ClusterState, Obj, Store, now_rfc3339
+from .store import ClusterState, Obj, Store, now_rfc3339, parse_rfc3339
 
 # The emulator's own interpreter directory (a venv's bin) comes first on the containers' PATH,
 # so commands such as `dagster api execute_step` resolve to the same installation.
@@ -70,6 +70,7 @@ class PodRun:
     started_at: str
     waiting: dict[str, tuple[str, str]] = field(default_factory=dict)  # name → (reason, message)
     started: bool = False
+    deadline_exceeded: bool = False  # spec.activeDeadlineSeconds passed: the pod is killed
 
 
 class Kubelet:
@@ -107,7 +108,10 @@ class Kubelet:
         if run is None:
             run = self._new_run(store, pod)
         if pod["metadata"].get("deletionTimestamp"):
-            self._terminate(run, pod)
+            self._terminate(run, pod, int(pod["metadata"].get("deletionGracePeriodSeconds") or 0))
+        elif run.deadline_exceeded or _past_deadline(run, pod):
+            run.deadline_exceeded = True
+            self._terminate(run, pod, int(pod["spec"].get("terminationGracePeriodSeconds", 30)))
         elif not run.started:
             self._try_start(run, pod)
         else:
@@ -215,8 +219,7 @@ class Kubelet:
                 state.restarts += 1
                 self._spawn(run, pod, container, env)
 
-    def _terminate(self, run: PodRun, pod: Obj) -> None:
-        grace = int(pod["metadata"].get("deletionGracePeriodSeconds") or 0)
+    def _terminate(self, run: PodRun, pod: Obj, grace: int) -> None:
         for state in run.containers.values():
             process = state.process
             if process is None:
@@ -239,7 +242,7 @@ class Kubelet:
         exits = [s.exit for s in run.containers.values() if s.exit is not None]
         all_exited = run.started and len(exits) == len(run.containers)
         deleting = bool(pod["metadata"].get("deletionTimestamp"))
-        if all_exited or (deleting and not running):
+        if all_exited or ((deleting or run.deadline_exceeded) and not running):
             status["phase"] = _exit_phase([e.code for e in exits] if all_exited else [1])
         elif run.started:
             status["phase"] = "Running"
@@ -251,6 +254,11 @@ class Kubelet:
         status.update(podIPs=[{"ip": "127.0.0.1"}], startTime=run.started_at)
         if deleting and is_terminal(new):
             _deletion_reason(status)
+        if run.deadline_exceeded and is_terminal(new):
+            status.update(
+                reason="DeadlineExceeded",
+                message="Pod was active on the node longer than the specified deadline",
+            )
         if new != pod or releasable("pods", new):
             put_or_release(run.store, "pods", new)
 
@@ -327,6 +335,11 @@ class Kubelet:
         """Kill every container process."""
         for uid in list(self.runs):
             self._forget(uid)
+
+
+def _past_deadline(run: PodRun, pod: Obj) -> bool:
+    limit = pod["spec"].get("activeDeadlineSeconds")
+    return limit is not None and time.time() >= parse_rfc3339(run.started_at) + int(limit)
 
 
 def _ready(node: Obj) -> bool:

@@ -1,0 +1,152 @@
+"""`ai_executor` with `backend: kubernetes` on the emulated cluster, end to end.
+
+The step processes are real `dagster api execute_step` processes started by the emulated
+kubelet; the run is a real run in a temporary Dagster instance.
+"""
+
+from __future__ import annotations
+
+import sys
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from dagster import DagsterEventType, DagsterInstance, execute_job
+from dagster._core.definitions.reconstruct import ReconstructableRepository
+from k8s_support import NAMESPACE, TENANTS, install_priority_classes, sync_nodes_from_host
+
+pytestmark = [pytest.mark.emulator, pytest.mark.timeout(300)]
+
+ROOT = Path(__file__).parents[2]
+HERE = Path(__file__).parent
+
+
+@pytest.fixture
+def cluster(dagster_home: Path) -> Iterator[Any]:
+    """A host with one node big enough for an xl step and one GPU node, two tenants."""
+    kube = pytest.importorskip("k8s_ai_orchestrator.testing.kube")
+    gpu_taint = {"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}
+    nodes = [
+        kube.NodeSpec(name="big-1", cpu="96", memory="768Gi"),
+        kube.NodeSpec(name="gpu-1", cpu="32", memory="256Gi", gpus=4, taints=(gpu_taint,)),
+    ]
+    with kube.KubeEmulator(nodes=nodes, tenants=list(TENANTS), tls=False, workdir=None) as emu:
+        for tenant in TENANTS:
+            install_priority_classes(emu.tenant(tenant).api_client())
+            sync_nodes_from_host(emu, tenant)
+        yield emu
+
+
+def executor_config(emu: Any) -> dict[str, Any]:
+    return {
+        "backend": "kubernetes",
+        "default_tenant": "team-a",
+        "allowed_tenants": list(TENANTS),
+        "kubernetes": {
+            "image": "ghcr.io/acme/pipeline:test",
+            "python": sys.executable,
+            "command_prefix": [sys.executable, "-m", "dagster"],
+            "tenants": {
+                t: {"kubeconfig": emu.tenant(t).kubeconfig_path, "namespace": NAMESPACE}
+                for t in TENANTS
+            },
+        },
+    }
+
+
+def engine_messages(instance: DagsterInstance, run_id: str) -> list[str]:
+    return [
+        r.dagster_event.message or ""
+        for r in instance.all_logs(run_id, of_type=DagsterEventType.ENGINE_EVENT)
+        if r.dagster_event
+    ]
+
+
+def test_example_pipeline_materializes_with_every_step_a_job_in_its_tenant(
+    cluster: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("VEGETATION_INBOX", str(tmp_path / "inbox"))
+    monkeypatch.setenv("VEGETATION_CHECKPOINTS", (tmp_path / "ckpt").as_uri())
+    monkeypatch.setenv("VEGETATION_UNIT_SECONDS", "0")
+    monkeypatch.chdir(ROOT)
+    repo = ReconstructableRepository.for_module(
+        "example_project.definitions", "defs", working_directory=str(ROOT)
+    )
+    from dagster import AssetKey
+
+    from example_project.definitions import defs
+
+    steps = [
+        key
+        for key in defs.resolve_asset_graph().get_all_asset_keys()
+        if key != AssetKey("vegetation_model")
+    ]
+    with DagsterInstance.get() as instance:
+        result = execute_job(
+            repo.get_reconstructable_job("vegetation_risk"),
+            instance=instance,
+            run_config={"execution": {"config": executor_config(cluster)}},
+            asset_selection=steps,
+        )
+        assert result.success
+        messages = engine_messages(instance, result.run_id)
+    assert any("'mosaic' on kubernetes tenant 'team-a' with xl" in m for m in messages)
+    jobs = cluster.jobs("team-a", NAMESPACE)
+    assert len(jobs) == len(steps)
+    assert cluster.jobs("team-b", NAMESPACE) == []
+
+
+def test_oom_killed_step_is_relaunched_with_double_memory(cluster: Any) -> None:
+    repo = ReconstructableRepository.for_module(
+        "k8s_pipelines", "defs", working_directory=str(HERE)
+    )
+    with DagsterInstance.get() as instance:
+        result = execute_job(
+            repo.get_reconstructable_job("oom_job"),
+            instance=instance,
+            run_config={"execution": {"config": executor_config(cluster)}},
+        )
+        assert result.success
+        messages = engine_messages(instance, result.run_id)
+    assert any("OOMKilled" in m for m in messages)
+    limits = sorted(
+        j["spec"]["template"]["spec"]["containers"][0]["resources"]["limits"]["memory"]
+        for j in cluster.jobs("team-a", NAMESPACE)
+    )
+    assert limits == ["256Mi", "512Mi"]
+
+
+def test_evicted_step_is_relaunched_and_the_run_succeeds(cluster: Any) -> None:
+    repo = ReconstructableRepository.for_module(
+        "k8s_pipelines", "defs", working_directory=str(HERE)
+    )
+    stop = threading.Event()
+
+    def evict_first_attempt() -> None:
+        while not stop.is_set():
+            for pod in cluster.pods("team-a", NAMESPACE):
+                labels = pod["metadata"].get("labels") or {}
+                running = (pod.get("status") or {}).get("phase") == "Running"
+                if labels.get("k8s-ai/attempt") == "0" and running:
+                    cluster.evict_pod("team-a", NAMESPACE, pod["metadata"]["name"])
+                    return
+            stop.wait(0.1)
+
+    evictor = threading.Thread(target=evict_first_attempt, daemon=True)
+    evictor.start()
+    try:
+        with DagsterInstance.get() as instance:
+            result = execute_job(
+                repo.get_reconstructable_job("eviction_job"),
+                instance=instance,
+                run_config={"execution": {"config": executor_config(cluster)}},
+            )
+            assert result.success
+            messages = engine_messages(instance, result.run_id)
+    finally:
+        stop.set()
+        evictor.join(timeout=5)
+    assert any("Evicted" in m for m in messages)
+    assert len(cluster.jobs("team-a", NAMESPACE)) == 2
