@@ -8,7 +8,10 @@ Run: `python -m benchmarks.bench_kubernetes [--steps 200] [--concurrency 20]`.
       `get_job_status` for every running Job at each poll (how dagster-k8s follows Jobs).
    Both poll every `--poll` seconds and create the same Job manifests. Printed: API requests
    per step and wall time, with the ratios ours / dagster-k8s.
-2. OOM latency: seconds from the kubelet's OOM kill (the pod's container turns OOMKilled in the
+2. The same fan-out through Dagster: a job of `--executor-steps` trivial ops run by
+   `ai_executor` (backend kubernetes) and by dagster-k8s's `k8s_job_executor`, same
+   concurrency, real `dagster api execute_step` step processes. Printed the same way.
+3. OOM latency: seconds from the kubelet's OOM kill (the pod's container turns OOMKilled in the
    emulator's store) to `status()` reporting OOMKilled, ours vs the dagster-k8s poll at its
    default interval (10 s).
 """
@@ -17,7 +20,9 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
+import tempfile
 import threading
 import time
 import uuid
@@ -25,9 +30,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
+from dagster import DagsterInstance, Definitions, In, Nothing, execute_job, job, op
+from dagster._core.definitions.reconstruct import ReconstructableRepository
+from dagster_k8s import k8s_job_executor
 from dagster_k8s.client import DagsterKubernetesClient
 from kubernetes.client import BatchV1Api, CoreV1Api, SchedulingV1Api
 
+from k8s_ai_orchestrator import ai_executor
 from k8s_ai_orchestrator.backends.base import LaunchRequest, StepState
 from k8s_ai_orchestrator.backends.k8s_jobs import build_job, job_name
 from k8s_ai_orchestrator.backends.kubernetes import KubernetesBackend, KubernetesConfig
@@ -36,6 +45,33 @@ from k8s_ai_orchestrator.testing.kube import KubeEmulator, NodeSpec
 
 TENANT = "team-a"
 NAMESPACE = "default"
+EXECUTOR_STEPS = int(os.environ.get("BENCH_K8S_EXECUTOR_STEPS", "20"))
+
+
+@op
+def trivial_op() -> None:
+    """Does nothing: what is measured is launching and following the step."""
+
+
+@op(ins={"after": In(Nothing)})
+def gather() -> None:
+    """Waits for the fan-out."""
+
+
+def _fan_out_job(name: str, executor: Any) -> Any:
+    @job(name=name, executor_def=executor)
+    def fan_out() -> None:
+        gather(after=[trivial_op.alias(f"tile_{i}")() for i in range(EXECUTOR_STEPS)])
+
+    return fan_out
+
+
+defs = Definitions(
+    jobs=[
+        _fan_out_job("fan_out_ai", ai_executor),
+        _fan_out_job("fan_out_dagster_k8s", k8s_job_executor),
+    ]
+)
 
 
 @dataclass(frozen=True)
@@ -205,6 +241,69 @@ def oom_latency(emu: KubeEmulator, poll_s: float, follow: str) -> float:
     return max(0.0, reported - killed[0])
 
 
+def executor_fan_out(emu: KubeEmulator, job_name_: str, config: dict[str, Any]) -> FanOutResult:
+    """Run one of the fan-out jobs through Dagster; count the tenant API requests."""
+    repo = ReconstructableRepository.for_module(
+        "benchmarks.bench_kubernetes", "defs", working_directory=os.getcwd()
+    )
+    emu.reset_request_counts()
+    start = time.perf_counter()
+    with DagsterInstance.get() as instance:
+        result = execute_job(
+            repo.get_reconstructable_job(job_name_),
+            instance=instance,
+            run_config={"execution": {"config": config}},
+        )
+    wall = time.perf_counter() - start
+    if not result.success:
+        raise RuntimeError(f"{job_name_} failed")
+    return FanOutResult(sum(emu.request_counts(server=TENANT).values()), wall, EXECUTOR_STEPS + 1)
+
+
+def executor_configs(emu: KubeEmulator, concurrency: int) -> tuple[dict[str, Any], dict[str, Any]]:
+    ours = {
+        "backend": "kubernetes",
+        "default_tenant": TENANT,
+        "max_concurrent": concurrency,
+        "kubernetes": {
+            "image": "bench:latest",
+            "command_prefix": [sys.executable, "-m", "dagster"],
+            "tenants": {TENANT: {"kubeconfig": emu.tenant(TENANT).kubeconfig_path}},
+        },
+    }
+    theirs = {
+        "job_image": "bench:latest",
+        "image_pull_policy": "IfNotPresent",
+        "job_namespace": NAMESPACE,
+        "load_incluster_config": False,
+        "kubeconfig_file": emu.tenant(TENANT).kubeconfig_path,
+        "max_concurrent": concurrency,
+    }
+    return ours, theirs
+
+
+def prepare_step_environment(executor_steps: int) -> None:
+    """Step processes inherit this process's environment through the emulated kubelet."""
+    os.environ["BENCH_K8S_EXECUTOR_STEPS"] = str(executor_steps)
+    venv_bin = os.path.dirname(sys.executable)
+    os.environ["PATH"] = f"{venv_bin}{os.pathsep}{os.environ.get('PATH', '')}"
+    os.environ["DAGSTER_HOME"] = tempfile.mkdtemp(prefix="bench-k8s-dagster-")
+
+
+def use_k8s_run_launcher(emu: KubeEmulator) -> None:
+    """k8s_job_executor reads its defaults from the instance's K8sRunLauncher."""
+    config = os.path.join(os.environ["DAGSTER_HOME"], "dagster.yaml")
+    with open(config, "w") as out:
+        out.write(
+            "telemetry:\n  enabled: false\n"
+            "run_launcher:\n  module: dagster_k8s\n  class: K8sRunLauncher\n  config:\n"
+            "    instance_config_map: dagster-instance\n"
+            f"    job_namespace: {NAMESPACE}\n"
+            "    load_incluster_config: false\n"
+            f"    kubeconfig_file: {emu.tenant(TENANT).kubeconfig_path}\n"
+        )
+
+
 def report_fan_out(label: str, result: FanOutResult, baseline: FanOutResult) -> None:
     print(
         f"  {label}: {result.per_step:.2f} requests/step, {result.wall_s:.1f}s; ratio to "
@@ -221,7 +320,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument(
         "--step-seconds", type=float, default=2.0, help="run time of one trivial step process"
     )
+    parser.add_argument(
+        "--executor-steps", type=int, default=20, help="ops of the Dagster fan-out job (0: skip)"
+    )
     args = parser.parse_args(argv)
+    prepare_step_environment(args.executor_steps)
     nodes = [
         NodeSpec(name=f"node-{i}", cpu="16", memory="64Gi", gpus=0, labels={}, taints=())
         for i in range(2)
@@ -239,6 +342,14 @@ def main(argv: list[str] | None = None) -> None:
         )
         report_fan_out(f"KubernetesBackend, poll {poll:g}s", same_poll, baseline)
         report_fan_out("KubernetesBackend, poll 0.1s", fast_poll, baseline)
+        if args.executor_steps:
+            use_k8s_run_launcher(emu)
+            ours_config, theirs_config = executor_configs(emu, c)
+            theirs = executor_fan_out(emu, "fan_out_dagster_k8s", theirs_config)
+            ours = executor_fan_out(emu, "fan_out_ai", ours_config)
+            print(f"Dagster job of {args.executor_steps} trivial ops + 1, concurrency {c}")
+            print(f"  k8s_job_executor: {theirs.per_step:.2f} requests/step, {theirs.wall_s:.1f}s")
+            report_fan_out("ai_executor", ours, theirs)
         ours_oom = oom_latency(emu, 0.05, "ours")
         baseline_oom = oom_latency(emu, 10.0, "dagster-k8s")
         print("OOM kill -> failure reported")

@@ -40,7 +40,6 @@ from .lifecycle import finish_foreground_deletions, finish_namespace_deletions
 from .scheduler import Scheduler
 from .server import ApiServer
 from .store import ClusterState, Obj, new_uid, now_rfc3339
-from .tls import make_tls_bundle
 
 HOST = "host"
 
@@ -180,7 +179,11 @@ class KubeEmulator(FaultsMixin):
 
     def _start(self) -> KubeEmulator:
         self.workdir.mkdir(parents=True, exist_ok=True)
-        bundle = make_tls_bundle() if self.tls else None
+        bundle = None
+        if self.tls:
+            from .tls import make_tls_bundle  # needs `cryptography`, only for TLS
+
+            bundle = make_tls_bundle()
         context = bundle.server_context(self.workdir) if bundle else None
         for name in [HOST, *self.tenant_names]:
             store = self.cluster.stores.get(name) or self.cluster.new_store(name)
