@@ -241,7 +241,9 @@ def oom_latency(emu: KubeEmulator, poll_s: float, follow: str) -> float:
     return max(0.0, reported - killed[0])
 
 
-def executor_fan_out(emu: KubeEmulator, job_name_: str, config: dict[str, Any]) -> FanOutResult:
+def executor_fan_out(
+    emu: KubeEmulator, job_name_: str, config: dict[str, Any], steps: int
+) -> FanOutResult:
     """Run one of the fan-out jobs through Dagster; count the tenant API requests."""
     repo = ReconstructableRepository.for_module(
         "benchmarks.bench_kubernetes", "defs", working_directory=os.getcwd()
@@ -257,7 +259,7 @@ def executor_fan_out(emu: KubeEmulator, job_name_: str, config: dict[str, Any]) 
     wall = time.perf_counter() - start
     if not result.success:
         raise RuntimeError(f"{job_name_} failed")
-    return FanOutResult(sum(emu.request_counts(server=TENANT).values()), wall, EXECUTOR_STEPS + 1)
+    return FanOutResult(sum(emu.request_counts(server=TENANT).values()), wall, steps)
 
 
 def executor_configs(emu: KubeEmulator, concurrency: int) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -298,6 +300,7 @@ def use_k8s_run_launcher(emu: KubeEmulator) -> None:
             "telemetry:\n  enabled: false\n"
             "run_launcher:\n  module: dagster_k8s\n  class: K8sRunLauncher\n  config:\n"
             "    instance_config_map: dagster-instance\n"
+            "    service_account_name: default\n"
             f"    job_namespace: {NAMESPACE}\n"
             "    load_incluster_config: false\n"
             f"    kubeconfig_file: {emu.tenant(TENANT).kubeconfig_path}\n"
@@ -345,8 +348,9 @@ def main(argv: list[str] | None = None) -> None:
         if args.executor_steps:
             use_k8s_run_launcher(emu)
             ours_config, theirs_config = executor_configs(emu, c)
-            theirs = executor_fan_out(emu, "fan_out_dagster_k8s", theirs_config)
-            ours = executor_fan_out(emu, "fan_out_ai", ours_config)
+            ops = args.executor_steps + 1
+            theirs = executor_fan_out(emu, "fan_out_dagster_k8s", theirs_config, ops)
+            ours = executor_fan_out(emu, "fan_out_ai", ours_config, ops)
             print(f"Dagster job of {args.executor_steps} trivial ops + 1, concurrency {c}")
             print(f"  k8s_job_executor: {theirs.per_step:.2f} requests/step, {theirs.wall_s:.1f}s")
             report_fan_out("ai_executor", ours, theirs)

@@ -12,7 +12,7 @@ Example:
     >>> request = LaunchRequest("r1", "tiles", 0, ["python", "-c", "pass"], {},
     ...                         resolve_spec({"size": "xs"}), tenant="team-a")
     >>> job_name(request)
-    'k8s-ai-a1545e1a21bca1436bdec68575ea92c4-0'
+    'k8s-ai-de3cdad468c5171a9c1260573b1bfb80-0'
 """
 
 from __future__ import annotations

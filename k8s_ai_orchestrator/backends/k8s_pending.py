@@ -45,7 +45,6 @@ class PendingExplainer:
         self._read_at: dict[str, float] = {}
         self._last: dict[str, StepStatus] = {}
         self._lock = threading.Lock()
-        self.event_reads = 0  # API requests made, for tests and benchmarks
 
     def explain(
         self, handle: JobHandle, namespace: str, pod: Mapping[str, Any] | None, core: CoreV1Api
@@ -79,7 +78,6 @@ class PendingExplainer:
                 table.pop(job, None)  # type: ignore[attr-defined]
 
     def _read_events(self, namespace: str, subject: str, core: CoreV1Api) -> StepStatus | None:
-        self.event_reads += 1
         try:
             response = core.list_namespaced_event(
                 namespace,

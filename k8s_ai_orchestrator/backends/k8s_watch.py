@@ -16,7 +16,6 @@ from __future__ import annotations
 import json
 import logging
 import threading
-import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -39,7 +38,8 @@ class PodWatch:
         selector: label selector of the run's pods.
         backoff_s: first wait after a failed request; doubles up to 30 s.
         timeout_s: server-side timeout of one watch request (it is then renewed).
-        sleep: waits between reconnects (tests pass a fast one).
+        sleep: waits between reconnects; default: wait on the stop event, so `stop()` is
+            not held up by a backoff.
         logger: where reconnects are reported.
     """
 
@@ -51,7 +51,7 @@ class PodWatch:
         *,
         backoff_s: float = 1.0,
         timeout_s: int = 300,
-        sleep: Callable[[float], None] = time.sleep,
+        sleep: Callable[[float], None] | None = None,
         logger: logging.Logger | None = None,
     ) -> None:
         self._core = core
@@ -59,18 +59,17 @@ class PodWatch:
         self._selector = selector
         self._backoff_s = backoff_s
         self._timeout_s = timeout_s
-        self._sleep = sleep
+        self._stopped = threading.Event()
+        self._sleep = sleep or self._stopped.wait
         self._log = logger or logging.getLogger(__name__)
         self._lock = threading.Condition()
         self._pods: dict[str, Pod] = {}
         self._deleted: dict[str, Pod] = {}
-        self._stopped = threading.Event()
         self._synced = threading.Event()
         self._response: Any = None
         self._thread = threading.Thread(
             target=self._run, name=f"k8s-ai-watch-{namespace}", daemon=True
         )
-        self.relists = 0  # lists made (1 + one per 410 or reconnect without a resourceVersion)
 
     def start(self) -> None:
         self._thread.start()
@@ -153,7 +152,6 @@ class PodWatch:
                     self._deleted[_job_of(pod)] = pod
             self._pods = fresh
             self._lock.notify_all()
-        self.relists += 1
         self._synced.set()
         return str(listing["metadata"]["resourceVersion"])
 

@@ -94,6 +94,7 @@ class KubernetesBackend:
         self.default_tenant = default_tenant
         self._clock = clock
         self._sleep = sleep
+        self._watch_sleep = None if sleep is time.sleep else sleep
         self._log = logger or logging.getLogger(__name__)
         self._tenants = TenantConnections(config, allowed_tenants)
         self._retry = ApiRetry(retries=config.api_retries, sleep=sleep)
@@ -263,7 +264,7 @@ class KubernetesBackend:
                     run_selector(run_id),
                     backoff_s=self.config.watch_reconnect_backoff_s,
                     timeout_s=self.config.watch_timeout_s,
-                    sleep=self._sleep,
+                    sleep=self._watch_sleep,
                     logger=self._log,
                 )
                 watch.start()
@@ -368,7 +369,15 @@ class KubernetesBackend:
 
 
 def backend_from_settings(settings: ExecutorSettings) -> KubernetesBackend:
-    """The backend for an `ai_executor` run: its `kubernetes` section and tenant policy."""
+    """The backend for an `ai_executor` run: its `kubernetes` section and tenant policy.
+
+    Example:
+        >>> from k8s_ai_orchestrator.settings import ExecutorSettings
+        >>> settings = ExecutorSettings.from_config({"backend": "kubernetes", "kubernetes":
+        ...     {"tenants": {"team-a": {"kubeconfig": "/etc/team-a.yaml"}}}})
+        >>> backend_from_settings(settings).name
+        'kubernetes'
+    """
     return KubernetesBackend(
         KubernetesConfig.from_dict(settings.kubernetes),
         allowed_tenants=settings.allowed_tenants,

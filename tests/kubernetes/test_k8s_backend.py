@@ -201,6 +201,58 @@ def test_no_token_or_kubeconfig_reaches_logs_or_errors(
         wait_terminal(emulator, backend, handle)
     finally:
         backend.close()
+    misplaced = {
+        "vcluster": "team-b",
+        "host_namespace": "vcluster-elsewhere",
+        "host_kubeconfig": emulator.host.kubeconfig_path,
+    }
+    raw = tenant_config(emulator, tenants={"team-b": misplaced})
+    vcluster_backend = KubernetesBackend(KubernetesConfig.from_dict(raw), sleep=lambda s: None)
+    try:
+        with pytest.raises(SubmitError, match="cannot read secret vc-team-b") as refused:
+            vcluster_backend.submit(python_step("pass", tenant="team-b"))
+        errors.append(str(refused.value))
+    finally:
+        vcluster_backend.close()
+    secrets.append(emulator.host.token)
     for secret in secrets:
         assert secret not in caplog.text
         assert all(secret not in error for error in errors)
+
+
+def test_a_missing_secret_fails_the_step_at_once_and_removes_its_job(emulator: Any) -> None:
+    raw = tenant_config(emulator, env_secrets=["pipeline-credentials"])
+    backend = KubernetesBackend(KubernetesConfig.from_dict(raw), sleep=lambda s: None)
+    request = python_step("pass")
+    try:
+        handle = backend.submit(request)
+        status = wait_terminal(emulator, backend, handle)
+        assert status.reason == FailureReason.CONFIG_ERROR.value
+        assert "pipeline-credentials" in status.message
+        emulator.wait_for(
+            lambda: jobs_and_pods(emulator, "team-a", request.run_id) == [], timeout=60
+        )
+    finally:
+        backend.close()
+
+
+def test_a_step_waiting_for_quota_is_pending_with_the_quota_error(
+    emulator: Any, backend: KubernetesBackend
+) -> None:
+    quota = {"metadata": {"name": "tight"}, "spec": {"hard": {"requests.cpu": "1"}}}
+    core = CoreV1Api(emulator.tenant("team-b").api_client())
+    core.create_namespaced_resource_quota(NAMESPACE, quota)
+    run_id = "quota-run"
+    try:
+        first = backend.submit(python_step(SLEEPER, tenant="team-b", run_id=run_id, cpu=0.75))
+        running_pod(emulator, backend, first)
+        second = backend.submit(
+            python_step("pass", step="tile-2", tenant="team-b", run_id=run_id, cpu=0.75)
+        )
+        status = wait_until(emulator, backend, second, lambda s: bool(s.reason))
+        assert status.state == StepState.PENDING
+        assert "exceeded quota" in status.message
+        backend.cancel(first)
+        assert wait_terminal(emulator, backend, second).state == StepState.SUCCEEDED
+    finally:
+        core.delete_namespaced_resource_quota("tight", NAMESPACE)

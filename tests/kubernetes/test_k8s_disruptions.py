@@ -150,3 +150,22 @@ def test_a_step_on_a_failed_node_is_reported_lost(lonely_node_emulator: Any) -> 
         assert "DeletionByTaintManager" in status.message
     finally:
         backend.close()
+
+
+def test_tenants_over_tls_each_use_their_own_credentials() -> None:
+    kube = pytest.importorskip("k8s_ai_orchestrator.testing.kube")
+    node = kube.NodeSpec(name="node-t", cpu="4", memory="8Gi", gpus=0, labels={}, taints=())
+    with kube.KubeEmulator(nodes=[node], tenants=list(TENANTS), tls=True, workdir=None) as emu:
+        for tenant in TENANTS:
+            install_priority_classes(emu.tenant(tenant).api_client())
+        backend = KubernetesBackend(KubernetesConfig.from_dict(tenant_config(emu)))
+        try:
+            handles = [
+                backend.submit(python_step(f"print('hello from {t}')", tenant=t)) for t in TENANTS
+            ]
+            for tenant, handle in zip(TENANTS, handles, strict=True):
+                assert wait_terminal(emu, backend, handle).state == StepState.SUCCEEDED
+                assert f"hello from {tenant}" in backend.logs(handle)
+                assert len(emu.jobs(tenant, NAMESPACE)) == 1
+        finally:
+            backend.close()

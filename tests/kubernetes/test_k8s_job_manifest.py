@@ -14,7 +14,12 @@ from dagster import __version__ as dagster_version
 
 from k8s_ai_orchestrator.backends.base import LaunchRequest
 from k8s_ai_orchestrator.backends.k8s_config import KubernetesConfig
-from k8s_ai_orchestrator.backends.k8s_jobs import build_job, container_args, job_name
+from k8s_ai_orchestrator.backends.k8s_jobs import (
+    build_job,
+    container_args,
+    describe_manifest,
+    job_name,
+)
 from k8s_ai_orchestrator.errors import ConfigError, SubmitError
 from k8s_ai_orchestrator.spec import resolve_spec
 
@@ -57,13 +62,11 @@ def request(
 
 
 def assert_matches_golden(name: str, manifest: dict[str, object]) -> None:
-    text = json.dumps(manifest, indent=2, sort_keys=True).replace(
-        json.dumps(dagster_version), '"<dagster-version>"'
-    )
+    text = describe_manifest(manifest).replace(json.dumps(dagster_version), '"<dagster-version>"')
     path = GOLDEN / f"{name}.json"
     if os.environ.get("UPDATE_GOLDEN"):
-        path.write_text(text + "\n")
-    assert text + "\n" == path.read_text(), f"{path.name} differs; see the diff above"
+        path.write_text(text)
+    assert text == path.read_text(), f"{path.name} differs; see the diff above"
 
 
 def test_xl_step_requests_its_size_and_memory_limit_on_the_standard_priority() -> None:
