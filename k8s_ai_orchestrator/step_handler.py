@@ -49,6 +49,9 @@ from .step_events import (
 from .tags import TAG_PREFIX, spec_from_tags
 
 LOG_TAIL_LINES = 30
+LOG_FORWARD_INTERVAL_S = 1.0  # how often new remote log lines become an engine event
+LOG_FORWARD_MAX_CHARS = 8000
+DAGSTER_K8S_TAGS = ("dagster-k8s/config", "dagster-k8s/resource_requirements")
 
 
 @dataclass
@@ -71,6 +74,8 @@ class _Live:
     reasons: list[str] = field(default_factory=list)
     own_retry_pending: bool = False  # the next STEP_UP_FOR_RETRY is the executor's own
     checked_at: float = 0.0  # when the backend was last asked for this attempt's status
+    log_offset: int = 0  # how much of the attempt's log has been forwarded to the UI
+    logs_read_at: float = 0.0
     last_status: StepStatus = field(default_factory=StepStatus.pending)
 
 
@@ -153,7 +158,7 @@ class AIStepHandler(StepHandler):
             spec=spec,
             tenant=live.tenant,
             grace_period_s=self._settings.grace_period_s,
-            labels={"run": run_id, "step": key, "attempt": str(attempt)},
+            labels=self._launch_labels(step_handler_context.step_tags[key]),
         )
         for note in getattr(backend, "placement_warnings", lambda _s: [])(spec):
             yield self._event(step_context, f"Warning: {note}", {"warning": note})
@@ -194,6 +199,8 @@ class AIStepHandler(StepHandler):
         if status.state is StepState.RUNNING and not live.running_noted:
             live.running_noted = True
             self._event(step_context, f"Step '{key}' is running on {status.node or live.backend}")
+        if status.state is not StepState.PENDING:
+            self._forward_logs(key, live, step_context, final=status.is_terminal)
         if status.state is not StepState.FAILED:
             return CheckStepHealthResult.healthy()
         if self._terminal_event_count(key) > live.terminal_events_at_launch:
@@ -316,6 +323,7 @@ class AIStepHandler(StepHandler):
         live = self._live.get(key)
         if live is None or live.handle is None:
             return
+        self._forward_logs(key, live, self._step_context(key), final=True)
         live.usage.append(self.backend(live.backend).usage(live.handle))
         if not final:
             return
@@ -386,6 +394,33 @@ class AIStepHandler(StepHandler):
 
     def _history_meta(self, live: _Live) -> dict[str, Any]:
         return history_metadata(live.history, live.reasons, live.next_memory)
+
+    def _launch_labels(self, step_tags: Mapping[str, str]) -> dict[str, str]:
+        """Job name, plus the dagster-k8s tags a Kubernetes backend reads as job config."""
+        labels = {k: v for k, v in step_tags.items() if k in DAGSTER_K8S_TAGS}
+        if self._plan_context is not None:
+            labels["dagster/job"] = self._plan_context.dagster_run.job_name
+        return labels
+
+    def _forward_logs(
+        self, key: str, live: _Live, step_context: IStepContext, *, final: bool
+    ) -> None:
+        """Stream new log lines of a remote attempt into the run's event log."""
+        backend = self.backend(live.backend)
+        logs_since = getattr(backend, "logs_since", None)
+        now = time.monotonic()
+        if logs_since is None or live.handle is None:
+            return
+        if not final and now - live.logs_read_at < LOG_FORWARD_INTERVAL_S:
+            return
+        live.logs_read_at = now
+        try:
+            text, live.log_offset = logs_since(live.handle, live.log_offset)
+        except BackendError:
+            return
+        if text.strip():
+            lines = text.rstrip("\n")[-LOG_FORWARD_MAX_CHARS:]
+            self._event(step_context, f"[{live.backend} log] {key}:\n{lines}")
 
     def _describe_failure(self, key: str, live: _Live, status: StepStatus) -> str:
         tail = self.backend(live.backend).logs(live.handle, tail_lines=LOG_TAIL_LINES)  # type: ignore[arg-type]
