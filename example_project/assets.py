@@ -91,7 +91,7 @@ def mosaic(
 
 @asset(
     group_name="vegetation",
-    op_tags=compute("gpu-1"),
+    op_tags=compute("gpu-1", tenant="vision"),
     description="NDVI per pixel and a small embedding per region (a GPU step in production).",
 )
 def vegetation_index(context: AssetExecutionContext, mosaic: pa.Table) -> pa.Table:
@@ -104,7 +104,7 @@ def vegetation_index(context: AssetExecutionContext, mosaic: pa.Table) -> pa.Tab
 
 @asset(
     group_name="vegetation",
-    op_tags=compute("s"),
+    op_tags=compute("s", tenant="vision"),
     description="Wildfire/vegetation risk score per region: share of dry pixels.",
 )
 def risk_scores(context: AssetExecutionContext, vegetation_index: pa.Table) -> dict[str, float]:

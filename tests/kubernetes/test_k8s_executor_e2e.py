@@ -39,18 +39,20 @@ def cluster(dagster_home: Path) -> Iterator[Any]:
         yield emu
 
 
-def executor_config(emu: Any) -> dict[str, Any]:
+def executor_config(emu: Any, aliases: dict[str, str] | None = None) -> dict[str, Any]:
+    """Config for both emulated tenants; `aliases` adds logical tenant names for them."""
+    tenants = {t: t for t in TENANTS} | (aliases or {})
     return {
         "backend": "kubernetes",
         "default_tenant": "team-a",
-        "allowed_tenants": list(TENANTS),
+        "allowed_tenants": list(tenants),
         "kubernetes": {
             "image": "ghcr.io/acme/pipeline:test",
             "python": sys.executable,
             "command_prefix": [sys.executable, "-m", "dagster"],
             "tenants": {
-                t: {"kubeconfig": emu.tenant(t).kubeconfig_path, "namespace": NAMESPACE}
-                for t in TENANTS
+                name: {"kubeconfig": emu.tenant(t).kubeconfig_path, "namespace": NAMESPACE}
+                for name, t in tenants.items()
             },
         },
     }
@@ -87,15 +89,22 @@ def test_example_pipeline_materializes_with_every_step_a_job_in_its_tenant(
         result = execute_job(
             repo.get_reconstructable_job("vegetation_risk"),
             instance=instance,
-            run_config={"execution": {"config": executor_config(cluster)}},
+            run_config={"execution": {"config": executor_config(cluster, {"vision": "team-b"})}},
             asset_selection=steps,
         )
         assert result.success
         messages = engine_messages(instance, result.run_id)
     assert any("'mosaic' on kubernetes tenant 'team-a' with xl" in m for m in messages)
-    jobs = cluster.jobs("team-a", NAMESPACE)
-    assert len(jobs) == len(steps)
-    assert cluster.jobs("team-b", NAMESPACE) == []
+    assert any("'vegetation_index' on kubernetes tenant 'vision' with gpu-1" in m for m in messages)
+
+    def steps_in(tenant: str) -> set[str]:
+        return {
+            j["metadata"]["annotations"].get("k8s-ai/step-key", "")
+            for j in cluster.jobs(tenant, NAMESPACE)
+        }
+
+    assert steps_in("team-b") == {"vegetation_index", "risk_scores"}
+    assert len(cluster.jobs("team-a", NAMESPACE)) == len(steps) - 2
 
 
 def test_oom_killed_step_is_relaunched_with_double_memory(cluster: Any) -> None:
