@@ -122,4 +122,17 @@ def bad_tags() -> None:
     hand_edited()
 
 
-defs = Definitions(jobs=[admission, oom, preemption, long_running, gpu_on_cpu_machine, bad_tags])
+@op(tags=compute("xs", tenant="vision"))
+def vision_step() -> None:
+    _record("vision_step")
+
+
+@job(executor_def=ai_executor)
+def tenant_routed() -> None:
+    one_cpu_a()
+    vision_step()
+
+
+defs = Definitions(
+    jobs=[admission, oom, preemption, long_running, gpu_on_cpu_machine, bad_tags, tenant_routed]
+)

@@ -146,6 +146,30 @@ def test_hand_edited_tags_are_rejected_before_any_step_runs(instance, test_out):
     assert not recorded(test_out)
 
 
+def test_a_step_cannot_reach_a_tenant_outside_allowed_tenants(instance, test_out):
+    executor = {"local": {"cpus": 2}, "allowed_tenants": ["research"]}
+    result = run(instance, "tenant_routed", executor)
+    assert not result.success
+    failure = next(e for e in result.all_events if e.event_type == DagsterEventType.RUN_FAILURE)
+    message = failure.event_specific_data.error.message
+    assert "step 'vision_step' asks for tenant 'vision'" in message
+    assert "allowed_tenants: research" in message
+    assert not recorded(test_out)  # refused before any step was submitted
+
+
+def test_a_run_tag_cannot_route_steps_to_a_tenant_outside_allowed_tenants(instance, test_out):
+    executor = {"local": {"cpus": 2}, "allowed_tenants": ["vision"]}
+    result = execute_job(
+        JOBS.get_reconstructable_job("admission"),
+        instance=instance,
+        run_config={"execution": {"config": executor}},
+        tags={"k8s_ai/tenant": "finance"},
+        raise_on_error=False,
+    )
+    assert not result.success
+    assert not recorded(test_out)
+
+
 @pytest.mark.parametrize(
     "executor, fragment",
     [
