@@ -15,3 +15,16 @@ def pids_alive(pids: list[int]) -> list[int]:
             continue
         alive.append(pid)
     return alive
+
+
+class FakeClock:
+    """A monotonic clock that moves only when a test says so."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        self.now += seconds

@@ -30,6 +30,7 @@ from typing import IO, Literal
 import psutil
 
 from ..errors import ConfigError, SubmitError
+from ..proctree import kill_group, tree_rss
 from ..spec import ComputeSpec, format_memory, parse_cpu, parse_memory
 from .base import FailureReason, JobHandle, LaunchRequest, ResourceUsage, StepState, StepStatus
 
@@ -397,29 +398,12 @@ def _exit_status(code: int, kill_reason: FailureReason | None, kill_message: str
 
 
 def _tree_rss(process: subprocess.Popen[bytes] | None) -> int:
-    if process is None:
-        return 0
-    try:
-        root = psutil.Process(process.pid)
-        members = [root, *root.children(recursive=True)]
-    except psutil.Error:
-        return 0
-    total = 0
-    for member in members:
-        try:
-            total += member.memory_info().rss
-        except psutil.Error:
-            continue
-    return total
+    return tree_rss(process.pid) if process is not None else 0
 
 
 def _kill_group(process: subprocess.Popen[bytes] | None, sig: signal.Signals) -> None:
-    if process is None:
-        return
-    try:
-        os.killpg(process.pid, sig)
-    except (ProcessLookupError, PermissionError):
-        pass
+    if process is not None:
+        kill_group(process.pid, sig)
 
 
 def format_memory_approx(num_bytes: int) -> str:

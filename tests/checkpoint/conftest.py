@@ -9,8 +9,7 @@ from pathlib import Path
 import pytest
 
 from k8s_ai_orchestrator.checkpoint import CheckpointStore
-
-from .support import FakeClock
+from tests.support import FakeClock
 
 
 @pytest.fixture(params=["file", "memory"])

@@ -12,8 +12,9 @@ import pytest
 
 from k8s_ai_orchestrator.checkpoint import CheckpointStore, Preempted
 from k8s_ai_orchestrator.errors import CheckpointError
+from tests.support import FakeClock
 
-from .support import FakeClock, program
+from .support import program
 
 pytestmark = pytest.mark.timeout(120)
 

@@ -8,13 +8,13 @@ from typing import Any
 import pytest
 from k8s_support import (
     TENANTS,
-    FakeClock,
     install_priority_classes,
     sync_nodes_from_host,
     tenant_config,
 )
 
 from k8s_ai_orchestrator.backends.kubernetes import KubernetesBackend, KubernetesConfig
+from tests.support import FakeClock
 
 
 @pytest.fixture(scope="module")

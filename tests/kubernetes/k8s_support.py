@@ -16,19 +16,6 @@ TENANTS = ("team-a", "team-b")
 NAMESPACE = "default"
 
 
-class FakeClock:
-    """Monotonic seconds that move only when a test says so."""
-
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
-
-    def advance(self, seconds: float) -> None:
-        self.now += seconds
-
-
 def install_priority_classes(api_client: ApiClient) -> None:
     """The PriorityClasses helm/k8s-ai-tenant installs in a tenant."""
     api = SchedulingV1Api(api_client)

@@ -8,7 +8,6 @@ from typing import Any
 import pytest
 from k8s_support import (
     NAMESPACE,
-    FakeClock,
     python_step,
     running_pod,
     tenant_config,
@@ -20,6 +19,7 @@ from kubernetes.client import CoreV1Api
 from k8s_ai_orchestrator.backends.base import FailureReason, StepState
 from k8s_ai_orchestrator.backends.kubernetes import KubernetesBackend, KubernetesConfig
 from k8s_ai_orchestrator.errors import SubmitError, TenantAccessError
+from tests.support import FakeClock
 
 pytestmark = [pytest.mark.emulator, pytest.mark.timeout(180)]
 

@@ -22,8 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
-import psutil
-
+from ...proctree import tree_rss
 from .quantity import to_milli
 from .store import Obj, Store, now_rfc3339
 
@@ -178,18 +177,7 @@ class ContainerProcess:
 
     def rss_bytes(self) -> int:
         """Resident memory of the process and all its descendants."""
-        try:
-            root = psutil.Process(self.proc.pid)
-            members = [root, *root.children(recursive=True)]
-        except psutil.Error:
-            return 0
-        total = 0
-        for member in members:
-            try:
-                total += member.memory_info().rss
-            except psutil.Error:
-                continue
-        return total
+        return tree_rss(self.proc.pid)
 
     def enforce_memory(self) -> None:
         """SIGKILL the group when its RSS exceeds the memory limit (OOMKilled)."""
