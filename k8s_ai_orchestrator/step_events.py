@@ -15,26 +15,9 @@ from dagster._core.events import DagsterEvent, DagsterEventType
 from dagster._utils.error import SerializableErrorInfo
 
 from .relaunch import StepHistory
-from .spec import format_memory
 
 META = "k8s_ai/"  # prefix of the engine-event metadata the executor writes
 INTERRUPT_ERRORS = {"DagsterExecutionInterruptedError", "KeyboardInterrupt", "Preempted"}
-
-
-def history_metadata(
-    history: StepHistory, reasons: Iterable[str], next_memory: int | None
-) -> dict[str, Any]:
-    """The step's history as metadata values (written with every relaunch and summary)."""
-    tried = history.memory_tried
-    return {
-        "relaunches": history.relaunches,
-        "preemptions": history.preemptions,
-        "attempts": len(tried),
-        "reasons": ", ".join(reasons) or "none",
-        "memory_tried": " → ".join(format_memory(m) for m in tried),
-        "memory_tried_bytes": ",".join(str(m) for m in tried),
-        "next_memory_bytes": next_memory or 0,
-    }
 
 
 def history_from_events(

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, field
 from typing import Any
 
 from dagster._core.events import DagsterEvent, DagsterEventType, EngineEventData, StepRetryData
@@ -24,14 +23,13 @@ from dagster._utils.error import SerializableErrorInfo
 from dagster_shared.record import copy as copy_record
 
 from . import stepenv
+from .attempts import StepAttempts
 from .backends import make_backend
 from .backends.base import (
     RELAUNCH_REASONS,
     Backend,
     FailureReason,
-    JobHandle,
     LaunchRequest,
-    ResourceUsage,
     StepState,
     StepStatus,
 )
@@ -41,7 +39,6 @@ from .settings import ExecutorSettings
 from .spec import ComputeSpec
 from .step_events import (
     history_from_events,
-    history_metadata,
     interrupted,
     interrupted_error,
     metadata_values,
@@ -54,38 +51,13 @@ LOG_FORWARD_MAX_CHARS = 8000
 DAGSTER_K8S_TAGS = ("dagster-k8s/config", "dagster-k8s/resource_requirements")
 
 
-@dataclass
-class _Live:
-    """The current attempt of one step and what came before it in this run."""
-
-    spec: ComputeSpec
-    backend: str
-    tenant: str | None
-    history: StepHistory
-    next_memory: int | None = None
-    handle: JobHandle | None = None
-    launched_at: float = 0.0
-    last_note: str = ""
-    running_noted: bool = False
-    cancelled: bool = False
-    fail_message: str = ""
-    terminal_events_at_launch: int = 0
-    usage: list[ResourceUsage] = field(default_factory=list)
-    reasons: list[str] = field(default_factory=list)
-    own_retry_pending: bool = False  # the next STEP_UP_FOR_RETRY is the executor's own
-    checked_at: float = 0.0  # when the backend was last asked for this attempt's status
-    log_offset: int = 0  # how much of the attempt's log has been forwarded to the UI
-    logs_read_at: float = 0.0
-    last_status: StepStatus = field(default_factory=StepStatus.pending)
-
-
 class AIStepHandler(StepHandler):
     """Routes each step to its backend; see `k8s_ai_orchestrator.executor`."""
 
     def __init__(self, settings: ExecutorSettings) -> None:
         self._settings = settings
         self._backends: dict[str, Backend] = {}
-        self._live: dict[str, _Live] = {}
+        self._live: dict[str, StepAttempts] = {}
         self._plan_context: PlanOrchestrationContext | None = None
         self._plan: ExecutionPlan | None = None
 
@@ -208,7 +180,7 @@ class AIStepHandler(StepHandler):
         return CheckStepHealthResult.unhealthy(self._describe_failure(key, live, status))
 
     def _check_pending(
-        self, key: str, live: _Live, status: StepStatus, step_context: IStepContext
+        self, key: str, live: StepAttempts, status: StepStatus, step_context: IStepContext
     ) -> CheckStepHealthResult:
         note = status.message or status.reason or "Pending"
         if note != live.last_note:
@@ -267,9 +239,9 @@ class AIStepHandler(StepHandler):
         if not decision.relaunch:
             live.fail_message = decision.message
             return None
-        self._record_relaunch(live, reason, decision.memory_bytes)
+        live.record_relaunch(reason, decision.memory_bytes)
         step_context = self._step_context(key)
-        self._event(step_context, f"Relaunching: {decision.message}", self._history_meta(live))
+        self._event(step_context, f"Relaunching: {decision.message}", live.history_metadata())
         message = error.message if error else status.message
         retry_error = SerializableErrorInfo(
             message=f"{reason}: {message}", stack=[], cls_name=reason
@@ -295,22 +267,12 @@ class AIStepHandler(StepHandler):
         decision = decide(self._settings.relaunch, live.history, reason)
         live.reasons.append(reason)
         if decision.relaunch:
-            self._record_relaunch(live, reason, decision.memory_bytes)
+            live.record_relaunch(reason, decision.memory_bytes)
             self._event(
                 self._step_context(key),
                 f"Relaunching: {decision.message}",
-                self._history_meta(live),
+                live.history_metadata(),
             )
-
-    def _record_relaunch(self, live: _Live, reason: str, memory_bytes: int | None) -> None:
-        preempted = reason != FailureReason.OOM_KILLED.value
-        live.history = StepHistory(
-            live.history.step_key,
-            live.history.memory_tried,
-            live.history.preemptions + int(preempted),
-            live.history.relaunches + 1,
-        )
-        live.next_memory = memory_bytes
 
     def failure_error(self, key: str, err: SerializableErrorInfo) -> SerializableErrorInfo:
         live = self._live.get(key)
@@ -328,31 +290,8 @@ class AIStepHandler(StepHandler):
         if not final:
             return
         del self._live[key]
-        total = ResourceUsage(
-            cpu_seconds=sum(u.cpu_seconds for u in live.usage),
-            memory_gib_seconds=sum(u.memory_gib_seconds for u in live.usage),
-            gpu_seconds=sum(u.gpu_seconds for u in live.usage),
-            wall_seconds=sum(u.wall_seconds for u in live.usage),
-        )
-        nodes = sorted({n for u in live.usage for n in u.nodes})
-        meta = {
-            **self._history_meta(live),
-            "backend": live.backend,
-            "tenant": live.tenant or "",
-            "size": live.spec.size or "custom",
-            "nodes_used": ", ".join(nodes),
-            "cpu_seconds": round(total.cpu_seconds, 2),
-            "memory_gib_seconds": round(total.memory_gib_seconds, 2),
-            "gpu_seconds": round(total.gpu_seconds, 2),
-            "wall_seconds": round(total.wall_seconds, 2),
-        }
-        self._event(
-            self._step_context(key),
-            f"Step '{key}' used {total.cpu_seconds:.1f} CPU-s, {total.memory_gib_seconds:.1f} "
-            f"GiB-s, {total.gpu_seconds:.1f} GPU-s over {len(live.usage)} attempt(s) on "
-            f"{live.backend}",
-            meta,
-        )
+        message, meta = live.summary(key)
+        self._event(self._step_context(key), message, meta)
 
     def close(self) -> None:
         for live in self._live.values():
@@ -363,7 +302,7 @@ class AIStepHandler(StepHandler):
 
     # -- helpers ----------------------------------------------------------------------------
 
-    def _status(self, live: _Live) -> StepStatus:
+    def _status(self, live: StepAttempts) -> StepStatus:
         """The attempt's status; a transient backend error keeps the last known one."""
         assert live.handle is not None
         try:
@@ -373,15 +312,15 @@ class AIStepHandler(StepHandler):
                 raise
         return live.last_status
 
-    def _new_live(self, key: str, ctx: StepHandlerContext, previous_attempts: int) -> _Live:
+    def _new_live(self, key: str, ctx: StepHandlerContext, previous_attempts: int) -> StepAttempts:
         spec = self._resolve(key, ctx.step_tags[key])
         backend = self._settings.backend_for(spec)
-        live = _Live(spec, backend, self._tenant_for(key, spec), StepHistory(key))
+        live = StepAttempts(spec, backend, self._tenant_for(key, spec), StepHistory(key))
         self._restore_history(key, live, previous_attempts)
         self._live[key] = live
         return live
 
-    def _restore_history(self, key: str, live: _Live, previous_attempts: int) -> None:
+    def _restore_history(self, key: str, live: StepAttempts, previous_attempts: int) -> None:
         """Rebuild the history from this run's engine events (survives a restarted coordinator)."""
         if self._plan_context is None or previous_attempts == 0:
             return
@@ -392,9 +331,6 @@ class AIStepHandler(StepHandler):
         if found is not None:
             live.history, live.next_memory = found
 
-    def _history_meta(self, live: _Live) -> dict[str, Any]:
-        return history_metadata(live.history, live.reasons, live.next_memory)
-
     def _launch_labels(self, step_tags: Mapping[str, str]) -> dict[str, str]:
         """Job name, plus the dagster-k8s tags a Kubernetes backend reads as job config."""
         labels = {k: v for k, v in step_tags.items() if k in DAGSTER_K8S_TAGS}
@@ -403,7 +339,7 @@ class AIStepHandler(StepHandler):
         return labels
 
     def _forward_logs(
-        self, key: str, live: _Live, step_context: IStepContext, *, final: bool
+        self, key: str, live: StepAttempts, step_context: IStepContext, *, final: bool
     ) -> None:
         """Stream new log lines of a remote attempt into the run's event log."""
         backend = self.backend(live.backend)
@@ -422,14 +358,10 @@ class AIStepHandler(StepHandler):
             lines = text.rstrip("\n")[-LOG_FORWARD_MAX_CHARS:]
             self._event(step_context, f"[{live.backend} log] {key}:\n{lines}")
 
-    def _describe_failure(self, key: str, live: _Live, status: StepStatus) -> str:
-        tail = self.backend(live.backend).logs(live.handle, tail_lines=LOG_TAIL_LINES)  # type: ignore[arg-type]
-        where = f"{live.backend}" + (f" tenant '{live.tenant}'" if live.tenant else "")
-        text = f"step '{key}' failed on {where}: {status.reason}"
-        text += f" ({status.message})" if status.message else ""
-        if status.exit_code is not None:
-            text += f", exit code {status.exit_code}"
-        return text + (f"\n--- last {LOG_TAIL_LINES} log lines ---\n{tail}" if tail else "")
+    def _describe_failure(self, key: str, live: StepAttempts, status: StepStatus) -> str:
+        assert live.handle is not None
+        tail = self.backend(live.backend).logs(live.handle, tail_lines=LOG_TAIL_LINES)
+        return live.describe_failure(key, status, tail, LOG_TAIL_LINES)
 
     def _terminal_event_count(self, key: str) -> int:
         if self._plan_context is None:

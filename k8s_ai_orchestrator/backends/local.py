@@ -8,8 +8,9 @@ Preempted.
 
 Example:
     >>> backend = LocalBackend(LocalCapacity(cpus=2, memory_bytes=4 * 1024**3, gpus=0))
-    >>> backend.capacity.cpus
-    2.0
+    >>> backend.capacity.describe()
+    '2 CPU / 4.0Gi / 0 GPU'
+    >>> backend.close()
 """
 
 from __future__ import annotations

@@ -1,0 +1,110 @@
+"""Per-step bookkeeping of the executor: the live attempt, its history and its usage. Pure.
+
+Example:
+    >>> from k8s_ai_orchestrator.spec import ComputeSpec, GiB
+    >>> step = StepAttempts(ComputeSpec(cpu=1, memory_bytes=GiB), "local", None,
+    ...                     StepHistory("tiles").launched(GiB))
+    >>> step.record_relaunch("OOMKilled", 2 * GiB)
+    >>> step.history.relaunches, step.next_memory == 2 * GiB
+    (1, True)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from .backends.base import FailureReason, JobHandle, ResourceUsage, StepStatus
+from .relaunch import StepHistory
+from .spec import ComputeSpec, format_memory
+
+
+@dataclass
+class StepAttempts:
+    """The current attempt of one step and what came before it in this run."""
+
+    spec: ComputeSpec  # as declared; `next_memory` overrides its memory after an OOM
+    backend: str
+    tenant: str | None
+    history: StepHistory
+    next_memory: int | None = None  # memory of the next attempt (OOM escalation)
+    handle: JobHandle | None = None  # the attempt in flight
+    launched_at: float = 0.0
+    last_note: str = ""  # last Pending explanation written, to write each one once
+    running_noted: bool = False
+    cancelled: bool = False  # the executor cancelled it: never a relaunch
+    fail_message: str = ""  # why the executor failed it (replaces the health-check text)
+    terminal_events_at_launch: int = 0  # step terminal events in the log before this attempt
+    usage: list[ResourceUsage] = field(default_factory=list)  # one per finished attempt
+    reasons: list[str] = field(default_factory=list)  # infrastructure reasons seen
+    own_retry_pending: bool = False  # the next STEP_UP_FOR_RETRY is the executor's own
+    checked_at: float = 0.0  # when the backend was last asked for this attempt's status
+    log_offset: int = 0  # how much of the attempt's log has been forwarded to the UI
+    logs_read_at: float = 0.0
+    last_status: StepStatus = field(default_factory=StepStatus.pending)
+
+    def record_relaunch(self, reason: str, memory_bytes: int | None) -> None:
+        """Count a relaunch the executor makes (never counted by the op's RetryPolicy)."""
+        preempted = reason != FailureReason.OOM_KILLED.value
+        self.history = StepHistory(
+            self.history.step_key,
+            self.history.memory_tried,
+            self.history.preemptions + int(preempted),
+            self.history.relaunches + 1,
+        )
+        self.next_memory = memory_bytes
+
+    def history_metadata(self) -> dict[str, Any]:
+        return history_metadata(self.history, self.reasons, self.next_memory)
+
+    def summary(self, key: str) -> tuple[str, dict[str, Any]]:
+        """The step's closing line and metadata: where it ran and what it used."""
+        total = ResourceUsage(
+            cpu_seconds=sum(u.cpu_seconds for u in self.usage),
+            memory_gib_seconds=sum(u.memory_gib_seconds for u in self.usage),
+            gpu_seconds=sum(u.gpu_seconds for u in self.usage),
+            wall_seconds=sum(u.wall_seconds for u in self.usage),
+        )
+        meta = {
+            **self.history_metadata(),
+            "backend": self.backend,
+            "tenant": self.tenant or "",
+            "size": self.spec.size or "custom",
+            "nodes_used": ", ".join(sorted({n for u in self.usage for n in u.nodes})),
+            "cpu_seconds": round(total.cpu_seconds, 2),
+            "memory_gib_seconds": round(total.memory_gib_seconds, 2),
+            "gpu_seconds": round(total.gpu_seconds, 2),
+            "wall_seconds": round(total.wall_seconds, 2),
+        }
+        message = (
+            f"Step '{key}' used {total.cpu_seconds:.1f} CPU-s, {total.memory_gib_seconds:.1f} "
+            f"GiB-s, {total.gpu_seconds:.1f} GPU-s over {len(self.usage)} attempt(s) on "
+            f"{self.backend}"
+        )
+        return message, meta
+
+    def describe_failure(self, key: str, status: StepStatus, tail: str, tail_lines: int) -> str:
+        """What the step's failure says: where, why, the exit code and the log tail."""
+        where = self.backend + (f" tenant '{self.tenant}'" if self.tenant else "")
+        text = f"step '{key}' failed on {where}: {status.reason}"
+        text += f" ({status.message})" if status.message else ""
+        if status.exit_code is not None:
+            text += f", exit code {status.exit_code}"
+        return text + (f"\n--- last {tail_lines} log lines ---\n{tail}" if tail else "")
+
+
+def history_metadata(
+    history: StepHistory, reasons: Iterable[str], next_memory: int | None
+) -> dict[str, Any]:
+    """The step's history as metadata values (written with every relaunch and summary)."""
+    tried = history.memory_tried
+    return {
+        "relaunches": history.relaunches,
+        "preemptions": history.preemptions,
+        "attempts": len(tried),
+        "reasons": ", ".join(reasons) or "none",
+        "memory_tried": " → ".join(format_memory(m) for m in tried),
+        "memory_tried_bytes": ",".join(str(m) for m in tried),
+        "next_memory_bytes": next_memory or 0,
+    }
