@@ -56,6 +56,11 @@ def pod_status(pod: Mapping[str, Any]) -> StepStatus:
     status = pod.get("status") or {}
     node = (pod.get("spec") or {}).get("nodeName")
     phase = status.get("phase") or "Pending"
+    disruption = _condition(status, "DisruptionTarget")
+    disrupted = disruption is not None and disruption.get("status") == "True"
+    if phase == "Succeeded" and disrupted:
+        # The step process saved its checkpoint and exited cleanly inside its grace period.
+        return _disrupted(disruption, node, exit_code=0)  # type: ignore[arg-type]
     if phase == "Succeeded":
         return StepStatus.succeeded(node)
     if phase == "Failed":
@@ -63,11 +68,12 @@ def pod_status(pod: Mapping[str, Any]) -> StepStatus:
     waiting = _waiting(status)
     if waiting is not None and waiting[0] in FAIL_FAST_WAITING:
         return StepStatus.failed(FAIL_FAST_WAITING[waiting[0]], waiting[1], node=node)
-    disruption = _condition(status, "DisruptionTarget")
-    if disruption is not None and disruption.get("status") == "True":
-        return _disrupted(disruption, node)
     if phase == "Running":
+        # A disrupted pod still running is inside its grace period, saving its checkpoint:
+        # it ends when its containers have exited, so a relaunch never overlaps it.
         return StepStatus.running(node)
+    if disrupted:
+        return _disrupted(disruption, node)  # type: ignore[arg-type]
     return pending_status(pod)
 
 

@@ -2,10 +2,11 @@
 
 import os
 import time
+from pathlib import Path
 
 from dagster import Definitions, OpExecutionContext, job, op
 
-from k8s_ai_orchestrator import ai_executor, compute
+from k8s_ai_orchestrator import CheckpointStore, ai_executor, compute
 
 
 @op(tags=compute(cpu=0.5, memory="256Mi"))
@@ -17,12 +18,23 @@ def hungry(context: OpExecutionContext) -> int:
 
 
 @op(tags=compute(cpu=0.5, memory="256Mi"))
-def long_tile(context: OpExecutionContext) -> str:
-    """Runs long enough on its first attempt for a test to evict it."""
-    if os.environ.get("K8S_AI_ATTEMPT", "0") == "0":
-        context.log.info("first attempt: working")
-        time.sleep(60)
-    return "done"
+def long_tile(context: OpExecutionContext, checkpoints: CheckpointStore) -> int:
+    """40 units of work, checkpointed; returns the unit it resumed from.
+
+    On its first attempt it announces itself (env EVICT_MARKER) once 10 units are saved, then
+    works slowly enough for a test to evict it.
+    """
+    ckpt = checkpoints.open(f"eviction-test/{context.run_id}")
+    state = ckpt.load()
+    start = int(state["unit"]) if isinstance(state, dict) else 0
+    first_attempt = os.environ.get("K8S_AI_ATTEMPT", "0") == "0"
+    for unit in range(start, 40):
+        time.sleep(0.5 if first_attempt and unit >= 10 else 0.01)
+        ckpt.save({"unit": unit + 1}, progress=unit + 1)
+        ckpt.exit_if_preempted()
+        if first_attempt and unit == 9:
+            Path(os.environ["EVICT_MARKER"]).write_text(context.run_id)
+    return start
 
 
 @job(executor_def=ai_executor)
@@ -35,4 +47,9 @@ def eviction_job() -> None:
     long_tile()
 
 
-defs = Definitions(jobs=[oom_job, eviction_job])
+defs = Definitions(
+    jobs=[oom_job, eviction_job],
+    resources={
+        "checkpoints": CheckpointStore(root=os.environ.get("CHECKPOINT_ROOT", "memory://k8s-e2e"))
+    },
+)

@@ -127,35 +127,42 @@ def test_oom_killed_step_is_relaunched_with_double_memory(cluster: Any) -> None:
     assert limits == ["256Mi", "512Mi"]
 
 
-def test_evicted_step_is_relaunched_and_the_run_succeeds(cluster: Any) -> None:
+def test_evicted_step_is_relaunched_and_resumes_from_its_checkpoint(
+    cluster: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     repo = ReconstructableRepository.for_module(
         "k8s_pipelines", "defs", working_directory=str(HERE)
     )
+    marker = tmp_path / "evict-me"
+    monkeypatch.setenv("EVICT_MARKER", str(marker))
+    monkeypatch.setenv("CHECKPOINT_ROOT", (tmp_path / "ckpt").as_uri())
     stop = threading.Event()
 
-    def evict_first_attempt() -> None:
-        while not stop.is_set():
-            for pod in cluster.pods("team-a", NAMESPACE):
-                labels = pod["metadata"].get("labels") or {}
-                running = (pod.get("status") or {}).get("phase") == "Running"
-                if labels.get("k8s-ai/attempt") == "0" and running:
-                    cluster.evict_pod("team-a", NAMESPACE, pod["metadata"]["name"])
-                    return
-            stop.wait(0.1)
+    def evict_after_ten_units() -> None:
+        while not stop.is_set() and not marker.exists():
+            stop.wait(0.05)
+        for pod in cluster.pods("team-a", NAMESPACE):
+            labels = pod["metadata"].get("labels") or {}
+            if labels.get("k8s-ai/attempt") == "0":
+                cluster.evict_pod("team-a", NAMESPACE, pod["metadata"]["name"])
 
-    evictor = threading.Thread(target=evict_first_attempt, daemon=True)
+    evictor = threading.Thread(target=evict_after_ten_units, daemon=True)
     evictor.start()
     try:
-        with DagsterInstance.get() as instance:
-            result = execute_job(
+        with (
+            DagsterInstance.get() as instance,
+            execute_job(
                 repo.get_reconstructable_job("eviction_job"),
                 instance=instance,
                 run_config={"execution": {"config": executor_config(cluster)}},
-            )
+            ) as result,
+        ):
             assert result.success
             messages = engine_messages(instance, result.run_id)
+            resumed_from = result.output_for_node("long_tile")
     finally:
         stop.set()
         evictor.join(timeout=5)
-    assert any("Evicted" in m for m in messages)
+    assert any("'long_tile' was Evicted; relaunching at the same size" in m for m in messages)
     assert len(cluster.jobs("team-a", NAMESPACE)) == 2
+    assert resumed_from >= 10  # the second attempt started where the first one saved

@@ -61,8 +61,12 @@ def test_disruption_target_condition_names_the_disruption(
     condition = {"type": "DisruptionTarget", "status": "True", "reason": condition_reason}
     failed = pod("Failed", conditions=[condition], terminated={"exitCode": 143})
     assert pod_status(failed).reason == expected.value
-    # Still terminating: the disruption is already final for the step.
-    assert pod_status(pod("Running", conditions=[condition])).reason == expected.value
+    # Still terminating: the step is saving its checkpoint in its grace period, so the
+    # attempt has not ended yet and no relaunch may overlap it.
+    assert pod_status(pod("Running", conditions=[condition])).state is StepState.RUNNING
+    # Saved and exited 0 inside the grace period: still the disruption, not a success.
+    saved = pod("Succeeded", conditions=[condition], terminated={"exitCode": 0})
+    assert pod_status(saved).reason == expected.value
 
 
 @pytest.mark.parametrize(
