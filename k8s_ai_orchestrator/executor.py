@@ -48,6 +48,7 @@ CONFIG_SCHEMA = {
                 "gpus": Field(Noneable(Int), is_required=False),
                 "oversize": Field(String, default_value="run_alone"),
                 "log_dir": Field(Noneable(String), is_required=False),
+                "start_method": Field(String, default_value="forkserver"),
             }
         ),
         is_required=False,
@@ -85,7 +86,7 @@ CONFIG_SCHEMA = {
 def ai_executor(init_context: InitExecutorContext) -> Executor:
     """Runs each step where its `compute(...)` tags say, with relaunch and OOM escalation.
 
-    Config keys: backend, size_classes, local {cpus, memory, gpus, oversize, log_dir},
+    Config keys: backend, size_classes, local {cpus, memory, gpus, oversize, log_dir, start_method},
     kubernetes, slurm, default_tenant, allowed_tenants, oom_escalation {factor, max_memory,
     max_attempts}, max_preemption_retries, grace_period_s, poll_interval_s, max_concurrent,
     retries. See docs/executor-config.md.

@@ -23,7 +23,7 @@ from .spec import (
     parse_size_table,
 )
 
-LOCAL_KEYS = {"cpus", "memory", "gpus", "oversize", "log_dir"}
+LOCAL_KEYS = {"cpus", "memory", "gpus", "oversize", "log_dir", "start_method"}
 
 
 @dataclass(frozen=True)
@@ -59,6 +59,11 @@ class ExecutorSettings:
                     f"executor config: local.{key}={local[key]!r} leaves no capacity to run "
                     "steps; give a value above 0 or omit it to detect the machine's"
                 )
+        if local.get("start_method", "forkserver") not in ("forkserver", "spawn"):
+            raise ConfigError(
+                f"executor config: local.start_method={local['start_method']!r}; use "
+                "forkserver or spawn"
+            )
         if local.get("oversize", "run_alone") not in ("run_alone", "fail"):
             raise ConfigError(
                 f"executor config: local.oversize={local['oversize']!r}; use run_alone or fail"

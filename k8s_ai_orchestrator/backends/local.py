@@ -26,7 +26,7 @@ from collections import deque
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Literal
+from typing import Literal
 
 import psutil
 
@@ -34,6 +34,7 @@ from ..errors import ConfigError, SubmitError
 from ..proctree import kill_group, tree_rss
 from ..spec import ComputeSpec, format_memory, parse_cpu, parse_memory
 from .base import FailureReason, JobHandle, LaunchRequest, ResourceUsage, StepState, StepStatus
+from .local_launch import ProcessLauncher, StartMethod, StepProcess
 
 OOM_EXIT_CODE = 137
 Oversize = Literal["run_alone", "fail"]
@@ -121,8 +122,7 @@ class _Attempt:
     log_path: Path
     alone: bool  # larger than the machine: runs with nothing else
     gpu_ids: tuple[int, ...] = ()
-    process: subprocess.Popen[bytes] | None = None
-    log_file: IO[bytes] | None = None
+    process: StepProcess | None = None
     started_at: float | None = None
     ended_at: float | None = None
     status: StepStatus = field(default_factory=lambda: StepStatus.pending("WaitingForCapacity"))
@@ -140,6 +140,9 @@ class LocalBackend:
             is refused at submit ("fail").
         sample_interval_s: how often RSS is sampled and queued steps are admitted.
         log_dir: where each attempt's stdout/stderr is written.
+        start_method: "forkserver" forks step processes from a process that has Dagster
+            imported already (as Dagster's multiprocess executor does); "spawn" starts each
+            with a fresh interpreter.
         clock: monotonic clock, injectable for tests.
     """
 
@@ -152,6 +155,7 @@ class LocalBackend:
         oversize: Oversize = "run_alone",
         sample_interval_s: float = 0.05,
         log_dir: str | None = None,
+        start_method: StartMethod = "forkserver",
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.capacity = capacity or LocalCapacity.detect()
@@ -164,6 +168,7 @@ class LocalBackend:
         self._interval = sample_interval_s
         self._log_dir = Path(log_dir or tempfile.mkdtemp(prefix="k8s-ai-local-"))
         self._clock = clock
+        self._launcher = ProcessLauncher(start_method)
         self._lock = threading.Lock()
         self._queue: deque[_Attempt] = deque()
         self._running: dict[str, _Attempt] = {}
@@ -302,7 +307,7 @@ class LocalBackend:
                     head.status = StepStatus.pending(
                         "WaitingForCapacity",
                         f"waiting for local capacity: needs {spec.describe()}, free "
-                        f"{max(cpus, 0):g} CPU / {format_memory(max(memory, 0))} / "
+                        f"{max(cpus, 0):g} CPU / {max(memory, 0) / 1024**3:.1f}Gi / "
                         f"{len(free_gpus)} GPU",
                     )
                     return
@@ -314,18 +319,9 @@ class LocalBackend:
         env = {**os.environ, **attempt.request.env}
         if attempt.gpu_ids or attempt.request.spec.gpu:
             env["CUDA_VISIBLE_DEVICES"] = ",".join(str(g) for g in attempt.gpu_ids)
-        attempt.log_file = open(attempt.log_path, "ab")  # noqa: SIM115 - closed on reap
         try:
-            attempt.process = subprocess.Popen(
-                list(attempt.request.command),
-                env=env,
-                stdin=subprocess.DEVNULL,
-                stdout=attempt.log_file,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-            )
+            attempt.process = self._launcher.start(attempt.request.command, env, attempt.log_path)
         except OSError as exc:
-            attempt.log_file.close()
             attempt.status = StepStatus.failed(FailureReason.ERROR, f"could not start: {exc}")
             return
         attempt.started_at = self._clock()
@@ -375,8 +371,6 @@ class LocalBackend:
             del self._running[attempt.handle.job_id]
             attempt.ended_at = self._clock()
             attempt.status = _exit_status(code, attempt.kill_reason, attempt.kill_message)
-        if attempt.log_file is not None:
-            attempt.log_file.close()
         self._wake.set()
         return True
 
@@ -398,13 +392,17 @@ def _exit_status(code: int, kill_reason: FailureReason | None, kill_message: str
     return StepStatus.failed(FailureReason.ERROR, f"step process exited with code {code}", code)
 
 
-def _tree_rss(process: subprocess.Popen[bytes] | None) -> int:
+def _tree_rss(process: StepProcess | None) -> int:
     return tree_rss(process.pid) if process is not None else 0
 
 
-def _kill_group(process: subprocess.Popen[bytes] | None, sig: signal.Signals) -> None:
+def _kill_group(process: StepProcess | None, sig: signal.Signals) -> None:
     if process is not None:
         kill_group(process.pid, sig)
+        try:  # a forked step that has not called setsid yet is not a group leader
+            os.kill(process.pid, sig)
+        except ProcessLookupError:
+            pass
 
 
 def format_memory_approx(num_bytes: int) -> str:

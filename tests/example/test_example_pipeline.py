@@ -49,7 +49,7 @@ def test_example_materializes_every_asset_through_ai_executor(example_env: Path)
         ]
     assert {"tiles_north", "mosaic", "vegetation_index", "risk_scores"} <= materialized
     assert any("'mosaic' on local with xl: 72 CPU / 450Gi" in m for m in launches)
-    assert any("'vegetation_index' on local with gpu-1" in m for m in launches)
+    assert any("'vegetation_index' on local tenant 'vision' with gpu-1" in m for m in launches)
 
 
 def test_sensor_requests_a_run_when_new_scenes_land(example_env: Path):
