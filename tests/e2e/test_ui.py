@@ -39,8 +39,9 @@ BIN = Path(sys.executable).parent
 LAUNCHES = [
     "Launching step 'tiles_north' on local with xs: 1 CPU / 2Gi (attempt 1)",
     "Launching step 'mosaic' on local with xl: 72 CPU / 450Gi (attempt 1)",
-    "Launching step 'vegetation_index' on local with gpu-1: 8 CPU / 48Gi / 1 GPU (attempt 1)",
-    "Launching step 'risk_scores' on local with s: 4 CPU / 16Gi (attempt 1)",
+    "Launching step 'vegetation_index' on local tenant 'vision' with gpu-1: 8 CPU / 48Gi / 1 GPU"
+    " (attempt 1)",
+    "Launching step 'risk_scores' on local tenant 'vision' with s: 4 CPU / 16Gi (attempt 1)",
 ]
 
 
