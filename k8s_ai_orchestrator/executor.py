@@ -48,7 +48,7 @@ CONFIG_SCHEMA = {
                 "gpus": Field(Noneable(Int), is_required=False),
                 "oversize": Field(String, default_value="run_alone"),
                 "log_dir": Field(Noneable(String), is_required=False),
-                "start_method": Field(String, default_value="forkserver"),
+                "start_method": Field(String, default_value="spawn"),
             }
         ),
         is_required=False,

@@ -59,7 +59,7 @@ class ExecutorSettings:
                     f"executor config: local.{key}={local[key]!r} leaves no capacity to run "
                     "steps; give a value above 0 or omit it to detect the machine's"
                 )
-        if local.get("start_method", "forkserver") not in ("forkserver", "spawn"):
+        if local.get("start_method", "spawn") not in ("forkserver", "spawn"):
             raise ConfigError(
                 f"executor config: local.start_method={local['start_method']!r}; use "
                 "forkserver or spawn"

@@ -25,7 +25,7 @@ def make_backend(name: str, settings: ExecutorSettings) -> Backend:
             LocalCapacity.from_config(local),
             oversize=local.get("oversize", "run_alone"),
             log_dir=local.get("log_dir"),
-            start_method=local.get("start_method", "forkserver"),
+            start_method=local.get("start_method", "spawn"),
         )
     if name == "kubernetes":
         from .kubernetes import backend_from_settings as kube_backend

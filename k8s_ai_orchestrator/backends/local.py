@@ -140,9 +140,9 @@ class LocalBackend:
             is refused at submit ("fail").
         sample_interval_s: how often RSS is sampled and queued steps are admitted.
         log_dir: where each attempt's stdout/stderr is written.
-        start_method: "forkserver" forks step processes from a process that has Dagster
-            imported already (as Dagster's multiprocess executor does); "spawn" starts each
-            with a fresh interpreter.
+        start_method: "spawn" starts each step with a fresh interpreter; "forkserver" forks
+            it from a process that has Dagster imported already (as Dagster's multiprocess
+            executor does), which starts steps faster.
         clock: monotonic clock, injectable for tests.
     """
 
@@ -155,7 +155,7 @@ class LocalBackend:
         oversize: Oversize = "run_alone",
         sample_interval_s: float = 0.05,
         log_dir: str | None = None,
-        start_method: StartMethod = "forkserver",
+        start_method: StartMethod = "spawn",
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.capacity = capacity or LocalCapacity.detect()

@@ -1,13 +1,16 @@
 """How the local backend starts a step process: forked from a warm forkserver, or spawned.
 
-Dagster's multiprocess executor forks its step processes from a forkserver that has already
-imported Dagster; a fresh `python -m dagster api execute_step` spends seconds of CPU on imports
-instead. The local backend does the same by default (`local.start_method: forkserver`): each
-step is still its own process, in its own session, with its own environment and log file.
+By default (`local.start_method: spawn`) each step is a fresh `python -m dagster api
+execute_step` process, which spends a second or two of CPU on imports. With `forkserver`, step
+processes are forked from a process that has Dagster imported already, as Dagster's
+multiprocess executor does: each step is still its own process, in its own session, with its
+own environment and log file. Two consequences: a script that launches runs in-process needs
+an `if __name__ == "__main__":` guard (as with the multiprocess executor), and a forked step's
+resident memory includes the pages it shares with the forkserver, which count against its
+memory limit.
 
 Example:
-    >>> launcher = ProcessLauncher("spawn")
-    >>> launcher.start_method
+    >>> ProcessLauncher().start_method
     'spawn'
 """
 
@@ -59,7 +62,7 @@ class ForkedProcess:
 class ProcessLauncher:
     """Starts step processes; `dagster api execute_step` command lines are forked warm."""
 
-    def __init__(self, start_method: StartMethod = "forkserver") -> None:
+    def __init__(self, start_method: StartMethod = "spawn") -> None:
         self.start_method = start_method
         self._context: BaseContext | None = None
 

@@ -177,6 +177,7 @@ def test_a_run_tag_cannot_route_steps_to_a_tenant_outside_allowed_tenants(instan
         ({"local": {"memory": "0"}}, "local.memory='0'"),
         ({"local": {"cpuz": 2}}, "cpuz"),
         ({"bakend": "local"}, "bakend"),
+        ({"local": {"start_method": "fork"}}, "start_method"),
     ],
 )
 def test_bad_executor_config_is_refused_with_the_key_named(instance, test_out, executor, fragment):
@@ -214,3 +215,12 @@ def test_terminating_the_run_kills_every_step_process_tree(dagster_home, test_ou
     finally:
         if worker.poll() is None:
             os.killpg(worker.pid, signal.SIGKILL)
+
+
+def test_forkserver_step_processes_are_policed_and_relaunched_like_spawned_ones(instance, test_out):
+    result = run(instance, "oom", {"local": {"cpus": 2, "start_method": "forkserver"}})
+    assert result.success
+    attempts = [e["attempt"] for e in recorded(test_out) if e["name"] == "hog"]
+    assert attempts == [0, 1, 2]  # OOMKilled at 256Mi and 512Mi, fits 1Gi
+    pids = {e["pid"] for e in recorded(test_out) if e["name"] == "hog"}
+    assert len(pids) == 3 and os.getpid() not in pids  # each attempt its own process
