@@ -1,5 +1,10 @@
 """Process trees: resident memory and group signals (used where memory limits are enforced).
 
+Summed RSS counts a page once per process that maps it, so right after a step process forks a
+helper (before the helper execs) the tree looks twice its size. A kernel cgroup charges each
+page once; `charged_memory` does the same by falling back to the proportional set size (PSS)
+when the cheap RSS sum is over the limit.
+
 Example:
     >>> import os
     >>> tree_rss(os.getpid()) > 0
@@ -28,6 +33,28 @@ def tree_rss(pid: int) -> int:
         except psutil.Error:
             continue
     return total
+
+
+def tree_pss(pid: int) -> int:
+    """Proportional set size of the tree: shared pages split among the processes mapping them."""
+    try:
+        root = psutil.Process(pid)
+        members = [root, *root.children(recursive=True)]
+    except psutil.Error:
+        return 0
+    total = 0
+    for member in members:
+        try:
+            total += member.memory_full_info().pss
+        except (psutil.Error, AttributeError):
+            continue
+    return total
+
+
+def charged_memory(pid: int, limit: int) -> int:
+    """The tree's memory as a cgroup would charge it: RSS, or PSS when RSS is over `limit`."""
+    rss = tree_rss(pid)
+    return rss if rss <= limit else tree_pss(pid)
 
 
 def kill_group(pgid: int, sig: signal.Signals) -> None:

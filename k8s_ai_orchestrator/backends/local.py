@@ -31,7 +31,7 @@ from typing import Literal
 import psutil
 
 from ..errors import ConfigError, SubmitError
-from ..proctree import kill_group, tree_rss
+from ..proctree import charged_memory, kill_group
 from ..spec import ComputeSpec, format_memory, parse_cpu, parse_memory
 from .base import FailureReason, JobHandle, LaunchRequest, ResourceUsage, StepState, StepStatus
 from .local_launch import ProcessLauncher, StartMethod, StepProcess
@@ -334,9 +334,9 @@ class LocalBackend:
         for attempt in running:
             if self._reap(attempt, block=False):
                 continue
-            rss = _tree_rss(attempt.process)
-            attempt.max_rss = max(attempt.max_rss, rss)
             limit = local_memory(attempt.request.spec)
+            rss = _charged_memory(attempt.process, limit)
+            attempt.max_rss = max(attempt.max_rss, rss)
             if rss > limit:
                 attempt.kill_reason = FailureReason.OOM_KILLED
                 attempt.kill_message = (
@@ -392,8 +392,8 @@ def _exit_status(code: int, kill_reason: FailureReason | None, kill_message: str
     return StepStatus.failed(FailureReason.ERROR, f"step process exited with code {code}", code)
 
 
-def _tree_rss(process: StepProcess | None) -> int:
-    return tree_rss(process.pid) if process is not None else 0
+def _charged_memory(process: StepProcess | None, limit: int) -> int:
+    return charged_memory(process.pid, limit) if process is not None else 0
 
 
 def _kill_group(process: StepProcess | None, sig: signal.Signals) -> None:

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
-from ...proctree import tree_rss
+from ...proctree import charged_memory
 from .quantity import to_milli
 from .store import Obj, Store, now_rfc3339
 
@@ -175,13 +175,10 @@ class ContainerProcess:
         except (ProcessLookupError, PermissionError):
             pass
 
-    def rss_bytes(self) -> int:
-        """Resident memory of the process and all its descendants."""
-        return tree_rss(self.proc.pid)
-
     def enforce_memory(self) -> None:
-        """SIGKILL the group when its RSS exceeds the memory limit (OOMKilled)."""
-        if self.memory_limit and not self.oom and self.rss_bytes() > self.memory_limit:
+        """SIGKILL the group when its resident memory exceeds the memory limit (OOMKilled)."""
+        limit = self.memory_limit
+        if limit and not self.oom and charged_memory(self.proc.pid, limit) > limit:
             self.oom = True
             self.signal_group(signal.SIGKILL)
 
