@@ -15,12 +15,13 @@ from __future__ import annotations
 
 import os
 import signal
+from collections.abc import Callable
 
 import psutil
 
 
-def tree_rss(pid: int) -> int:
-    """Resident bytes of the process `pid` and all its descendants (0 if it is gone)."""
+def _tree_sum(pid: int, measure: Callable[[psutil.Process], int]) -> int:
+    """`measure` summed over the process `pid` and all its descendants (0 if it is gone)."""
     try:
         root = psutil.Process(pid)
         members = [root, *root.children(recursive=True)]
@@ -29,26 +30,20 @@ def tree_rss(pid: int) -> int:
     total = 0
     for member in members:
         try:
-            total += member.memory_info().rss
-        except psutil.Error:
+            total += measure(member)
+        except (psutil.Error, AttributeError):
             continue
     return total
+
+
+def tree_rss(pid: int) -> int:
+    """Resident bytes of the process `pid` and all its descendants (0 if it is gone)."""
+    return _tree_sum(pid, lambda p: int(p.memory_info().rss))
 
 
 def tree_pss(pid: int) -> int:
     """Proportional set size of the tree: shared pages split among the processes mapping them."""
-    try:
-        root = psutil.Process(pid)
-        members = [root, *root.children(recursive=True)]
-    except psutil.Error:
-        return 0
-    total = 0
-    for member in members:
-        try:
-            total += member.memory_full_info().pss
-        except (psutil.Error, AttributeError):
-            continue
-    return total
+    return _tree_sum(pid, lambda p: int(p.memory_full_info().pss))
 
 
 def charged_memory(pid: int, limit: int) -> int:
