@@ -402,4 +402,4 @@ def _single_key(ctx: StepHandlerContext) -> str:
     return keys[0]
 
 
-__all__ = ["AIStepHandler", "StepStatus"]
+__all__ = ["AIStepHandler"]

@@ -33,7 +33,7 @@ import psutil
 from ..errors import ConfigError, SubmitError
 from ..proctree import charged_memory, kill_group
 from ..spec import ComputeSpec, format_memory, parse_cpu, parse_memory
-from .base import FailureReason, JobHandle, LaunchRequest, ResourceUsage, StepState, StepStatus
+from .base import FailureReason, JobHandle, LaunchRequest, ResourceUsage, StepStatus
 from .local_launch import ProcessLauncher, StartMethod, StepProcess
 
 OOM_EXIT_CODE = 137
@@ -413,4 +413,4 @@ def _safe_file_name(text: str) -> str:
     return "".join(c if c.isalnum() or c in "-_." else "_" for c in text)
 
 
-__all__ = ["LocalBackend", "LocalCapacity", "OOM_EXIT_CODE", "StepState"]
+__all__ = ["LocalBackend", "LocalCapacity", "OOM_EXIT_CODE"]
