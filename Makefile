@@ -23,6 +23,7 @@ test: $(STAMP) system-deps
 	$(BIN)/ruff check k8s_ai_orchestrator example_project tests benchmarks
 	$(BIN)/ruff format --check k8s_ai_orchestrator example_project tests benchmarks
 	$(BIN)/mypy k8s_ai_orchestrator
+	$(BIN)/lint-imports
 	$(BIN)/pytest -q -p no:cacheprovider --doctest-modules k8s_ai_orchestrator example_project
 	$(BIN)/pytest -q
 

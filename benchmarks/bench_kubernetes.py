@@ -38,8 +38,8 @@ from kubernetes.client import BatchV1Api, CoreV1Api, SchedulingV1Api
 
 from k8s_ai_orchestrator import ai_executor
 from k8s_ai_orchestrator.backends.base import LaunchRequest, StepState
-from k8s_ai_orchestrator.backends.k8s_jobs import build_job, job_name
-from k8s_ai_orchestrator.backends.kubernetes import KubernetesBackend, KubernetesConfig
+from k8s_ai_orchestrator.backends.kubernetes.backend import KubernetesBackend, KubernetesConfig
+from k8s_ai_orchestrator.backends.kubernetes.jobs import build_job, job_name
 from k8s_ai_orchestrator.spec import resolve_spec
 from k8s_ai_orchestrator.testing.kube import KubeEmulator, NodeSpec
 

@@ -10,7 +10,7 @@ Example:
 
 from .checkpoint import CheckpointStore
 from .errors import ComputeSpecError, OrchestratorError
-from .executor import ai_executor
+from .executor.definition import ai_executor
 from .gang import Gang
 from .tags import compute
 

@@ -43,9 +43,8 @@ from typing import Any
 from dagster import ConfigurableResource
 from pydantic import Field
 
-from .backends.slurm.script import JOB_DIR_ENV
 from .errors import GangError
-from .stepenv import CPUS, StepEnv
+from .stepenv import CPUS, SLURM_JOB_DIR, StepEnv
 
 PAYLOAD = "payload.pkl"
 META = "meta.pkl"
@@ -125,11 +124,11 @@ class Gang(ConfigurableResource):  # type: ignore[misc]
     def _base_dir(self, plan: GangPlan, env: Mapping[str, str]) -> Path:
         if self.workdir:
             return Path(self.workdir)
-        if env.get(JOB_DIR_ENV):
-            return Path(env[JOB_DIR_ENV])
+        if env.get(SLURM_JOB_DIR):
+            return Path(env[SLURM_JOB_DIR])
         if plan.mode == "slurm" and plan.nodes > 1:
             raise GangError(
-                f"Gang under Slurm needs a directory every node sees; {JOB_DIR_ENV} is not set. "
+                f"Gang under Slurm needs a directory every node sees; {SLURM_JOB_DIR} is not set. "
                 "Set Gang(workdir=...) to a shared filesystem path"
             )
         return Path(tempfile.gettempdir())

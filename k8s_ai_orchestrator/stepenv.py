@@ -21,6 +21,7 @@ GPUS_PER_NODE = "K8S_AI_GPUS_PER_NODE"
 CPUS = "K8S_AI_CPUS"  # per task
 MEMORY_BYTES = "K8S_AI_MEMORY_BYTES"  # per node
 GRACE_PERIOD_S = "K8S_AI_GRACE_PERIOD_S"  # SIGTERM/SIGUSR2 → SIGKILL
+SLURM_JOB_DIR = "K8S_AI_SLURM_JOB_DIR"  # a Slurm attempt's directory in the shared workdir
 
 
 def step_env(

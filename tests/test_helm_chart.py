@@ -12,7 +12,7 @@ import pytest
 import yaml
 from kubernetes.utils import parse_quantity
 
-from k8s_ai_orchestrator.backends.k8s_config import KubernetesConfig
+from k8s_ai_orchestrator.backends.kubernetes.config import KubernetesConfig
 from k8s_ai_orchestrator.spec import DEFAULT_SIZE_CLASSES
 
 helm = pytest.importorskip("helm_python", reason="pip install helm-python-sdk")

@@ -25,7 +25,7 @@ from k8s_ai_orchestrator.report import (
     load_run_report,
     report_metadata,
 )
-from k8s_ai_orchestrator.report_render import render_html, screenshot_png
+from k8s_ai_orchestrator.report.render import render_html, screenshot_png
 
 ROOT = Path(__file__).parents[1]
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"

@@ -1,38 +1,9 @@
-"""Backends: where a step runs. See `base.Backend` for the protocol.
+"""Backends: where a step runs. `base.Backend` is the protocol; each backend is a package.
 
-Example:
-    >>> from k8s_ai_orchestrator.settings import ExecutorSettings
-    >>> make_backend("local", ExecutorSettings.from_config({"local": {"cpus": 1}})).name
-    'local'
+- `local/`: the embedded default, step processes on this machine (admission, memory limits);
+- `kubernetes/`: a batch/v1 Job per attempt on a vCluster tenant (or any cluster);
+- `slurm/`: sbatch jobs, one all-or-nothing allocation per multi-node gang step.
+
+Backends know nothing of Dagster's executor: they take a `LaunchRequest` and report
+`StepStatus`. `k8s_ai_orchestrator.executor.backends.make_backend` builds one from config.
 """
-
-from __future__ import annotations
-
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from ..settings import ExecutorSettings
-    from .base import Backend
-
-
-def make_backend(name: str, settings: ExecutorSettings) -> Backend:
-    """Build the backend called `name` from the executor's settings (imports it lazily)."""
-    if name == "local":
-        from .local import LocalBackend, LocalCapacity
-
-        local = settings.local
-        return LocalBackend(
-            LocalCapacity.from_config(local),
-            oversize=local.get("oversize", "run_alone"),
-            log_dir=local.get("log_dir"),
-            start_method=local.get("start_method", "spawn"),
-        )
-    if name == "kubernetes":
-        from .kubernetes import backend_from_settings as kube_backend
-
-        return kube_backend(settings)
-    if name == "slurm":
-        from .slurm import backend_from_settings as slurm_backend
-
-        return slurm_backend(settings)
-    raise ValueError(f"unknown backend {name!r}")

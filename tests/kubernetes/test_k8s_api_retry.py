@@ -6,7 +6,7 @@ import pytest
 from kubernetes.client.exceptions import ApiException
 from urllib3.exceptions import ProtocolError
 
-from k8s_ai_orchestrator.backends.k8s_api import ApiRetry, api_message
+from k8s_ai_orchestrator.backends.kubernetes.api import ApiRetry, api_message
 from k8s_ai_orchestrator.errors import BackendError
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from k8s_ai_orchestrator.backends.k8s_config import KubernetesConfig
+from k8s_ai_orchestrator.backends.kubernetes.config import KubernetesConfig
 from k8s_ai_orchestrator.errors import ConfigError
 
 

@@ -13,8 +13,8 @@ import pytest
 from dagster import __version__ as dagster_version
 
 from k8s_ai_orchestrator.backends.base import LaunchRequest
-from k8s_ai_orchestrator.backends.k8s_config import KubernetesConfig
-from k8s_ai_orchestrator.backends.k8s_jobs import (
+from k8s_ai_orchestrator.backends.kubernetes.config import KubernetesConfig
+from k8s_ai_orchestrator.backends.kubernetes.jobs import (
     build_job,
     container_args,
     describe_manifest,

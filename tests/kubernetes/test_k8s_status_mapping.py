@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from k8s_ai_orchestrator.backends.base import FailureReason, StepState
-from k8s_ai_orchestrator.backends.k8s_status import deleted_pod_status, pod_status
+from k8s_ai_orchestrator.backends.kubernetes.status import deleted_pod_status, pod_status
 
 
 def pod(

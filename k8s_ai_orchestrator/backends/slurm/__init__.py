@@ -8,32 +8,19 @@ Example:
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from .backend import SlurmBackend
 from .cli import CommandResult, Runner, subprocess_runner
 from .config import SlurmConfig, config_from_mapping
-from .script import JOB_DIR_ENV, BatchJob, batch_job, render_script
+from .script import BatchJob, batch_job, render_script
 from .states import JobInfo, to_step_status
 
-if TYPE_CHECKING:
-    from ...settings import ExecutorSettings
-
-
-def backend_from_settings(settings: ExecutorSettings) -> SlurmBackend:
-    """The backend for the executor's `slurm:` config (an empty mapping gives the defaults)."""
-    return SlurmBackend(config_from_mapping(settings.slurm))
-
-
 __all__ = [
-    "JOB_DIR_ENV",
     "BatchJob",
     "CommandResult",
     "JobInfo",
     "Runner",
     "SlurmBackend",
     "SlurmConfig",
-    "backend_from_settings",
     "batch_job",
     "config_from_mapping",
     "render_script",

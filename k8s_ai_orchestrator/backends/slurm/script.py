@@ -21,10 +21,10 @@ from typing import Any
 from urllib.parse import quote
 
 from ...errors import SubmitError
+from ...stepenv import SLURM_JOB_DIR
 from ..base import LaunchRequest
 from .config import SlurmConfig
 
-JOB_DIR_ENV = "K8S_AI_SLURM_JOB_DIR"  # the attempt's directory in the shared workdir
 MiB = 1024**2
 _UNSAFE = re.compile(r"[^A-Za-z0-9_.-]")
 _GRES_TYPE = re.compile(r"^[A-Za-z0-9_.-]+$")
@@ -105,7 +105,7 @@ def batch_job(request: LaunchRequest, config: SlurmConfig) -> BatchJob:
     spec = request.spec
     job_dir = PurePosixPath(config.workdir, safe_name(request.run_id), safe_name(request.step_key))
     env = dict(request.env)
-    env[JOB_DIR_ENV] = str(job_dir)
+    env[SLURM_JOB_DIR] = str(job_dir)
     if config.slurm_conf:
         env["SLURM_CONF"] = config.slurm_conf
     bad = sorted(name for name in env if not _ENV_NAME.match(name))

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
-from ...proctree import charged_memory
+from ...backends.local.proctree import charged_memory
 from .quantity import to_milli
 from .store import Obj, Store, now_rfc3339
 

@@ -17,8 +17,8 @@ from .scheduler import SCHEDULER
 from .store import Obj, Store, not_found, now_rfc3339
 
 if TYPE_CHECKING:
-    from .emulator import NodeSpec
     from .kubelet import Kubelet
+    from .nodes import NodeSpec
     from .server import ApiServer
     from .store import ClusterState
 

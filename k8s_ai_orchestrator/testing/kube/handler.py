@@ -9,21 +9,38 @@ from __future__ import annotations
 
 import json
 import socket
+import threading
 import time
 import traceback
 from http.server import BaseHTTPRequestHandler
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 from urllib.parse import parse_qsl, urlsplit
 
+from .api import ObjectApi
 from .discovery import document
 from .lifecycle import delete_pod, disrupt
-from .routing import Route, parse_route
+from .routing import FaultPlan, Route, parse_route
 from .store import ApiError, Obj
 from .tables import to_table
 from .watch import watch_stream
 
-if TYPE_CHECKING:
-    from .server import ApiServer
+
+class ServedApi(Protocol):
+    """What the handler needs of the API server it answers for (`server.ApiServer`)."""
+
+    name: str
+    api: ObjectApi
+    token: str
+    port: int
+    logs: Any  # the kubelet: log_file(uid, container, previous), is_running(uid, container)
+    faults: FaultPlan
+    denied: set[tuple[str, str]]
+    stopping: threading.Event
+    wake: threading.Event
+    bookmark_interval: float
+
+    def count(self, verb: str, resource: str) -> None: ...
+
 
 _REASONS = {
     400: "BadRequest",
@@ -59,7 +76,7 @@ class ApiHandler(BaseHTTPRequestHandler):
         return None
 
     @property
-    def api_server(self) -> ApiServer:
+    def api_server(self) -> ServedApi:
         return self.server.api_server  # type: ignore[attr-defined,no-any-return]
 
     def do_GET(self) -> None:

@@ -23,9 +23,9 @@ from typing import Any
 from kubernetes.client import CoreV1Api
 from kubernetes.client.exceptions import ApiException
 
-from .base import JobHandle, StepStatus
-from .k8s_api import is_transient
-from .k8s_status import pending_status, pod_name
+from ..base import JobHandle, StepStatus
+from .api import is_transient
+from .status import pending_status, pod_name
 
 _LOG = logging.getLogger(__name__)
 

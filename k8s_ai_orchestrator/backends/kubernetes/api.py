@@ -20,7 +20,7 @@ from typing import TypeVar
 from kubernetes.client.exceptions import ApiException
 from urllib3.exceptions import HTTPError as Urllib3Error
 
-from ..errors import BackendError
+from ...errors import BackendError
 
 T = TypeVar("T")
 

@@ -30,11 +30,11 @@ from typing import Literal
 
 import psutil
 
-from ..errors import ConfigError, SubmitError
-from ..proctree import charged_memory, kill_group
-from ..spec import ComputeSpec, format_memory, parse_cpu, parse_memory
-from .base import FailureReason, JobHandle, LaunchRequest, ResourceUsage, StepStatus
-from .local_launch import ProcessLauncher, StartMethod, StepProcess
+from ...errors import ConfigError, SubmitError
+from ...spec import ComputeSpec, format_memory, parse_cpu, parse_memory
+from ..base import FailureReason, JobHandle, LaunchRequest, ResourceUsage, StepStatus
+from .launch import ProcessLauncher, StartMethod, StepProcess
+from .proctree import charged_memory, kill_group
 
 OOM_EXIT_CODE = 137
 Oversize = Literal["run_alone", "fail"]

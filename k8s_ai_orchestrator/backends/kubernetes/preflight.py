@@ -25,12 +25,12 @@ from kubernetes.client import ApiClient, AuthorizationV1Api, CoreV1Api, Scheduli
 from kubernetes.client.exceptions import ApiException
 from kubernetes.utils import parse_quantity
 
-from ..errors import SubmitError
-from ..spec import ComputeSpec, format_memory
-from .base import LaunchRequest
-from .k8s_api import ApiRetry
-from .k8s_config import KubernetesConfig, TenantConfig
-from .k8s_jobs import GPU_RESOURCE
+from ...errors import SubmitError
+from ...spec import ComputeSpec, format_memory
+from ..base import LaunchRequest
+from .api import ApiRetry
+from .config import KubernetesConfig, TenantConfig
+from .jobs import GPU_RESOURCE
 
 _LOG = logging.getLogger(__name__)
 

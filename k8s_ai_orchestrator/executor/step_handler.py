@@ -22,10 +22,8 @@ from dagster._core.executor.step_delegating.step_handler.base import (
 from dagster._utils.error import SerializableErrorInfo
 from dagster_shared.record import copy as copy_record
 
-from . import stepenv
-from .attempts import StepAttempts
-from .backends import make_backend
-from .backends.base import (
+from .. import stepenv
+from ..backends.base import (
     RELAUNCH_REASONS,
     Backend,
     FailureReason,
@@ -33,17 +31,19 @@ from .backends.base import (
     StepState,
     StepStatus,
 )
-from .errors import BackendError, TenantAccessError
+from ..errors import BackendError, TenantAccessError
+from ..spec import ComputeSpec
+from ..tags import TAG_PREFIX, spec_from_tags
+from .attempts import StepAttempts
+from .backends import make_backend
 from .relaunch import StepHistory, decide
 from .settings import ExecutorSettings
-from .spec import ComputeSpec
 from .step_events import (
     history_from_events,
     interrupted,
     interrupted_error,
     metadata_values,
 )
-from .tags import TAG_PREFIX, spec_from_tags
 
 LOG_TAIL_LINES = 30
 LOG_FORWARD_INTERVAL_S = 1.0  # how often new remote log lines become an engine event
@@ -52,7 +52,7 @@ DAGSTER_K8S_TAGS = ("dagster-k8s/config", "dagster-k8s/resource_requirements")
 
 
 class AIStepHandler(StepHandler):
-    """Routes each step to its backend; see `k8s_ai_orchestrator.executor`."""
+    """Routes each step to its backend; see `k8s_ai_orchestrator.executor.definition`."""
 
     def __init__(self, settings: ExecutorSettings) -> None:
         self._settings = settings

@@ -2,13 +2,13 @@
 
 `ai_executor` writes engine events as it launches, watches and relaunches steps (see
 `step_handler.py`). This module turns a run's events into plain dataclasses — a timeline of
-attempts per step and the resource-seconds each step used — and writes them as an HTML page
-(inline SVG) and a PNG with `report_render`.
+attempts per step and the resource-seconds each step used. `render` draws it; `sensor` writes
+it when a run ends.
 
 Example:
     >>> from dagster import DagsterInstance
-    >>> from k8s_ai_orchestrator.report import load_run_report
-    >>> from k8s_ai_orchestrator.report_render import write_report
+    >>> from k8s_ai_orchestrator.report.model import load_run_report
+    >>> from k8s_ai_orchestrator.report.render import write_report
     >>> with DagsterInstance.get() as instance:  # doctest: +SKIP
     ...     report = load_run_report(instance, "813621f2-2ba1-45a4-bd95-400fed1bb88c")
     ...     files = write_report(report, "reports/")
@@ -21,20 +21,14 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from dagster import (
     DagsterInstance,
-    DagsterRunStatus,
-    DefaultSensorStatus,
     MetadataValue,
-    RunStatusSensorContext,
-    RunStatusSensorDefinition,
-    run_status_sensor,
 )
 
-from .errors import OrchestratorError
+from ..errors import OrchestratorError
 
 META = "k8s_ai/"
 OOM = "OOMKilled"
@@ -380,76 +374,6 @@ def load_run_report(instance: DagsterInstance, run_id: str) -> RunReport:
     return build_report(run.run_id, run.job_name, run.status.value, events)
 
 
-def report_metadata(
-    run_id: str, out_dir: str | Path, instance: DagsterInstance | None = None
-) -> dict[str, MetadataValue]:
-    """Write the run's report and return metadata entries that link to it.
-
-    Log them from a run-status sensor or an op so the UI shows where the report is:
-    `context.log_event(AssetObservation(..., metadata=report_metadata(run_id, "reports")))`.
-
-    Example:
-        >>> report_metadata(run_id, "/shared/reports")  # doctest: +SKIP
-        {'report_html': MetadataValue.path(...), 'report_url': MetadataValue.url(...), ...}
-    """
-    from .report_render import write_report
-
-    if instance is None:
-        with DagsterInstance.get() as own:
-            return report_metadata(run_id, out_dir, own)
-    report = load_run_report(instance, run_id)
-    files = write_report(report, out_dir)
-    total = report.total_usage
-    return {
-        "report_html": MetadataValue.path(str(files.html.resolve())),
-        "report_png": MetadataValue.path(str(files.png.resolve())),
-        "report_url": MetadataValue.url(files.html.resolve().as_uri()),
-        "cpu_hours": MetadataValue.float(round(total.cpu_hours, 4)),
-        "relaunches": MetadataValue.int(sum(s.relaunches for s in report.steps)),
-    }
-
-
-def run_report_sensor(
-    out_dir: str | Path,
-    *,
-    name: str = "k8s_ai_run_report",
-    run_status: DagsterRunStatus | None = None,
-    minimum_interval_seconds: int = 30,
-    default_status: DefaultSensorStatus | None = None,
-) -> RunStatusSensorDefinition:
-    """A run-status sensor that writes each finished run's report and tags the run with it.
-
-    The run page in the UI then shows tags `k8s_ai/report` (the HTML) and
-    `k8s_ai/report_png`; the sensor's tick log names both files. It watches runs of its
-    own code location that end with `run_status` (default SUCCESS); add a second one with
-    `run_status=DagsterRunStatus.FAILURE` and another name for failed runs.
-
-    Example:
-        >>> defs = Definitions(assets=..., sensors=[run_report_sensor("/shared/reports")])
-        ... # doctest: +SKIP
-    """
-    from .report_render import write_report
-
-    @run_status_sensor(
-        run_status=run_status or DagsterRunStatus.SUCCESS,
-        name=name,
-        minimum_interval_seconds=minimum_interval_seconds,
-        default_status=default_status or DefaultSensorStatus.STOPPED,
-        description=f"Writes a timeline and resource report of each run into {out_dir}.",
-    )
-    def _write_run_report(context: RunStatusSensorContext) -> None:
-        run_id = context.dagster_run.run_id
-        files = write_report(load_run_report(context.instance, run_id), out_dir)
-        tags = {
-            REPORT_TAG: str(files.html.resolve()),
-            REPORT_TAG + "_png": str(files.png.resolve()),
-        }
-        context.instance.add_run_tags(run_id, tags)
-        context.log.info(f"run {run_id}: report {files.html} and {files.png}")
-
-    return _write_run_report
-
-
 __all__ = [
     "Attempt",
     "LoggedEvent",
@@ -459,6 +383,4 @@ __all__ = [
     "Usage",
     "build_report",
     "load_run_report",
-    "report_metadata",
-    "run_report_sensor",
 ]

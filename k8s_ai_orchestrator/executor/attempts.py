@@ -15,9 +15,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from .backends.base import FailureReason, JobHandle, ResourceUsage, StepStatus
+from ..backends.base import FailureReason, JobHandle, ResourceUsage, StepStatus
+from ..spec import ComputeSpec, format_memory
 from .relaunch import StepHistory
-from .spec import ComputeSpec, format_memory
 
 
 @dataclass

@@ -4,7 +4,7 @@ Each step's spec is resolved from its op tags before anything is submitted; the 
 routed to the local, Kubernetes or Slurm backend. Infrastructure failures are handled here,
 backend-neutrally: Preempted/Evicted/Lost attempts are relaunched at the same size and
 OOMKilled ones with more memory, as new retry attempts that do not consume the op's
-RetryPolicy. This is the one module that imports `dagster._core`.
+RetryPolicy. Only the modules of this package (`executor/`) import `dagster._core`.
 
 Example:
     >>> from dagster import Definitions
@@ -27,7 +27,7 @@ from dagster._core.executor.base import Executor
 from dagster._core.executor.init import InitExecutorContext
 from dagster._core.executor.step_delegating import StepDelegatingExecutor
 
-from .errors import ConfigError
+from ..errors import ConfigError
 from .settings import ExecutorSettings
 from .step_handler import AIStepHandler
 

@@ -12,9 +12,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from .errors import ConfigError
-from .relaunch import OomEscalation, RelaunchPolicy
-from .spec import (
+from ..errors import ConfigError
+from ..spec import (
     BACKENDS,
     ComputeSpec,
     SizeClass,
@@ -22,6 +21,7 @@ from .spec import (
     parse_name,
     parse_size_table,
 )
+from .relaunch import OomEscalation, RelaunchPolicy
 
 LOCAL_KEYS = {"cpus", "memory", "gpus", "oversize", "log_dir", "start_method"}
 

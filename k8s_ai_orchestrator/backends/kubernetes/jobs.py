@@ -34,9 +34,9 @@ from dagster_k8s.models import k8s_snake_case_dict
 from dagster_k8s.utils import sanitize_k8s_label
 from kubernetes.client import ApiClient, Configuration, V1SecurityContext
 
-from ..errors import ConfigError, SubmitError
-from .base import LaunchRequest, cpu_quantity
-from .k8s_config import KubernetesConfig, TenantConfig
+from ...errors import ConfigError, SubmitError
+from ..base import LaunchRequest, cpu_quantity
+from .config import KubernetesConfig, TenantConfig
 
 LABEL_PREFIX = "k8s-ai"
 RUN_LABEL = f"{LABEL_PREFIX}/run-id"

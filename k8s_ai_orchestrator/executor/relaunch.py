@@ -16,8 +16,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, replace
 
-from .backends.base import RELAUNCH_REASONS, FailureReason
-from .spec import GiB, format_memory
+from ..backends.base import RELAUNCH_REASONS, FailureReason
+from ..spec import GiB, format_memory
 
 
 @dataclass(frozen=True)

@@ -19,7 +19,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..errors import ConfigError
+from ...errors import ConfigError
 
 DEFAULT_SECURITY_CONTEXT: Mapping[str, Any] = {
     "runAsNonRoot": True,

@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from .base import FailureReason, StepStatus
+from ..base import FailureReason, StepStatus
 
 # DisruptionTarget condition reasons (current and pre-1.27 spellings).
 _DISRUPTION_REASONS = {

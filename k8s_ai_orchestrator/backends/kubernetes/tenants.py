@@ -25,8 +25,8 @@ from kubernetes.client.exceptions import ApiException
 from kubernetes.config import ConfigException, new_client_from_config, new_client_from_config_dict
 from kubernetes.config.incluster_config import InClusterConfigLoader
 
-from ..errors import ConfigError, SubmitError, TenantAccessError
-from .k8s_config import KubernetesConfig, TenantConfig
+from ...errors import ConfigError, SubmitError, TenantAccessError
+from .config import KubernetesConfig, TenantConfig
 
 SECRET_KEY = "config"
 

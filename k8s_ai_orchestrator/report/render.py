@@ -5,7 +5,7 @@ installed (`pip install matplotlib`), else taken as a screenshot of the HTML pag
 headless Chromium found on PATH.
 
 Example:
-    >>> from k8s_ai_orchestrator.report import RunReport
+    >>> from k8s_ai_orchestrator.report.model import RunReport
     >>> html = render_html(RunReport("813621f2", "job", "SUCCESS", 0.0, 1.0, steps=()))
     >>> html.startswith("<!DOCTYPE html>")
     True
@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .report import Attempt, ReportError, RunReport, StepTimeline
+from .model import Attempt, ReportError, RunReport, StepTimeline
 
 COLORS = {
     "succeeded": "#2e9d5b",

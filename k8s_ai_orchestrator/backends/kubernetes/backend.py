@@ -23,27 +23,24 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from kubernetes.client import BatchV1Api, CoreV1Api
 from kubernetes.client.exceptions import ApiException
 
-from ..errors import BackendError, ConfigError, SubmitError
-from .base import FailureReason, JobHandle, LaunchRequest, ResourceUsage, StepState, StepStatus
-from .k8s_api import ApiRetry, api_message
-from .k8s_config import KubernetesConfig
-from .k8s_jobs import build_job, job_name, run_selector
-from .k8s_logs import LogFollower, read_tail
-from .k8s_pending import PendingExplainer
-from .k8s_preflight import Preflight
-from .k8s_status import deleted_pod_status, pod_name, pod_status
-from .k8s_watch import PodWatch
-from .vcluster import TenantConnections
+from ...errors import BackendError, ConfigError, SubmitError
+from ..base import FailureReason, JobHandle, LaunchRequest, ResourceUsage, StepState, StepStatus
+from .api import ApiRetry, api_message
+from .config import KubernetesConfig
+from .jobs import build_job, job_name, run_selector
+from .logs import LogFollower, read_tail
+from .pending import PendingExplainer
+from .preflight import Preflight
+from .status import deleted_pod_status, pod_name, pod_status
+from .tenants import TenantConnections
+from .watch import PodWatch
 
-if TYPE_CHECKING:
-    from ..settings import ExecutorSettings
-
-__all__ = ["KubernetesBackend", "KubernetesConfig", "backend_from_settings"]
+__all__ = ["KubernetesBackend", "KubernetesConfig"]
 
 _GiB = 1024**3
 FAILURE_LOG_TAIL_LINES = 50
@@ -366,23 +363,6 @@ class KubernetesBackend:
             return pod_name(pods[-1])
         gone = attempt.watch.deleted(handle.job_id)
         return pod_name(gone) if gone is not None else None
-
-
-def backend_from_settings(settings: ExecutorSettings) -> KubernetesBackend:
-    """The backend for an `ai_executor` run: its `kubernetes` section and tenant policy.
-
-    Example:
-        >>> from k8s_ai_orchestrator.settings import ExecutorSettings
-        >>> settings = ExecutorSettings.from_config({"backend": "kubernetes", "kubernetes":
-        ...     {"tenants": {"team-a": {"kubeconfig": "/etc/team-a.yaml"}}}})
-        >>> backend_from_settings(settings).name
-        'kubernetes'
-    """
-    return KubernetesBackend(
-        KubernetesConfig.from_dict(settings.kubernetes),
-        allowed_tenants=settings.allowed_tenants,
-        default_tenant=settings.default_tenant,
-    )
 
 
 def _pod_finished(pod: Mapping[str, Any]) -> bool:

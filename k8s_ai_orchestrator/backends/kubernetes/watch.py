@@ -23,7 +23,7 @@ from kubernetes.client import CoreV1Api
 from kubernetes.client.exceptions import ApiException
 from kubernetes.watch.watch import iter_resp_lines
 
-from .k8s_jobs import JOB_LABEL
+from .jobs import JOB_LABEL
 
 Pod = Mapping[str, Any]
 _MAX_BACKOFF_S = 30.0
