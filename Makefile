@@ -5,12 +5,13 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint typecheck bench system-deps clean
+.PHONY: demo test lint typecheck bench system-deps wheel-smoke clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 	$(BIN)/pip install -q -e '.[dev]'
+	$(BIN)/python -c 'import site, pathlib; pathlib.Path(site.getsitepackages()[0], "k8s_ai_dev_repo.pth").write_text("$(CURDIR)\n")'
 	touch $(STAMP)
 
 demo: $(STAMP)
@@ -26,6 +27,10 @@ test: $(STAMP) system-deps
 	$(BIN)/lint-imports
 	$(BIN)/pytest -q -p no:cacheprovider --doctest-modules k8s_ai_orchestrator example_project
 	$(BIN)/pytest -q
+	bash scripts/wheel-smoke.sh $(BIN)/python
+
+wheel-smoke: $(STAMP)
+	bash scripts/wheel-smoke.sh $(BIN)/python
 
 bench: $(STAMP)
 	for b in benchmarks/bench_*.py; do $(BIN)/python -m benchmarks.$$(basename $$b .py) || exit 1; done
