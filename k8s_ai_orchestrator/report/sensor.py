@@ -20,7 +20,7 @@ from dagster import (
 )
 
 from .model import REPORT_TAG, load_run_report
-from .render import write_report
+from .files import write_report
 
 
 def report_metadata(
