@@ -208,17 +208,29 @@ def test_a_step_that_never_left_pending_shows_its_last_reason_and_no_running_tim
 def _mixed_run() -> RunReport:
     """Two steps: `train` preempted then succeeded on a tenant, `embed` cancelled while Pending."""
     relaunch = {"k8s_ai/reasons": "Preempted"}
-    used = {"k8s_ai/cpu_seconds": 40.0, "k8s_ai/memory_gib_seconds": 80.0,
-            "k8s_ai/gpu_seconds": 7200.0, "k8s_ai/reasons": "Preempted"}
-    launch = {"k8s_ai/attempt": 1, "k8s_ai/memory": "8Gi", "k8s_ai/backend": "kubernetes",
-              "k8s_ai/tenant": "research", "k8s_ai/size": "gpu-1", "k8s_ai/cpu": 4.0,
-              "k8s_ai/gpu": 1}
+    used = {
+        "k8s_ai/cpu_seconds": 40.0,
+        "k8s_ai/memory_gib_seconds": 80.0,
+        "k8s_ai/gpu_seconds": 7200.0,
+        "k8s_ai/reasons": "Preempted",
+    }
+    launch = {
+        "k8s_ai/attempt": 1,
+        "k8s_ai/memory": "8Gi",
+        "k8s_ai/backend": "kubernetes",
+        "k8s_ai/tenant": "research",
+        "k8s_ai/size": "gpu-1",
+        "k8s_ai/cpu": 4.0,
+        "k8s_ai/gpu": 1,
+    }
     events = [
         LoggedEvent(0.0, "RUN_START", None),
         LoggedEvent(1.0, "ENGINE_EVENT", "train", "Launching step 'train'", launch),
         LoggedEvent(2.0, "ENGINE_EVENT", "train", "Step 'train' is running on gpu-node-1"),
         LoggedEvent(5.0, "ENGINE_EVENT", "train", "Relaunching: step 'train' ...", relaunch),
-        LoggedEvent(6.0, "ENGINE_EVENT", "train", "Launching step 'train'", {**launch, "k8s_ai/attempt": 2}),
+        LoggedEvent(
+            6.0, "ENGINE_EVENT", "train", "Launching step 'train'", {**launch, "k8s_ai/attempt": 2}
+        ),
         LoggedEvent(7.0, "ENGINE_EVENT", "train", "Step 'train' is running on gpu-node-2"),
         LoggedEvent(9.0, "STEP_SUCCESS", "train"),
         LoggedEvent(9.1, "ENGINE_EVENT", "train", "Step 'train' used ...", used),
@@ -276,8 +288,15 @@ def test_summary_timeline_has_a_bar_per_attempt_in_seconds_since_the_run_started
 
 def test_legend_keys_cancelled_only_when_an_attempt_was_cancelled():
     keyed = [entry.label for entry in summarize(_mixed_run()).legend]
-    assert keyed == ["pending", "succeeded", "OOMKilled", "Preempted / Evicted / Lost",
-                     "failed", "retried", "cancelled"]
+    assert keyed == [
+        "pending",
+        "succeeded",
+        "OOMKilled",
+        "Preempted / Evicted / Lost",
+        "failed",
+        "retried",
+        "cancelled",
+    ]
     quiet = RunReport("r", "j", "SUCCESS", 0.0, 1.0, steps=())
     assert "cancelled" not in [entry.label for entry in summarize(quiet).legend]
 

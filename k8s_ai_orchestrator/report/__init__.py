@@ -11,6 +11,8 @@ Example:
     '<!DOCTYPE html>'
 """
 
+from .files import ReportFiles, render_png, write_report
+from .html import render_html
 from .model import (
     REPORT_TAG,
     Attempt,
@@ -22,8 +24,6 @@ from .model import (
     build_report,
     load_run_report,
 )
-from .files import ReportFiles, render_png, write_report
-from .html import render_html
 from .png import report_figure
 from .sensor import report_metadata, run_report_sensor
 from .summary import ReportSummary, summarize

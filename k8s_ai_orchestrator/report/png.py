@@ -156,10 +156,23 @@ def _draw_gantt(ax: Axes, page: _Page, summary: ReportSummary) -> None:
     ax_width_px = ax.get_position().width * WIDTH_IN * DPI
     labels_at = blended_transform_factory(page.fig.transFigure, ax.transData)
     for number, row in enumerate(summary.timeline):
-        page.fig.text(page.x(MARGIN_IN), number - 0.08, row.step_key, transform=labels_at,
-                      fontsize=9.5, weight="bold", color=INK)
-        page.fig.text(page.x(MARGIN_IN), number + 0.28, row.caption, transform=labels_at,
-                      fontsize=7.5, color=MUTED)
+        page.fig.text(
+            page.x(MARGIN_IN),
+            number - 0.08,
+            row.step_key,
+            transform=labels_at,
+            fontsize=9.5,
+            weight="bold",
+            color=INK,
+        )
+        page.fig.text(
+            page.x(MARGIN_IN),
+            number + 0.28,
+            row.caption,
+            transform=labels_at,
+            fontsize=7.5,
+            color=MUTED,
+        )
         _draw_bars(ax, row, number, px_per_second=ax_width_px / span)
     ax.set_xticks(summary.ticks, [f"{t:g}s" for t in summary.ticks], fontsize=8, color="#555555")
     ax.set_yticks([])
@@ -180,11 +193,25 @@ def _draw_bars(ax: Axes, row: TimelineRow, y: float, px_per_second: float) -> No
         width = max(bar.running_seconds, 2 / px_per_second)
         ax.barh(y, width, 0.5, left=bar.running, color=bar.color)
         if width * px_per_second > 7.5 * len(bar.label):
-            ax.text(bar.running + 4 / px_per_second, y, bar.label, va="center",
-                    fontsize=8, color="white")
+            ax.text(
+                bar.running + 4 / px_per_second,
+                y,
+                bar.label,
+                va="center",
+                fontsize=8,
+                color="white",
+            )
         if bar.mark:
-            ax.text(bar.ended, y - 0.3, bar.mark, ha="center", va="bottom",
-                    fontsize=7.5, color=bar.color, weight="bold")
+            ax.text(
+                bar.ended,
+                y - 0.3,
+                bar.mark,
+                ha="center",
+                va="bottom",
+                fontsize=7.5,
+                color=bar.color,
+                weight="bold",
+            )
 
 
 def _draw_table(page: _Page, renderer: RendererBase, summary: ReportSummary, top_in: float) -> None:
@@ -192,8 +219,7 @@ def _draw_table(page: _Page, renderer: RendererBase, summary: ReportSummary, top
     lines = [summary.columns, *(row.cells for row in summary.rows)]
     pad = 0.16
     widths = [
-        max(page.text_width_in(renderer, line[c], FONT, "bold") for line in lines)
-        + pad
+        max(page.text_width_in(renderer, line[c], FONT, "bold") for line in lines) + pad
         for c in range(len(summary.columns))
     ]
     scale = min(1.0, (WIDTH_IN - 2 * MARGIN_IN) / sum(widths))
@@ -204,11 +230,23 @@ def _draw_table(page: _Page, renderer: RendererBase, summary: ReportSummary, top
             share = summary.rows[number - 1].cpu_share if number else 0.0
             if column == CPU_COLUMN and share > 0:
                 fig.patches.append(
-                    _box(page, lefts[column], base - 0.17, widths[column] * 0.8 * share, 0.2,
-                         fill=USAGE_BAR_COLOR)
+                    _box(
+                        page,
+                        lefts[column],
+                        base - 0.17,
+                        widths[column] * 0.8 * share,
+                        0.2,
+                        fill=USAGE_BAR_COLOR,
+                    )
                 )
-            fig.text(page.x(lefts[column]), page.y(base), text, fontsize=FONT * scale,
-                     weight="bold" if number == 0 else "normal", color=INK)
+            fig.text(
+                page.x(lefts[column]),
+                page.y(base),
+                text,
+                fontsize=FONT * scale,
+                weight="bold" if number == 0 else "normal",
+                color=INK,
+            )
         rule = page.y(base + 0.09)
         fig.add_artist(_rule(fig, page.x(MARGIN_IN), page.x(WIDTH_IN - MARGIN_IN), rule))
 
