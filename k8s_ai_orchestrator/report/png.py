@@ -234,7 +234,7 @@ def _draw_table(page: _Page, renderer: RendererBase, summary: ReportSummary, top
                         page,
                         lefts[column],
                         base - 0.17,
-                        widths[column] * 0.8 * share,
+                        widths[column] * scale * 0.8 * share,
                         0.2,
                         fill=USAGE_BAR_COLOR,
                     )
