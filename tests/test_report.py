@@ -312,8 +312,10 @@ def _figure_texts(report: RunReport) -> list[str]:
     return [artist.get_text() for artist in report_figure(report).findobj(Text)]
 
 
-def test_png_draws_every_text_of_the_summary(oom_run: FinishedRun):
+def test_html_and_png_of_the_real_run_both_show_every_text_of_its_summary(oom_run: FinishedRun):
     summary = summarize(oom_run.report)
+    page = render_html(oom_run.report)
+    assert [t for t in summary.texts() if htmllib.escape(t, quote=True) not in page] == []
     drawn = _figure_texts(oom_run.report)
     assert [t for t in summary.texts() if t not in drawn] == []
     assert drawn.count("✕ OOM") == 2

@@ -166,14 +166,17 @@ class ReportSummary:
     rows: tuple[TableRow, ...]
 
     def texts(self) -> tuple[str, ...]:
-        """Every text a renderer must show: title, cards, legend, marks, table."""
+        """Every text a renderer must show: title, cards, legend, step rows, marks, table.
+
+        Bar labels ("#2 512Mi") are left out: a renderer draws them only where they fit.
+        """
         marks = [bar.mark for row in self.timeline for bar in row.bars if bar.mark]
         return (
             self.title,
             self.subtitle,
             *(text for card in self.cards for text in (card.value, card.label)),
             *(entry.label for entry in self.legend),
-            *(row.step_key for row in self.timeline),
+            *(text for row in self.timeline for text in (row.step_key, row.caption)),
             *marks,
             *self.columns,
             *(cell for row in self.rows for cell in row.cells),
