@@ -36,8 +36,8 @@ def _parser() -> argparse.ArgumentParser:
 def _report(run_id: str, out: str) -> int:
     from dagster import DagsterInstance
 
+    from .report.files import write_report
     from .report.model import load_run_report
-    from .report.render import write_report
 
     if not os.environ.get("DAGSTER_HOME"):
         print(

@@ -2,14 +2,18 @@
 
 One module-scoped run of `tests.local.jobs:oom` (a step that is OOMKilled twice and succeeds
 on its third attempt with 1Gi) backs the integration tests; pure tests feed events directly.
+The HTML and the PNG draw one `ReportSummary`; the tests check that each shows all of it.
 """
 
 from __future__ import annotations
 
+import html as htmllib
 import os
 import shutil
+import struct
 import subprocess
 import sys
+import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,15 +21,24 @@ from pathlib import Path
 import pytest
 from dagster import DagsterInstance, MetadataValue, execute_job
 from dagster._core.definitions.reconstruct import ReconstructableRepository
+from matplotlib.colors import to_hex
+from matplotlib.text import Text
 
+from k8s_ai_orchestrator.errors import OrchestratorError
 from k8s_ai_orchestrator.report import (
     LoggedEvent,
+    ReportError,
     RunReport,
     build_report,
     load_run_report,
+    render_html,
+    render_png,
+    report_figure,
     report_metadata,
+    summarize,
 )
-from k8s_ai_orchestrator.report.render import render_html, screenshot_png
+from k8s_ai_orchestrator.report.files import screenshot_png
+from k8s_ai_orchestrator.report.summary import PENDING_COLOR
 
 ROOT = Path(__file__).parents[1]
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
@@ -108,13 +121,21 @@ def _cli(home: Path, *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(command, env=env, capture_output=True, text=True, timeout=120)
 
 
+def _png_size(png: Path) -> tuple[int, int]:
+    data = png.read_bytes()
+    assert data.startswith(PNG_MAGIC)
+    width, height = struct.unpack(">II", data[16:24])
+    return width, height
+
+
 def test_cli_writes_a_non_empty_html_and_png_report(oom_run: FinishedRun, tmp_path: Path):
     done = _cli(oom_run.home, "report", oom_run.run_id, "--out", str(tmp_path / "reports"))
     assert done.returncode == 0, done.stderr
     html, png = (Path(line) for line in done.stdout.split())
     assert html.name == f"run-{oom_run.run_id[:8]}.html" and png.suffix == ".png"
     assert "hog_600mi" in html.read_text(encoding="utf-8")
-    assert png.read_bytes().startswith(PNG_MAGIC) and png.stat().st_size > 10_000
+    assert png.stat().st_size > 10_000
+    assert _png_size(png)[0] == 1540  # matplotlib's page: 14 in at 110 dpi
 
 
 def test_cli_names_the_instance_when_the_run_is_unknown(oom_run: FinishedRun, tmp_path: Path):
@@ -182,3 +203,198 @@ def test_a_step_that_never_left_pending_shows_its_last_reason_and_no_running_tim
     assert attempt.outcome == "failed"
     assert attempt.running_seconds == 0 and attempt.pending_seconds == 29.0
     assert "Insufficient nvidia.com/gpu" in attempt.pending_reason
+
+
+def _mixed_run() -> RunReport:
+    """Two steps: `train` preempted then succeeded on a tenant, `embed` cancelled while Pending."""
+    relaunch = {"k8s_ai/reasons": "Preempted"}
+    used = {
+        "k8s_ai/cpu_seconds": 40.0,
+        "k8s_ai/memory_gib_seconds": 80.0,
+        "k8s_ai/gpu_seconds": 7200.0,
+        "k8s_ai/reasons": "Preempted",
+    }
+    launch = {
+        "k8s_ai/attempt": 1,
+        "k8s_ai/memory": "8Gi",
+        "k8s_ai/backend": "kubernetes",
+        "k8s_ai/tenant": "research",
+        "k8s_ai/size": "gpu-1",
+        "k8s_ai/cpu": 4.0,
+        "k8s_ai/gpu": 1,
+    }
+    events = [
+        LoggedEvent(0.0, "RUN_START", None),
+        LoggedEvent(1.0, "ENGINE_EVENT", "train", "Launching step 'train'", launch),
+        LoggedEvent(2.0, "ENGINE_EVENT", "train", "Step 'train' is running on gpu-node-1"),
+        LoggedEvent(5.0, "ENGINE_EVENT", "train", "Relaunching: step 'train' ...", relaunch),
+        LoggedEvent(
+            6.0, "ENGINE_EVENT", "train", "Launching step 'train'", {**launch, "k8s_ai/attempt": 2}
+        ),
+        LoggedEvent(7.0, "ENGINE_EVENT", "train", "Step 'train' is running on gpu-node-2"),
+        LoggedEvent(9.0, "STEP_SUCCESS", "train"),
+        LoggedEvent(9.1, "ENGINE_EVENT", "train", "Step 'train' used ...", used),
+        _launch(3.0, "embed", 1, "48Gi"),
+        LoggedEvent(8.0, "ENGINE_EVENT", "embed", "Cancelled step 'embed'"),
+        LoggedEvent(10.0, "RUN_CANCELED", None),
+    ]
+    return build_report("5f0c2a91-77aa", "training", "CANCELED", events)
+
+
+def test_summary_cards_sum_the_run():
+    cards = {card.label: card.value for card in summarize(_mixed_run()).cards}
+    assert cards == {
+        "status": "CANCELED",
+        "duration": "10.0 s",
+        "steps": "2",
+        "relaunches": "1",
+        "OOM kills": "0",
+        "preemptions": "1",
+        "CPU-hours": "0.011",
+        "memory GiB-hours": "0.022",
+        "GPU-hours": "2.000",
+    }
+
+
+def test_summary_table_has_one_cell_per_column_for_each_step():
+    summary = summarize(_mixed_run())
+    train, embed = (dict(zip(summary.columns, row.cells, strict=True)) for row in summary.rows)
+    assert train == {
+        "step": "train",
+        "backend": "kubernetes / research",
+        "node": "gpu-node-1, gpu-node-2",
+        "size": "gpu-1: 4 CPU / 8Gi / 1 GPU",
+        "attempts": "2",
+        "memory": "8Gi → 8Gi",
+        "reasons": "Preempted",
+        "CPU-s": "40.0",
+        "GiB-s": "80.0",
+        "GPU-s": "7200.0",
+        "s lost": "4.0",
+        "outcome": "succeeded",
+    }
+    assert (embed["node"], embed["CPU-s"], embed["outcome"]) == ("—", "—", "cancelled")
+    assert [row.cpu_share for row in summary.rows] == [1.0, 0.0]
+
+
+def test_summary_timeline_has_a_bar_per_attempt_in_seconds_since_the_run_started():
+    train = summarize(_mixed_run()).timeline[0]
+    assert train.caption == "kubernetes · gpu-1: 4 CPU / 8Gi / 1 GPU"
+    first, second = train.bars
+    assert (first.launched, first.running, first.ended) == (1.0, 2.0, 5.0)
+    assert (first.mark, first.label, first.color) == ("✕ preempted", "#1 8Gi", "#e58e26")
+    assert (second.mark, second.outcome) == ("", "succeeded")
+
+
+def test_legend_keys_cancelled_only_when_an_attempt_was_cancelled():
+    keyed = [entry.label for entry in summarize(_mixed_run()).legend]
+    assert keyed == [
+        "pending",
+        "succeeded",
+        "OOMKilled",
+        "Preempted / Evicted / Lost",
+        "failed",
+        "retried",
+        "cancelled",
+    ]
+    quiet = RunReport("r", "j", "SUCCESS", 0.0, 1.0, steps=())
+    assert "cancelled" not in [entry.label for entry in summarize(quiet).legend]
+
+
+def test_html_shows_every_text_of_the_summary():
+    report = _mixed_run()
+    page = render_html(report)
+    missing = [t for t in summarize(report).texts() if htmllib.escape(t, quote=True) not in page]
+    assert missing == []
+
+
+def _figure_texts(report: RunReport) -> list[str]:
+    return [artist.get_text() for artist in report_figure(report).findobj(Text)]
+
+
+def test_html_and_png_of_the_real_run_both_show_every_text_of_its_summary(oom_run: FinishedRun):
+    summary = summarize(oom_run.report)
+    page = render_html(oom_run.report)
+    assert [t for t in summary.texts() if htmllib.escape(t, quote=True) not in page] == []
+    drawn = _figure_texts(oom_run.report)
+    assert [t for t in summary.texts() if t not in drawn] == []
+    assert drawn.count("✕ OOM") == 2
+    assert "256Mi → 512Mi → 1Gi" in drawn and "OOMKilled, OOMKilled" in drawn
+
+
+def test_png_draws_every_text_of_a_run_with_a_tenant_a_preemption_and_a_cancel():
+    report = _mixed_run()
+    drawn = _figure_texts(report)
+    assert [t for t in summarize(report).texts() if t not in drawn] == []
+
+
+def test_png_gantt_bars_are_the_summary_bars(oom_run: FinishedRun):
+    bars = summarize(oom_run.report).timeline[0].bars
+    expected = [(b.launched, b.running, PENDING_COLOR) for b in bars if b.pending_seconds > 0]
+    expected += [(b.running, b.ended, b.color) for b in bars]
+    gantt = report_figure(oom_run.report).axes[0]
+    drawn = [
+        (p.get_x(), p.get_x() + p.get_width(), to_hex(p.get_facecolor())) for p in gantt.patches
+    ]
+    assert [color for *_, color in sorted(drawn)] == [color for *_, color in sorted(expected)]
+    assert [t for start, end, _ in sorted(drawn) for t in (start, end)] == pytest.approx(
+        [t for start, end, _ in sorted(expected) for t in (start, end)]
+    )
+
+
+def test_png_text_needs_no_glyph_the_font_lacks(oom_run: FinishedRun, tmp_path: Path):
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        render_png(oom_run.report, tmp_path / "run.png")
+    assert [str(w.message) for w in caught if "missing from" in str(w.message)] == []
+
+
+@pytest.mark.skipif(shutil.which("chromium") is None, reason="needs Debian chromium")
+def test_without_matplotlib_the_png_is_a_chromium_screenshot_of_the_html(
+    oom_run: FinishedRun, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    monkeypatch.setitem(sys.modules, "matplotlib", None)
+    png = render_png(oom_run.report, tmp_path / "run.png")
+    assert _png_size(png)[0] == 1050  # Chromium's window, not matplotlib's 1540
+    assert "hog_600mi" in (tmp_path / "run.html").read_text(encoding="utf-8")
+
+
+def test_without_matplotlib_the_figure_is_refused_with_an_install_hint(
+    monkeypatch: pytest.MonkeyPatch,
+):
+    monkeypatch.setitem(sys.modules, "matplotlib.figure", None)
+    with pytest.raises(ReportError) as refused:
+        report_figure(_mixed_run())
+    assert isinstance(refused.value, OrchestratorError)
+    assert "run '5f0c2a91-77aa'" in str(refused.value)
+    assert "pip install 'k8s-ai-orchestrator[report]'" in str(refused.value)
+
+
+def test_without_matplotlib_or_chromium_the_png_is_refused_naming_the_html(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    monkeypatch.setenv("PATH", str(tmp_path / "empty"))
+    page = tmp_path / "run.html"
+    page.write_text(render_html(_mixed_run()), encoding="utf-8")
+    with pytest.raises(ReportError) as refused:
+        screenshot_png(page, tmp_path / "run.png")
+    message = str(refused.value)
+    assert "neither matplotlib nor a Chromium is installed" in message
+    assert "pip install matplotlib" in message and str(page) in message
+
+
+def test_a_browser_that_fails_is_named_with_its_status_and_last_words(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    browser = tmp_path / "bin" / "chromium"
+    browser.parent.mkdir()
+    browser.write_text("#!/bin/sh\necho 'Missing X server or $DISPLAY' >&2\nexit 3\n")
+    browser.chmod(0o755)
+    monkeypatch.setenv("PATH", str(browser.parent))
+    page = tmp_path / "run.html"
+    page.write_text(render_html(_mixed_run()), encoding="utf-8")
+    with pytest.raises(ReportError) as refused:
+        screenshot_png(page, tmp_path / "run.png")
+    message = str(refused.value)
+    assert f"{browser} exited with status 3" in message
+    assert "Missing X server" in message and "pip install matplotlib" in message

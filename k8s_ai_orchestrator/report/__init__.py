@@ -1,7 +1,9 @@
 """Run report: a finished run's steps read back from its event log, drawn as HTML and PNG.
 
-Floors, one way: `model` (events → dataclasses) ← `render` (HTML/SVG and PNG) ← `sensor`
-(writes the report when a run ends and tags the run with it).
+Floors, one way: `model` (events → dataclasses) ← `summary` (what the report says: cards,
+legend, timeline bars, table cells) ← `html` (page with inline SVG) | `png` (matplotlib) ←
+`files` (writes both; Chromium screenshot when matplotlib is missing) ← `sensor` (writes the
+report when a run ends and tags the run with it).
 
 Example:
     >>> from k8s_ai_orchestrator.report import RunReport, render_html
@@ -9,6 +11,8 @@ Example:
     '<!DOCTYPE html>'
 """
 
+from .files import ReportFiles, render_png, write_report
+from .html import render_html
 from .model import (
     REPORT_TAG,
     Attempt,
@@ -20,8 +24,9 @@ from .model import (
     build_report,
     load_run_report,
 )
-from .render import ReportFiles, render_html, render_png, write_report
+from .png import report_figure
 from .sensor import report_metadata, run_report_sensor
+from .summary import ReportSummary, summarize
 
 __all__ = [
     "REPORT_TAG",
@@ -29,6 +34,7 @@ __all__ = [
     "LoggedEvent",
     "ReportError",
     "ReportFiles",
+    "ReportSummary",
     "RunReport",
     "StepTimeline",
     "Usage",
@@ -36,7 +42,9 @@ __all__ = [
     "load_run_report",
     "render_html",
     "render_png",
+    "report_figure",
     "report_metadata",
     "run_report_sensor",
+    "summarize",
     "write_report",
 ]

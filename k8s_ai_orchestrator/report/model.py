@@ -2,13 +2,13 @@
 
 `ai_executor` writes engine events as it launches, watches and relaunches steps (see
 `step_handler.py`). This module turns a run's events into plain dataclasses — a timeline of
-attempts per step and the resource-seconds each step used. `render` draws it; `sensor` writes
-it when a run ends.
+attempts per step and the resource-seconds each step used. `summary` says what the report
+shows, `html` and `png` draw it, `files` writes it; `sensor` writes it when a run ends.
 
 Example:
     >>> from dagster import DagsterInstance
     >>> from k8s_ai_orchestrator.report.model import load_run_report
-    >>> from k8s_ai_orchestrator.report.render import write_report
+    >>> from k8s_ai_orchestrator.report.files import write_report
     >>> with DagsterInstance.get() as instance:  # doctest: +SKIP
     ...     report = load_run_report(instance, "813621f2-2ba1-45a4-bd95-400fed1bb88c")
     ...     files = write_report(report, "reports/")

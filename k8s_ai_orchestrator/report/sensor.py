@@ -19,8 +19,8 @@ from dagster import (
     run_status_sensor,
 )
 
+from .files import write_report
 from .model import REPORT_TAG, load_run_report
-from .render import write_report
 
 
 def report_metadata(
