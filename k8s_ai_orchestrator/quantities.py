@@ -11,7 +11,6 @@ Example:
 
 from __future__ import annotations
 
-import math
 import re
 from decimal import ROUND_CEILING, Decimal
 from typing import Any
@@ -141,7 +140,7 @@ def parse_cpu(value: Any, step: str | None = None, field: str = "cpu") -> float:
 def _memory_fix(value: Any) -> str:
     """What the user most likely meant by a memory value that is not a quantity with a unit."""
     if _is_number(value):
-        if not math.isfinite(value):
+        if not _decimal(value).is_finite():
             return _NOT_FINITE
         return f"a number without a unit is bytes; {_did_you_mean(_decimal(value))}"
     match = _MEMORY_LIKE.fullmatch(value) if isinstance(value, str) else None
@@ -163,6 +162,8 @@ def _memory_fix(value: Any) -> str:
 
 def _did_you_mean(number: Decimal) -> str:
     """A bare number is small (MiB or GiB meant) or a byte count; suggest the likely quantity."""
+    if _too_large(number) or number > MAX_MEMORY:
+        return 'did you mean a number with a unit, such as "16Gi"?'
     if number < MiB:
         return f'did you mean "{_plain(number)}Mi"?'
     exact = (("Ti", 1024**4), ("Gi", 1024**3), ("Mi", MiB), ("T", 10**12), ("G", 10**9))

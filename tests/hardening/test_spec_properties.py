@@ -47,7 +47,27 @@ ANY_VALUE = st.one_of(
     st.floats(),
     QUANTITY_TEXT,
 )
-COMPUTE_ARGS = st.fixed_dictionaries({}, optional={name: ANY_VALUE for name in SPEC_FIELDS})
+VALID = {
+    "size": st.sampled_from(list(DEFAULT_SIZE_CLASSES)),
+    "cpu": st.one_of(st.sampled_from([1, 0.5, "500m", "2"]), st.floats(0.001, 1e6)),
+    "memory": st.from_regex(r"\A[1-9][0-9]{0,3}(Mi|Gi|G)\Z"),
+    "gpu": st.integers(0, 8),
+    "gpu_type": st.sampled_from(["a100", "nvidia-h100-80gb"]),
+    "nodes": st.integers(1, 4),
+    "tasks_per_node": st.integers(1, 8),
+    "gpus_per_node": st.integers(0, 8),
+    "preemptible": st.booleans(),
+    "backend": st.sampled_from(["local", "kubernetes", "slurm"]),
+    "tenant": st.sampled_from(["research", "team-a"]),
+    "timeout": st.one_of(st.floats(1, 86400), st.sampled_from(["30s", "30min", "2h", "1d"])),
+}
+# Mostly valid fields with now and then a wild one, so that checks deep in resolution run too.
+COMPUTE_ARGS = st.fixed_dictionaries(
+    {},
+    optional={
+        name: st.one_of(VALID[name], VALID[name], VALID[name], ANY_VALUE) for name in SPEC_FIELDS
+    },
+)
 TAGS = st.dictionaries(
     st.sampled_from([TAG_PREFIX + name for name in SPEC_FIELDS] + ["k8s_ai/cpus", "team"]),
     QUANTITY_TEXT,
@@ -65,6 +85,17 @@ def test_compute_round_trips_through_tags_or_raises_compute_spec_error(kwargs: d
     expected = resolve_spec({k: v for k, v in kwargs.items() if v is not None})
     assert spec_from_tags(tags) == expected
     assert all(isinstance(value, str) for value in tags.values())
+
+
+@PROPERTY
+@given(st.sampled_from(SPEC_FIELDS), ANY_VALUE)
+def test_any_single_value_for_any_field_gives_a_spec_or_compute_spec_error(name: str, value: Any):
+    try:
+        tags = compute(**{name: value})
+    except ComputeSpecError as error:
+        assert name in str(error)
+        return
+    assert spec_from_tags(tags) == resolve_spec({name: value} if value is not None else {})
 
 
 @PROPERTY
