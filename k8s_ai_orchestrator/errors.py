@@ -17,9 +17,10 @@ class ComputeSpecError(OrchestratorError, ValueError):
 
     Example:
         >>> from k8s_ai_orchestrator import compute
-        >>> compute(cpu=0)  # doctest: +IGNORE_EXCEPTION_DETAIL
+        >>> compute(memory="512m")  # doctest: +IGNORE_EXCEPTION_DETAIL
         Traceback (most recent call last):
-        ComputeSpecError: cpu=0 is not allowed: cpu must be a number > 0 (e.g. 1, 0.5, "500m")
+        ComputeSpecError: memory='512m' is not allowed: memory must be a number with a unit
+        ...; "m" means milli (1/1000 byte); did you mean "512Mi"?
     """
 
 

@@ -11,21 +11,30 @@ Example:
 
 from __future__ import annotations
 
-import math
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
-from decimal import Decimal, InvalidOperation
 from typing import Any
 
-from kubernetes.utils import parse_quantity
-
 from .errors import ComputeSpecError
+from .quantities import (
+    MiB,
+    field_error,
+    parse_count,
+    parse_cpu,
+    parse_duration,
+    parse_memory,
+    show_value,
+    whitespace_fix,
+)
 
 GiB = 1024**3
-MiB = 1024**2
 
 BACKENDS = ("local", "kubernetes", "slurm")
+
+# Validated with `fullmatch`: with `match`/`$`, "a100\n" would pass and break an sbatch header.
+_LABEL_VALUE = re.compile(r"[A-Za-z0-9](?:[-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?")  # label value
+_DNS_LABEL = re.compile(r"[a-z0-9](?:[-a-z0-9]{0,61}[a-z0-9])?")
 
 # Field names a spec understands (the keys of `compute(...)` and of size-table rows).
 SPEC_FIELDS = (
@@ -124,110 +133,103 @@ def format_memory(num_bytes: int) -> str:
     return str(num_bytes)
 
 
-def _error(field: str, value: Any, allowed: str, step: str | None = None) -> ComputeSpecError:
-    where = f"step '{step}': " if step else ""
-    return ComputeSpecError(f"{where}{field}={value!r} is not allowed: {allowed}")
-
-
-def parse_cpu(value: Any, step: str | None = None, field: str = "cpu") -> float:
-    allowed = f'{field} must be a number > 0 (e.g. 1, 0.5, "500m")'
-    if isinstance(value, bool):
-        raise _error(field, value, allowed, step)
-    try:
-        number = float(parse_quantity(value))
-    except (ValueError, TypeError, InvalidOperation):
-        raise _error(field, value, allowed, step) from None
-    if not math.isfinite(number) or number <= 0:
-        raise _error(field, value, allowed, step)
-    return number
-
-
-_DECIMAL_BYTE_SUFFIX = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([KMGTPE])B\s*$", re.IGNORECASE)
-
-
-def parse_memory(value: Any, step: str | None = None, field: str = "memory") -> int:
-    allowed = f'{field} must be a Kubernetes quantity > 0 such as "2Gi", "512Mi" or "2G"'
-    if isinstance(value, bool):
-        raise _error(field, value, allowed, step)
-    if isinstance(value, str):
-        match = _DECIMAL_BYTE_SUFFIX.match(value)
-        if match:
-            number, unit = match.groups()
-            hint = f'did you mean "{number}{unit.upper()}i" (binary) or "{number}{unit.upper()}"'
-            raise _error(field, value, f"{allowed}; {hint} (decimal)?", step)
-    try:
-        number = parse_quantity(value)
-    except (ValueError, TypeError, InvalidOperation):
-        raise _error(field, value, allowed, step) from None
-    if number <= 0:
-        raise _error(field, value, allowed, step)
-    return int(number.to_integral_value(rounding="ROUND_CEILING"))
-
-
-def parse_count(value: Any, field: str, *, minimum: int, step: str | None = None) -> int:
-    allowed = f"{field} must be a whole number >= {minimum}"
-    if isinstance(value, bool):
-        raise _error(field, value, allowed, step)
-    try:
-        number = Decimal(str(value).strip())
-    except InvalidOperation:
-        raise _error(field, value, allowed, step) from None
-    if not number.is_finite() or number != number.to_integral_value() or number < minimum:
-        raise _error(field, value, allowed, step)
-    return int(number)
-
-
 def parse_bool(value: Any, field: str, step: str | None = None) -> bool:
     if isinstance(value, bool):
         return value
     if value in ("true", "false"):
         return value == "true"
-    raise _error(field, value, f"{field} must be True or False", step)
+    allowed = f'{field} must be True or False (in op tags: "true" or "false")'
+    raise field_error(field, value, allowed, step)
 
 
 def parse_name(value: Any, field: str, step: str | None = None) -> str:
-    if not isinstance(value, str) or not re.fullmatch(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?", value):
-        raise _error(
-            field,
-            value,
-            f"{field} must be a non-empty lowercase DNS label (letters, digits, '-')",
-            step,
-        )
+    if not isinstance(value, str) or not _DNS_LABEL.fullmatch(value):
+        allowed = f"{field} must be a non-empty lowercase DNS label (letters, digits, '-')"
+        raise field_error(field, value, allowed, step, whitespace_fix(value, _DNS_LABEL))
     return value
 
 
-def parse_size_table(raw: Mapping[str, Mapping[str, Any]] | None) -> dict[str, SizeClass]:
-    """Merge user size-class overrides (executor config) over the defaults."""
+def parse_gpu_type(value: Any, step: str | None = None) -> str:
+    """A GPU model name: it becomes a Kubernetes node label value and a Slurm GRES type.
+
+    Example:
+        >>> parse_gpu_type("nvidia-h100-80gb")
+        'nvidia-h100-80gb'
+    """
+    if not isinstance(value, str) or not _LABEL_VALUE.fullmatch(value):
+        allowed = (
+            "gpu_type must be 1-63 letters, digits, '-', '_' or '.', starting and ending with a "
+            'letter or digit (it becomes a node label value and a Slurm GRES type): "a100"'
+        )
+        raise field_error("gpu_type", value, allowed, step, whitespace_fix(value, _LABEL_VALUE))
+    return value
+
+
+def parse_size_table(raw: Any) -> dict[str, SizeClass]:
+    """Merge user size-class overrides (executor config) over the defaults.
+
+    Example:
+        >>> parse_size_table({"xl": {"memory": "300Gi"}})["xl"]
+        SizeClass(cpu=72, memory='300Gi', gpu=0)
+    """
+    if raw is None:
+        return dict(DEFAULT_SIZE_CLASSES)
+    if not isinstance(raw, Mapping):
+        raise ComputeSpecError(
+            f"size_classes={show_value(raw)} is not allowed: size_classes must be a mapping of "
+            "class name to {cpu, memory, gpu}; write e.g. {xl: {memory: 300Gi}}"
+        )
     table = dict(DEFAULT_SIZE_CLASSES)
-    for name, row in (raw or {}).items():
-        base = table.get(name)
-        unknown = set(row) - {"cpu", "memory", "gpu"}
-        if unknown:
-            raise ComputeSpecError(
-                f"size class '{name}': unknown keys {sorted(unknown)}; allowed: cpu, memory, gpu"
-            )
-        if base is None and not {"cpu", "memory"} <= set(row):
-            raise ComputeSpecError(f"new size class '{name}' needs both cpu and memory")
-        cpu = parse_cpu(row["cpu"], field=f"size_classes.{name}.cpu") if "cpu" in row else None
-        if "memory" in row:
-            memory = format_memory(parse_memory(row["memory"], field=f"size_classes.{name}.memory"))
-        else:
-            memory = None
-        gpu = (
-            parse_count(row["gpu"], f"size_classes.{name}.gpu", minimum=0) if "gpu" in row else None
-        )
-        table[name] = SizeClass(
-            cpu=cpu if cpu is not None else base.cpu,  # type: ignore[union-attr]
-            memory=memory if memory is not None else base.memory,  # type: ignore[union-attr]
-            gpu=gpu if gpu is not None else (base.gpu if base else 0),
-        )
+    for name, row in raw.items():
+        table[name] = _size_class(name, row, table.get(name) if isinstance(name, str) else None)
     return table
+
+
+def _size_class(name: Any, row: Any, base: SizeClass | None) -> SizeClass:
+    where = f"size_classes.{name}"
+    if not isinstance(name, str) or not _DNS_LABEL.fullmatch(name):
+        allowed = "a size class name must be a lowercase DNS label (letters, digits, '-')"
+        raise ComputeSpecError(f"size class name {show_value(name)} is not allowed: {allowed}")
+    if not isinstance(row, Mapping):
+        raise ComputeSpecError(
+            f"{where}={show_value(row)} is not allowed: a size class is a mapping with cpu, memory "
+            f"and/or gpu; write e.g. {{{name}: {{cpu: 8, memory: 32Gi}}}} or remove '{name}'"
+        )
+    unknown = set(row) - {"cpu", "memory", "gpu"}
+    if unknown:
+        raise ComputeSpecError(
+            f"size class '{name}': unknown keys {sorted(unknown, key=repr)}; allowed: cpu, "
+            "memory, gpu"
+        )
+    if base is None and not {"cpu", "memory"} <= set(row):
+        raise ComputeSpecError(
+            f"new size class '{name}' needs both cpu and memory; write e.g. "
+            f"{{{name}: {{cpu: 8, memory: 32Gi}}}}"
+        )
+    base = base or SizeClass(cpu=1, memory="2Gi")  # a new class: cpu and memory are in `row`
+    cpu = parse_cpu(row["cpu"], field=f"{where}.cpu") if "cpu" in row else base.cpu
+    memory = base.memory
+    if "memory" in row:
+        parse_memory(row["memory"], field=f"{where}.memory")
+        memory = row["memory"]
+    gpu = parse_count(row["gpu"], f"{where}.gpu", minimum=0) if "gpu" in row else base.gpu
+    return SizeClass(cpu=cpu, memory=memory, gpu=gpu)
 
 
 def check_size_name(size: Any, table: Mapping[str, SizeClass], step: str | None = None) -> str:
     if not isinstance(size, str) or size not in table:
-        raise _error("size", size, f"valid size classes are {', '.join(table)}", step)
+        raise field_error("size", size, f"valid size classes are {', '.join(table)}", step)
     return size
+
+
+def _check_field_names(fields: Mapping[str, Any], step: str | None) -> None:
+    unknown = set(fields) - set(SPEC_FIELDS)
+    if unknown:
+        where = f"step '{step}': " if step else ""
+        raise ComputeSpecError(
+            f"{where}unknown compute field(s) {sorted(unknown, key=repr)}; allowed: "
+            f"{', '.join(SPEC_FIELDS)}"
+        )
 
 
 def resolve_spec(
@@ -242,12 +244,7 @@ def resolve_spec(
     the field, the value and what is allowed.
     """
     table = table if table is not None else DEFAULT_SIZE_CLASSES
-    unknown = set(fields) - set(SPEC_FIELDS)
-    if unknown:
-        where = f"step '{step}': " if step else ""
-        raise ComputeSpecError(
-            f"{where}unknown compute field(s) {sorted(unknown)}; allowed: {', '.join(SPEC_FIELDS)}"
-        )
+    _check_field_names(fields, step)
     explicit_size = fields.get("size")
     size = check_size_name(explicit_size, table, step) if explicit_size is not None else None
     row = table[size or DEFAULT_SIZE]
@@ -260,21 +257,20 @@ def resolve_spec(
     gpus_per_node = fields.get("gpus_per_node")
     gpu_field = fields.get("gpu")
     if gpus_per_node is not None and gpu_field is not None:
-        raise _error("gpus_per_node", gpus_per_node, "give either gpu or gpus_per_node", step)
-    gpu = parse_count(get("gpu", get("gpus_per_node", row.gpu)), "gpu", minimum=0, step=step)
+        raise field_error("gpus_per_node", gpus_per_node, "give either gpu or gpus_per_node", step)
+    gpu_name = "gpus_per_node" if gpus_per_node is not None else "gpu"
+    gpu = parse_count(get(gpu_name, row.gpu), gpu_name, minimum=0, step=step)
     backend = fields.get("backend")
     if backend is not None and backend not in BACKENDS:
-        raise _error("backend", backend, f"backend must be one of {', '.join(BACKENDS)}", step)
+        raise field_error("backend", backend, f"backend must be one of {', '.join(BACKENDS)}", step)
     tenant = fields.get("tenant")
     timeout = fields.get("timeout")
     gpu_type = fields.get("gpu_type")
-    if gpu_type is not None and (not isinstance(gpu_type, str) or not gpu_type.strip()):
-        raise _error("gpu_type", gpu_type, "gpu_type must be a non-empty string", step)
     return ComputeSpec(
         cpu=parse_cpu(get("cpu", row.cpu), step),
         memory_bytes=parse_memory(get("memory", row.memory), step),
         gpu=gpu,
-        gpu_type=gpu_type,
+        gpu_type=parse_gpu_type(gpu_type, step) if gpu_type is not None else None,
         nodes=nodes,
         tasks_per_node=parse_count(
             get("tasks_per_node", 1), "tasks_per_node", minimum=1, step=step
@@ -282,8 +278,6 @@ def resolve_spec(
         preemptible=parse_bool(get("preemptible", False), "preemptible", step),
         backend=backend,
         tenant=parse_name(tenant, "tenant", step) if tenant is not None else None,
-        timeout_s=(
-            float(parse_cpu(timeout, step, field="timeout")) if timeout is not None else None
-        ),
+        timeout_s=parse_duration(timeout, step) if timeout is not None else None,
         size=size,
     )

@@ -25,7 +25,7 @@ def compute(
     size: str | None = None,
     *,
     cpu: float | str | None = None,
-    memory: str | int | None = None,
+    memory: str | None = None,
     gpu: int | None = None,
     gpu_type: str | None = None,
     nodes: int | None = None,
@@ -34,14 +34,15 @@ def compute(
     preemptible: bool | None = None,
     backend: str | None = None,
     tenant: str | None = None,
-    timeout: float | None = None,
+    timeout: float | str | None = None,
 ) -> dict[str, str]:
     """Op tags declaring what a step needs. Validated now; resolved again at launch.
 
     Args:
         size: a size class: xs (1 CPU/2Gi), s, m, l, xl (72 CPU/450Gi), gpu-1, gpu-8.
         cpu: CPU cores (per task for multi-node steps): 4, 0.5 or "500m".
-        memory: memory request and limit (per node), a Kubernetes quantity: "16Gi", "2G".
+        memory: memory request and limit (per node), a number with a unit, at least 1Mi:
+            "16Gi", "512Mi", "2G". A bare number (bytes) is refused.
         gpu: GPUs (per node).
         gpu_type: GPU model to select nodes by (the executor maps it to node labels).
         nodes: nodes for a multi-node gang step (> 1 runs on Slurm).
@@ -50,7 +51,8 @@ def compute(
         preemptible: may run on preemptible capacity (low priority); resumes from checkpoint.
         backend: force "local", "kubernetes" or "slurm" for this step.
         tenant: the vCluster tenant to run in (must be in the run's allowed tenants).
-        timeout: seconds the step may stay Pending before it fails with the last reason.
+        timeout: how long the step may stay Pending before it fails with the last reason:
+            seconds (1800) or "30s", "30min", "2h", "1d" ("m" is refused: minutes or milli?).
 
     Returns:
         A dict of ``k8s_ai/...`` op tags.
@@ -78,8 +80,6 @@ def compute(
         "timeout": timeout,
     }
     given = {name: value for name, value in fields.items() if value is not None}
-    if tenant is not None and not str(tenant).strip():
-        given["tenant"] = tenant
     resolve_spec(given, DEFAULT_SIZE_CLASSES)
     return {TAG_PREFIX + name: _tag_value(value) for name, value in given.items()}
 
@@ -87,7 +87,9 @@ def compute(
 def spec_fields_from_tags(tags: Mapping[str, str]) -> dict[str, Any]:
     """The raw `k8s_ai/*` fields of a step's tags (unknown `k8s_ai/` keys are kept, to fail)."""
     return {
-        key[len(TAG_PREFIX) :]: value for key, value in tags.items() if key.startswith(TAG_PREFIX)
+        key[len(TAG_PREFIX) :]: value
+        for key, value in tags.items()
+        if isinstance(key, str) and key.startswith(TAG_PREFIX)
     }
 
 
@@ -97,7 +99,14 @@ def spec_from_tags(
     *,
     step: str | None = None,
 ) -> ComputeSpec:
-    """Resolve a step's op tags (possibly hand-edited) into a validated `ComputeSpec`."""
+    """Resolve a step's op tags (possibly hand-written) into a validated `ComputeSpec`.
+
+    Hand-written tags follow the rules of `compute()`; errors name the step.
+
+    Example:
+        >>> spec_from_tags({"k8s_ai/cpu": "500m", "k8s_ai/timeout": "30min"}).timeout_s
+        1800.0
+    """
     return resolve_spec(spec_fields_from_tags(tags), table, step=step)
 
 

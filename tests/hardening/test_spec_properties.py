@@ -1,0 +1,131 @@
+"""Properties of compute specs over generated inputs: whatever a user writes, `compute()` and
+hand-written tags either give a spec that survives the trip through op tags unchanged, or raise
+`ComputeSpecError` — never another exception.
+
+Example counts are modest and derandomized: CI has two cores and must not flake.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from k8s_ai_orchestrator import ComputeSpecError, compute
+from k8s_ai_orchestrator.spec import (
+    DEFAULT_SIZE_CLASSES,
+    SPEC_FIELDS,
+    ComputeSpec,
+    parse_size_table,
+    resolve_spec,
+)
+from k8s_ai_orchestrator.tags import TAG_PREFIX, spec_from_tags
+
+PROPERTY = settings(
+    max_examples=150,
+    derandomize=True,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow],
+)
+
+NUMBER = r"[0-9]{1,12}(\.[0-9]{1,8})?"
+QUANTITY_TEXT = st.one_of(
+    st.from_regex(rf"\A{NUMBER}(Ki|Mi|Gi|Ti|Pi|Ei|k|M|G|T|P|E|m)?\Z"),
+    st.from_regex(rf"\A{NUMBER}(s|min|h|d|m)?\Z"),
+    st.sampled_from(
+        ["nan", "inf", "-inf", "1e400", "-1", "0", " 2Gi", "2Gi\n", "a100\n", "true", "false"]
+        + ["xs", "gpu-8", "local", "slurm", "research", "a100", "500m", "30min", "٣", ""]
+    ),
+    st.text(max_size=12),
+)
+ANY_VALUE = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(),
+    st.integers(min_value=-(10**500), max_value=10**500),
+    st.floats(),
+    QUANTITY_TEXT,
+)
+VALID = {
+    "size": st.sampled_from(list(DEFAULT_SIZE_CLASSES)),
+    "cpu": st.one_of(st.sampled_from([1, 0.5, "500m", "2"]), st.floats(0.001, 1e6)),
+    "memory": st.from_regex(r"\A[1-9][0-9]{0,3}(Mi|Gi|G)\Z"),
+    "gpu": st.integers(0, 8),
+    "gpu_type": st.sampled_from(["a100", "nvidia-h100-80gb"]),
+    "nodes": st.integers(1, 4),
+    "tasks_per_node": st.integers(1, 8),
+    "gpus_per_node": st.integers(0, 8),
+    "preemptible": st.booleans(),
+    "backend": st.sampled_from(["local", "kubernetes", "slurm"]),
+    "tenant": st.sampled_from(["research", "team-a"]),
+    "timeout": st.one_of(st.floats(1, 86400), st.sampled_from(["30s", "30min", "2h", "1d"])),
+}
+# Mostly valid fields with now and then a wild one, so that checks deep in resolution run too.
+COMPUTE_ARGS = st.fixed_dictionaries(
+    {},
+    optional={
+        name: st.one_of(VALID[name], VALID[name], VALID[name], ANY_VALUE) for name in SPEC_FIELDS
+    },
+)
+TAGS = st.dictionaries(
+    st.sampled_from([TAG_PREFIX + name for name in SPEC_FIELDS] + ["k8s_ai/cpus", "team"]),
+    QUANTITY_TEXT,
+    max_size=6,
+)
+
+
+@PROPERTY
+@given(COMPUTE_ARGS)
+def test_compute_round_trips_through_tags_or_raises_compute_spec_error(kwargs: dict[str, Any]):
+    try:
+        tags = compute(**kwargs)
+    except ComputeSpecError:
+        return
+    expected = resolve_spec({k: v for k, v in kwargs.items() if v is not None})
+    assert spec_from_tags(tags) == expected
+    assert all(isinstance(value, str) for value in tags.values())
+
+
+@PROPERTY
+@given(st.sampled_from(SPEC_FIELDS), ANY_VALUE)
+def test_any_single_value_for_any_field_gives_a_spec_or_compute_spec_error(name: str, value: Any):
+    try:
+        tags = compute(**{name: value})
+    except ComputeSpecError as error:
+        assert name in str(error)
+        return
+    assert spec_from_tags(tags) == resolve_spec({name: value} if value is not None else {})
+
+
+@PROPERTY
+@given(TAGS)
+def test_hand_written_tags_give_a_spec_that_compute_reproduces_or_raise(tags: dict[str, str]):
+    try:
+        spec = spec_from_tags(tags, step="mosaic")
+    except ComputeSpecError as error:
+        assert str(error).startswith("step 'mosaic': ")
+        return
+    assert isinstance(spec, ComputeSpec)
+    fields = {key[len(TAG_PREFIX) :]: value for key, value in tags.items() if key != "team"}
+    assert compute(**fields) == {key: value for key, value in tags.items() if key != "team"}
+    assert spec_from_tags(compute(**fields)) == spec
+
+
+SIZE_ROWS = st.dictionaries(st.sampled_from(["cpu", "memory", "gpu", "ram"]), ANY_VALUE)
+SIZE_TABLES = st.one_of(
+    st.dictionaries(st.sampled_from([*DEFAULT_SIZE_CLASSES, "huge", "Huge", ""]), SIZE_ROWS),
+    st.dictionaries(st.sampled_from(["xl", "huge"]), ANY_VALUE, max_size=2),
+    ANY_VALUE,
+)
+
+
+@PROPERTY
+@given(SIZE_TABLES)
+def test_size_class_tables_resolve_every_class_or_raise_compute_spec_error(raw: Any):
+    try:
+        table = parse_size_table(raw)
+    except ComputeSpecError:
+        return
+    for name in table:
+        assert isinstance(resolve_spec({"size": name}, table), ComputeSpec)
