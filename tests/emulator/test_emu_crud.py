@@ -176,6 +176,14 @@ def test_a_non_dns_name_is_invalid(core: client.CoreV1Api, ns: str) -> None:
     assert 'metadata.name: Invalid value: "Bad_Name"' in json.loads(raised.value.body)["message"]
 
 
+def test_a_name_with_a_trailing_newline_is_invalid_as_on_a_real_server(
+    core: client.CoreV1Api, ns: str
+) -> None:
+    with pytest.raises(client.ApiException) as raised:
+        core.create_namespaced_pod(ns, python_pod("tile\n", "pass"))
+    assert raised.value.status == 422
+
+
 def test_creating_in_a_missing_namespace_is_not_found(core: client.CoreV1Api) -> None:
     with pytest.raises(client.ApiException) as raised:
         core.create_namespaced_config_map("no-such-ns", _cm("x"))

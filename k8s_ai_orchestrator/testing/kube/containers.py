@@ -64,7 +64,7 @@ def _lookup(store: Store, kind: str, namespace: str, ref: Obj) -> dict[str, str]
 
 def _field_value(pod: Obj, path: str) -> str:
     meta = pod["metadata"]
-    if found := re.match(r"metadata\.(labels|annotations)\['(.+)'\]$", path):
+    if found := re.fullmatch(r"metadata\.(labels|annotations)\['(.+)'\]", path):
         return str((meta.get(found.group(1)) or {}).get(found.group(2), ""))
     simple = {
         "metadata.name": meta.get("name"),

@@ -203,7 +203,7 @@ def validate_name(rt: ResourceType, name: str) -> None:
     """422 Invalid unless the name is a DNS subdomain (a DNS label for namespaces and jobs)."""
     label_only = rt.plural in ("namespaces", "jobs")
     pattern, help_text = (_LABEL, _LABEL_HELP) if label_only else (_SUBDOMAIN, _SUBDOMAIN_HELP)
-    if not pattern.match(name) or len(name) > (63 if label_only else 253):
+    if not pattern.fullmatch(name) or len(name) > (63 if label_only else 253):
         cause = ("metadata.name", "FieldValueInvalid", f'Invalid value: "{name}": {help_text}')
         raise invalid(rt, name, [cause])
 
