@@ -44,7 +44,7 @@ from dagster import ConfigurableResource
 from pydantic import Field
 
 from .errors import GangError
-from .stepenv import CPUS, SLURM_JOB_DIR, StepEnv
+from .stepenv import CPUS, SLURM_FAILED_MARKER, SLURM_JOB_DIR, StepEnv
 
 PAYLOAD = "payload.pkl"
 META = "meta.pkl"
@@ -106,6 +106,7 @@ class Gang(ConfigurableResource):  # type: ignore[misc]
             >>> Gang().run(len, "abc")  # one local rank outside a multi-node step
             3
         """
+        self._check_settings()
         env = os.environ
         step = StepEnv.current(env)
         plan = GangPlan(
@@ -119,7 +120,29 @@ class Gang(ConfigurableResource):  # type: ignore[misc]
             straggler_timeout_s=self.straggler_timeout_s,
             srun_args=tuple(self.srun_args),
         )
-        return run_gang(plan, fn, args, base_dir=self._base_dir(plan, env))
+        try:
+            return run_gang(plan, fn, args, base_dir=self._base_dir(plan, env))
+        except GangError as exc:
+            if plan.mode == "slurm" and env.get(SLURM_JOB_DIR):
+                _mark_job_failed(Path(env[SLURM_JOB_DIR]), exc)
+            raise
+
+    def _check_settings(self) -> None:
+        """Refuse settings that would hang, time out at once, or split the ranks' paths."""
+        if self.timeout_s is not None and not self.timeout_s > 0:
+            raise GangError(
+                f"Gang(timeout_s={self.timeout_s!r}): give seconds > 0, or None for no limit"
+            )
+        if not self.straggler_timeout_s >= 0:
+            raise GangError(
+                f"Gang(straggler_timeout_s={self.straggler_timeout_s!r}): give seconds >= 0"
+            )
+        if self.workdir is not None and not os.path.isabs(self.workdir):
+            raise GangError(
+                f"Gang(workdir={self.workdir!r}) is a relative path: each node would resolve it "
+                "against its own working directory; give an absolute path on a filesystem "
+                "every node mounts"
+            )
 
     def _base_dir(self, plan: GangPlan, env: Mapping[str, str]) -> Path:
         if self.workdir:
@@ -132,6 +155,14 @@ class Gang(ConfigurableResource):  # type: ignore[misc]
                 "Set Gang(workdir=...) to a shared filesystem path"
             )
         return Path(tempfile.gettempdir())
+
+
+def _mark_job_failed(job_dir: Path, error: GangError) -> None:
+    """Leave the marker that makes the batch script exit 1: the step process itself exits 0
+    after Dagster records the failure, and sacct would show the job COMPLETED."""
+    first_line = str(error).splitlines()[0] if str(error) else "a gang rank failed"
+    with contextlib.suppress(OSError):  # the step still fails with the GangError
+        (job_dir / SLURM_FAILED_MARKER).write_text(f"{first_line}\n")
 
 
 def _mode(backend: str, env: Mapping[str, str]) -> str:

@@ -22,6 +22,9 @@ CPUS = "K8S_AI_CPUS"  # per task
 MEMORY_BYTES = "K8S_AI_MEMORY_BYTES"  # per node
 GRACE_PERIOD_S = "K8S_AI_GRACE_PERIOD_S"  # SIGTERM/SIGUSR2 → SIGKILL
 SLURM_JOB_DIR = "K8S_AI_SLURM_JOB_DIR"  # a Slurm attempt's directory in the shared workdir
+# A file in SLURM_JOB_DIR saying the step failed although its process exits 0 (Gang.run writes
+# it when a rank failed); the batch script then exits 1, so sacct shows the job FAILED.
+SLURM_FAILED_MARKER = "k8s_ai_step_failed"
 
 
 def step_env(

@@ -8,11 +8,11 @@ Example:
     b'\\x00\\x01'
 """
 
-from .handle import CheckpointHandle, HandleSettings, Preempted
+from .handle import CheckpointHandle, HandleSettings
 from .keys import CheckpointKey
 from .manifest import Commit
 from .resource import CheckpointStore
-from .signals import PREEMPTION_SIGNALS
+from .signals import PREEMPTION_SIGNALS, Preempted
 
 __all__ = [
     "PREEMPTION_SIGNALS",

@@ -6,8 +6,8 @@ The step contract (also in docs/checkpoints.md):
     for unit in remaining(state):
         work(unit)
         if ckpt.due():                      # interval elapsed, or SIGTERM/SIGUSR2 arrived
-            ckpt.save(state, progress=n)
-            ckpt.exit_if_preempted()        # raises Preempted after a preemption notice
+            ckpt.save(state, progress=n)    # after a preemption notice: commits, then raises
+                                            # Preempted (opt out: stop_after_preempted_save)
 
 Example:
     >>> from k8s_ai_orchestrator.checkpoint import CheckpointStore
@@ -25,21 +25,20 @@ import os
 import shutil
 import time
 import uuid
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 from typing import Any, Protocol
 
 import pyarrow as pa
-from dagster import Failure
 
 from ..errors import CheckpointError
 from .codecs import State, decode, decode_table, encode
 from .keys import CheckpointKey
 from .manifest import Commit, CommitFile, Manifest, parse_manifest
-from .signals import PreemptionWatch
-from .storage import CHUNK, ChecksumMismatch, HashingSink, KeyFolder
+from .signals import Preempted, PreemptionWatch
+from .storage import CHUNK, ChecksumMismatch, HashingSink, KeyFolder, LinkRefused
 
 _CORRUPT = (ChecksumMismatch, FileNotFoundError, ValueError, pa.ArrowInvalid, OSError)
 
@@ -52,25 +51,6 @@ class Log(Protocol):
     def warning(self, msg: str) -> Any: ...
 
 
-class Preempted(CheckpointError, Failure):
-    """The step was told it is being preempted and stopped after saving its checkpoint.
-
-    A Dagster `Failure` with `allow_retries=False`: the step's own `RetryPolicy` is not spent;
-    the backend reports the attempt as preempted and the executor relaunches the step, which
-    resumes from the checkpoint.
-
-    Example:
-        >>> raise Preempted("asset mosaic got SIGTERM")  # doctest: +IGNORE_EXCEPTION_DETAIL
-        Traceback (most recent call last):
-        Preempted: asset mosaic got SIGTERM
-    """
-
-    transient = True
-
-    def __init__(self, description: str, metadata: Mapping[str, Any] | None = None) -> None:
-        Failure.__init__(self, description=description, metadata=metadata, allow_retries=False)
-
-
 @dataclass(frozen=True)
 class HandleSettings:
     """How a handle behaves; filled from `CheckpointStore` config and the step environment."""
@@ -78,6 +58,7 @@ class HandleSettings:
     keep: int = 2  # commits kept; older ones are deleted after each save
     interval_s: float = 300.0  # due() turns true this long after the last save
     clear_on_success: bool = False  # close(succeeded=True) deletes the key's checkpoints
+    stop_after_preempted_save: bool = True  # save() raises Preempted after a preemption notice
     attempt: int = 0  # infrastructure attempt (K8S_AI_ATTEMPT), recorded on commits
     run_id: str | None = None  # recorded on commits
 
@@ -166,9 +147,14 @@ class CheckpointHandle:
     def save(self, state: State, *, progress: int | float | None = None) -> Commit:
         """Commit `state` atomically: a dict of JSON values, bytes, or a pyarrow Table.
 
+        After a preemption notice the commit is made and then the step stops: `Preempted` is
+        raised, as by `exit_if_preempted()`, unless the store has
+        `stop_after_preempted_save=False`.
+
         Raises:
             CheckpointError: the state cannot be serialized (the message names its type) or
                 the store cannot be written.
+            Preempted: a preemption notice arrived; the state was committed first.
         """
         kind, name, produce = encode(state)
         return self._commit(
@@ -178,7 +164,8 @@ class CheckpointHandle:
     def save_dir(
         self, local_path: str | os.PathLike[str], *, progress: int | float | None = None
     ) -> Commit:
-        """Commit every file under a local folder (a framework checkpoint) atomically."""
+        """Commit every file under a local folder (a framework checkpoint) atomically; after a
+        preemption notice it stops the step like `save()`."""
         root = Path(local_path)
         if not root.is_dir():
             raise CheckpointError(
@@ -199,7 +186,10 @@ class CheckpointHandle:
 
     def clear(self) -> None:
         """Delete all checkpoints of this key (for example once the step's output is safe)."""
-        self._folder.remove_all()
+        try:
+            self._folder.remove_all()
+        except LinkRefused as exc:
+            raise CheckpointError(f"clearing {self.key.describe()}: {exc}") from exc
         self._manifest = Manifest(self.key.fingerprint)
 
     # ---- preemption ----------------------------------------------------------------------
@@ -215,7 +205,7 @@ class CheckpointHandle:
         return self.preempted or elapsed >= self._settings.interval_s
 
     def exit_if_preempted(self) -> None:
-        """Raise `Preempted` if a preemption signal arrived; call it right after `save`."""
+        """Raise `Preempted` if a preemption signal arrived (`save()` calls it by default)."""
         if not self.preempted:
             return
         latest = self.latest
@@ -266,6 +256,8 @@ class CheckpointHandle:
         where = f"{self.key.describe()} at {self._folder.base}"
         try:
             raw = self._folder.read_manifest()
+        except LinkRefused as exc:
+            raise CheckpointError(f"reading {self.key.describe()}: {exc}") from exc
         except OSError as exc:
             raise CheckpointError(f"cannot read checkpoints of {where}: {exc}") from exc
         if raw is None:
@@ -299,6 +291,8 @@ class CheckpointHandle:
                 )
             try:
                 value = read(commit)
+            except LinkRefused as exc:
+                raise CheckpointError(f"reading {self.key.describe()}: {exc}") from exc
             except _CORRUPT as exc:
                 self._bad.add(commit.id)
                 self._log.warning(
@@ -364,6 +358,8 @@ class CheckpointHandle:
             older = [c for c in base.commits if c.id not in self._bad]
             manifest = Manifest(self.key.fingerprint, (commit, *older[: self._settings.keep - 1]))
             self._folder.replace_manifest(manifest.to_json())
+        except LinkRefused as exc:
+            raise CheckpointError(f"saving {self.key.describe()}: {exc}") from exc
         except OSError as exc:
             raise CheckpointError(
                 f"saving checkpoint of {self.key.describe()} to {self._folder.base} failed: "
@@ -375,6 +371,8 @@ class CheckpointHandle:
             self._folder.remove_commits_except({c.id for c in manifest.commits})
         except OSError as exc:
             self._log.warning(f"could not delete old checkpoints of {self.key.describe()}: {exc}")
+        if self._settings.stop_after_preempted_save:
+            self.exit_if_preempted()
         return commit
 
 

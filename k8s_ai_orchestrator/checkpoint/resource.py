@@ -20,6 +20,7 @@ from typing import Any
 import fsspec
 from dagster import ConfigurableResource, InitResourceContext
 from fsspec import AbstractFileSystem
+from fsspec.implementations.local import LocalFileSystem
 from pydantic import Field, PrivateAttr
 
 from ..errors import CheckpointError
@@ -65,6 +66,11 @@ class CheckpointStore(ConfigurableResource):  # type: ignore[misc]
     handle_signals: bool = Field(
         default=True,
         description="Turn SIGTERM/SIGUSR2 into a save-then-exit notice (see docs/checkpoints.md)",
+    )
+    stop_after_preempted_save: bool = Field(
+        default=True,
+        description="After a preemption notice, save() commits and then raises Preempted; "
+        "False lets a step finish its unit of work and call exit_if_preempted() itself",
     )
     storage_options: dict[str, Any] = Field(
         default_factory=dict,
@@ -115,10 +121,11 @@ class CheckpointStore(ConfigurableResource):  # type: ignore[misc]
             keep=self.keep,
             interval_s=self.interval_s,
             clear_on_success=self.clear_on_success,
+            stop_after_preempted_save=self.stop_after_preempted_save,
             attempt=StepEnv.current().attempt,
             run_id=run_id,
         )
-        folder = KeyFolder(fs, f"{base}/{key.relative_path()}")
+        folder = KeyFolder(fs, f"{base}/{key.relative_path()}", root=base)
         handle = CheckpointHandle(
             folder,
             key,
@@ -141,12 +148,37 @@ class CheckpointStore(ConfigurableResource):  # type: ignore[misc]
         return self._fs, self._base
 
     def _check_settings(self) -> None:
+        _check_root(self.root)
         if self.keep < 1:
             raise CheckpointError(f"CheckpointStore keep={self.keep}: keep at least 1 commit")
         if not self.interval_s > 0:
             raise CheckpointError(
                 f"CheckpointStore interval_s={self.interval_s}: use a number of seconds > 0"
             )
+
+
+def _check_root(root: str) -> None:
+    """Refuse a root that each process would resolve against its own working directory."""
+    hint = (
+        "use an absolute path such as 'file:///data/checkpoints' or a remote URL such as "
+        "'s3://bucket/checkpoints'"
+    )
+    if not root.strip():
+        raise CheckpointError(f"CheckpointStore root={root!r} is empty; {hint}")
+    if any(ord(char) < 32 or ord(char) == 127 for char in root):
+        raise CheckpointError(
+            f"CheckpointStore root={root!r} contains a control character (newline, tab, NUL, "
+            f"...); {hint}"
+        )
+    protocol, sep, rest = root.partition("://")
+    if sep and protocol not in ("file", "local"):
+        return  # a remote URL (s3://, gs://, memory://): the same place for every process
+    if not (rest if sep else root).startswith("/"):
+        raise CheckpointError(
+            f"CheckpointStore root={root!r} is a relative path: every process would resolve it "
+            "against its own working directory, so a step relaunched on another pod or node "
+            f"would never find its checkpoints; {hint}"
+        )
 
 
 def _connect(root: str, options: dict[str, Any]) -> tuple[AbstractFileSystem, str]:
@@ -163,6 +195,8 @@ def _connect(root: str, options: dict[str, Any]) -> tuple[AbstractFileSystem, st
             f"CheckpointStore root={root!r}: unknown protocol {protocol!r}; use file://, "
             "s3:// or memory:// (or another fsspec protocol whose driver is installed)"
         ) from exc
+    if isinstance(fs, LocalFileSystem):  # a root that is a link is resolved once, here
+        base = os.path.realpath(base)
     return fs, str(base).rstrip("/") or "/"
 
 

@@ -16,10 +16,34 @@ from __future__ import annotations
 
 import signal
 import threading
+from collections.abc import Mapping
 from types import FrameType
 from typing import Any
 
+from dagster import Failure
+
+from ..errors import CheckpointError
+
 PREEMPTION_SIGNALS: tuple[signal.Signals, ...] = (signal.SIGTERM, signal.SIGUSR2)
+
+
+class Preempted(CheckpointError, Failure):
+    """The step was told it is being preempted and stopped after saving its checkpoint.
+
+    A Dagster `Failure` with `allow_retries=False`: the step's own `RetryPolicy` is not spent;
+    the backend reports the attempt as preempted and the executor relaunches the step, which
+    resumes from the checkpoint.
+
+    Example:
+        >>> raise Preempted("asset mosaic got SIGTERM")  # doctest: +IGNORE_EXCEPTION_DETAIL
+        Traceback (most recent call last):
+        Preempted: asset mosaic got SIGTERM
+    """
+
+    transient = True
+
+    def __init__(self, description: str, metadata: Mapping[str, Any] | None = None) -> None:
+        Failure.__init__(self, description=description, metadata=metadata, allow_retries=False)
 
 
 class PreemptionWatch:

@@ -2,6 +2,8 @@
 
 On a local filesystem data files and the manifest are fsync'ed and the manifest is replaced by
 an atomic rename; on object stores (`s3://`, `memory://`) one whole-object write is atomic.
+Below the store's root nothing is ever reached through a symbolic link: a link anywhere on the
+way to a file or folder stops the read, write or prune with `LinkRefused` before it acts.
 
 Example:
     >>> import fsspec
@@ -14,6 +16,8 @@ from __future__ import annotations
 
 import hashlib
 import os
+import shutil
+import stat
 import uuid
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -88,16 +92,47 @@ class ChecksumMismatch(Exception):
     """A data file does not match the sha256 its commit recorded."""
 
 
-class KeyFolder:
-    """The files of one checkpoint key, relative to `base` on `fs`."""
+class LinkRefused(OSError):
+    """A path below the store root is a symbolic link; nothing was read, written or deleted."""
 
-    def __init__(self, fs: AbstractFileSystem, base: str) -> None:
+
+class KeyFolder:
+    """The files of one checkpoint key, relative to `base` on `fs`.
+
+    `root` is the store's root (default: `base` itself); on a local disk every path from the
+    root down is checked to be no symbolic link before it is used.
+    """
+
+    def __init__(self, fs: AbstractFileSystem, base: str, root: str | None = None) -> None:
         self.fs = fs
         self.base = base.rstrip("/")
+        self.root = (root or base).rstrip("/") or "/"
         self.local = isinstance(fs, LocalFileSystem)
 
     def path(self, rel: str) -> str:
         return f"{self.base}/{rel}"
+
+    def _unlinked(self, path: str) -> str:
+        """`path`, after checking that no component below the root is a symbolic link."""
+        if not self.local:
+            return path
+        prefix = self.root.rstrip("/") + "/"
+        if not path.startswith(prefix):
+            raise LinkRefused(f"{path} is outside the store root {self.root}")
+        current = self.root.rstrip("/")
+        for part in path[len(prefix) :].split("/"):
+            current = f"{current}/{part}"
+            try:
+                mode = os.lstat(current).st_mode
+            except FileNotFoundError:
+                return path  # nothing below a missing component exists yet
+            if stat.S_ISLNK(mode):
+                raise LinkRefused(
+                    f"{current} is a symbolic link (to {os.readlink(current)!r}); checkpoints "
+                    f"never follow links below the store root {self.root}: remove the link "
+                    "and point the store's root at the real folder instead"
+                )
+        return path
 
     def write_file(self, rel: str, produce: Callable[[HashingSink], object]) -> CommitFile:
         """Create `rel` with what `produce` writes into the sink; durable once this returns."""
@@ -133,7 +168,7 @@ class KeyFolder:
         return data
 
     def _map(self, cf: CommitFile) -> pa.Buffer:
-        path = self.path(cf.path)
+        path = self._unlinked(self.path(cf.path))
         if self.local:
             return pa.memory_map(path, "r").read_buffer()
         return pa.py_buffer(self.fs.cat_file(path))
@@ -141,7 +176,8 @@ class KeyFolder:
     def download_verified(self, cf: CommitFile, local_path: str) -> None:
         """Copy one data file to a local path, checking size and checksum as it streams."""
         digest, size = hashlib.sha256(), 0
-        with self.fs.open(self.path(cf.path), "rb") as src, open(local_path, "wb") as dst:
+        source = self._unlinked(self.path(cf.path))
+        with self.fs.open(source, "rb") as src, open(local_path, "wb") as dst:
             while chunk := src.read(CHUNK):
                 digest.update(chunk)
                 dst.write(chunk)
@@ -150,13 +186,13 @@ class KeyFolder:
 
     def read_manifest(self) -> bytes | None:
         try:
-            return bytes(self.fs.cat_file(self.path(MANIFEST)))
+            return bytes(self.fs.cat_file(self._unlinked(self.path(MANIFEST))))
         except FileNotFoundError:
             return None
 
     def replace_manifest(self, content: bytes) -> None:
         """Atomically make `content` the manifest: the commit point of a save."""
-        target = self.path(MANIFEST)
+        target = self._unlinked(self.path(MANIFEST))
         if not self.local:
             self.fs.pipe_file(target, content)
             return
@@ -167,8 +203,14 @@ class KeyFolder:
         _fsync_dir(self.base)
 
     def remove_commits_except(self, keep_ids: set[str]) -> None:
-        """Delete every `data/<id>` not in `keep_ids` (old commits and half-written ones)."""
-        data = self.path("data")
+        """Delete every `data/<id>` not in `keep_ids` (old commits and half-written ones).
+
+        On a local disk a commit folder that is a link is unlinked, never followed.
+        """
+        data = self._unlinked(self.path("data"))
+        if self.local:
+            _remove_local_except(data, keep_ids)
+            return
         try:
             entries = self.fs.ls(data, detail=False, refresh=True)
         except FileNotFoundError:
@@ -178,8 +220,12 @@ class KeyFolder:
                 self.fs.rm(entry, recursive=True)
 
     def remove_all(self) -> None:
-        if self.fs.exists(self.base):
-            self.fs.rm(self.base, recursive=True)
+        base = self._unlinked(self.base)
+        if self.local:
+            if os.path.lexists(base):
+                shutil.rmtree(base)
+        elif self.fs.exists(base):
+            self.fs.rm(base, recursive=True)
 
     @contextmanager
     def _open_write(self, path: str) -> Iterator[IO[bytes]]:
@@ -188,10 +234,13 @@ class KeyFolder:
             with self.fs.open(path, "wb") as f:
                 yield f
             return
+        self._unlinked(path)
         parent = os.path.dirname(path)
         new_dir = not os.path.isdir(parent)
         os.makedirs(parent, exist_ok=True)
-        with open(path, "wb", buffering=0) as f:
+        self._unlinked(path)  # nothing turned into a link while the folders were made
+        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW
+        with open(os.open(path, flags, 0o644), "wb", buffering=0) as f:
             yield f  # type: ignore[misc]
             os.fsync(f.fileno())
         if new_dir:
@@ -205,6 +254,20 @@ def _verify(cf: CommitFile, size: int, digest: str) -> None:
             f"{cf.path}: expected {cf.size} bytes with sha256 {cf.sha256[:12]}…, "
             f"found {size} bytes with sha256 {digest[:12]}…"
         )
+
+
+def _remove_local_except(data: str, keep_ids: set[str]) -> None:
+    try:
+        entries = list(os.scandir(data))
+    except FileNotFoundError:
+        return
+    for entry in entries:
+        if entry.name in keep_ids:
+            continue
+        if entry.is_dir(follow_symlinks=False):
+            shutil.rmtree(entry.path)  # removes links inside without following them
+        else:
+            os.unlink(entry.path)
 
 
 def _fsync_dir(path: str) -> None:

@@ -3,14 +3,24 @@
 from __future__ import annotations
 
 import json
+import logging
 import signal
 import subprocess
 import threading
 from pathlib import Path
 
+import fsspec
 import pytest
 
-from k8s_ai_orchestrator.checkpoint import CheckpointStore, Preempted
+from k8s_ai_orchestrator.checkpoint import (
+    CheckpointHandle,
+    CheckpointKey,
+    CheckpointStore,
+    HandleSettings,
+    Preempted,
+)
+from k8s_ai_orchestrator.checkpoint.signals import PreemptionWatch
+from k8s_ai_orchestrator.checkpoint.storage import KeyFolder
 from k8s_ai_orchestrator.errors import CheckpointError
 from tests.support import FakeClock
 
@@ -87,7 +97,7 @@ def test_closing_the_last_handle_gives_back_the_previous_handlers(tmp_path: Path
 
 
 @pytest.mark.parametrize("sig", ["SIGTERM", "SIGUSR2"])
-def test_a_preemption_signal_makes_due_true_at_once_and_the_step_saves_then_exits(
+def test_a_preemption_signal_makes_due_true_at_once_and_the_next_save_commits_then_stops(
     tmp_path: Path, sig: str
 ) -> None:
     root = f"file://{tmp_path}/ckpt"
@@ -125,3 +135,72 @@ def test_every_step_of_an_in_process_run_gets_the_save_then_exit_contract(tmp_pa
         "error_class": "Preempted",
         "sigusr2_given_back": True,
     }
+
+
+def notified_handle(
+    tmp_path: Path, *, stop_after_preempted_save: bool = True
+) -> tuple[CheckpointHandle, PreemptionWatch]:
+    """A handle on its own watch, so a test can deliver a notice without a real signal."""
+    fs = fsspec.filesystem("file")
+    settings = HandleSettings(stop_after_preempted_save=stop_after_preempted_save)
+    watch = PreemptionWatch()
+    folder = KeyFolder(fs, f"{tmp_path}/keys/loop/unpartitioned", root=str(tmp_path))
+    handle = CheckpointHandle(
+        folder,
+        CheckpointKey(("loop",), namespace="keys"),
+        settings,
+        log=logging.getLogger("test"),
+        watch=watch,
+        install_signals=False,
+    )
+    return handle, watch
+
+
+def test_save_after_a_preemption_notice_commits_then_stops_the_step(tmp_path: Path) -> None:
+    ckpt, watch = notified_handle(tmp_path)
+    ckpt.save({"unit": 1}, progress=1)
+    watch.notify(signal.SIGTERM)
+
+    with pytest.raises(Preempted, match=r"key loop received SIGTERM and stopped \(checkpoint "):
+        ckpt.save({"unit": 2}, progress=2)
+
+    reopened = CheckpointStore(root=f"file://{tmp_path}", handle_signals=False).open("loop")
+    assert reopened.load() == {"unit": 2}
+
+
+def test_save_dir_after_a_preemption_notice_also_stops_the_step(tmp_path: Path) -> None:
+    ckpt, watch = notified_handle(tmp_path / "root")
+    (tmp_path / "model").mkdir()
+    (tmp_path / "model" / "weights.bin").write_bytes(b"w")
+    watch.notify(signal.SIGUSR2)
+
+    with pytest.raises(Preempted, match="received SIGUSR2"):
+        ckpt.save_dir(tmp_path / "model", progress=7)
+
+    assert ckpt.latest is not None and ckpt.latest.progress == 7
+
+
+def test_stop_after_preempted_save_false_lets_the_step_finish_its_unit(tmp_path: Path) -> None:
+    ckpt, watch = notified_handle(tmp_path, stop_after_preempted_save=False)
+    watch.notify(signal.SIGTERM)
+
+    ckpt.save({"unit": 1}, progress=1)
+    ckpt.save({"unit": 2}, progress=2)
+
+    with pytest.raises(Preempted, match=r"progress 2\)"):
+        ckpt.exit_if_preempted()
+
+
+def test_the_opted_out_loop_runs_to_its_end_then_stops(tmp_path: Path) -> None:
+    root = f"file://{tmp_path}/ckpt"
+    done = subprocess.run(
+        [*program("self_signal.py"), root, "SIGTERM", "1", "run-on"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+    assert done.returncode == 3, done.stderr
+    assert done.stdout.splitlines()[:2] == ["finished 9", "saved 9"]
+    reopened = CheckpointStore(root=root, handle_signals=False).open("self-signal")
+    assert reopened.load() == {"unit": 9}

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -16,6 +17,7 @@ from k8s_ai_orchestrator.backends.base import LaunchRequest
 from k8s_ai_orchestrator.backends.slurm import SlurmConfig, batch_job, render_script
 from k8s_ai_orchestrator.errors import SubmitError
 from k8s_ai_orchestrator.spec import ComputeSpec, GiB
+from k8s_ai_orchestrator.stepenv import SLURM_FAILED_MARKER as MARKER
 
 GOLDEN = Path(__file__).parent / "golden"
 HOSTILE = "x'\"; touch /tmp/pwned; $(touch /tmp/pwned) `id`\nrm -rf / #"
@@ -105,4 +107,53 @@ def test_environment_names_a_shell_cannot_export_are_refused() -> None:
 
 def test_a_gpu_type_that_could_add_sbatch_options_is_refused() -> None:
     with pytest.raises(SubmitError, match="step 'train': gpu_type=.* is not a Slurm GRES type"):
-        batch_job(request(gpu=1, gpu_type="a100\n#SBATCH --uid=0"), SlurmConfig())
+        batch_job(request(gpu=1, gpu_type="a100 --uid=0"), SlurmConfig())
+
+
+@pytest.mark.parametrize("gpu_type", ["a100\n", "a100\n#SBATCH --uid=0", "a100\r"])
+def test_a_gpu_type_with_a_line_break_is_refused_even_a_trailing_one(gpu_type: str) -> None:
+    with pytest.raises(SubmitError, match=r"gpu_type=.* contains a control character \(U\+000"):
+        batch_job(request(gpu=1, gpu_type=gpu_type), SlurmConfig())
+
+
+def run_script_here(
+    tmp_path: Path, step: str, *, stale_marker: bool = False
+) -> subprocess.CompletedProcess[str]:
+    """Run the generated script with bash outside Slurm, with `step` as the step process."""
+    job = batch_job(request(), SlurmConfig(workdir=str(tmp_path)))
+    job = replace(job, command=("bash", "-c", step))
+    Path(job.job_dir).mkdir(parents=True)
+    if stale_marker:
+        Path(job.job_dir, MARKER).write_text("gang rank 0 of 2 failed in attempt 0\n")
+    env = {"PATH": os.environ["PATH"], "SLURM_JOB_ID": "7"}
+    return subprocess.run(
+        ["bash", "-c", render_script(job), "job"], env=env, text=True, capture_output=True,
+        timeout=30, cwd=job.job_dir,
+    )  # fmt: skip
+
+
+def test_a_step_that_exits_0_after_leaving_the_failed_marker_makes_the_job_exit_1(
+    tmp_path: Path,
+) -> None:
+    done = run_script_here(
+        tmp_path, f'echo "gang rank 1 of 2 failed on n2: boom" > "$K8S_AI_SLURM_JOB_DIR/{MARKER}"'
+    )
+
+    assert done.returncode == 1
+    assert "k8s_ai: gang rank 1 of 2 failed on n2: boom; the job exits 1" in done.stderr
+
+
+def test_a_stale_failed_marker_from_an_earlier_attempt_is_removed_before_the_step_starts(
+    tmp_path: Path,
+) -> None:
+    done = run_script_here(
+        tmp_path, f'test ! -e "$K8S_AI_SLURM_JOB_DIR/{MARKER}"', stale_marker=True
+    )
+
+    assert done.returncode == 0, done.stderr
+
+
+def test_a_step_that_fails_keeps_its_own_exit_code(tmp_path: Path) -> None:
+    done = run_script_here(tmp_path, f'touch "$K8S_AI_SLURM_JOB_DIR/{MARKER}"; exit 5')
+
+    assert done.returncode == 5

@@ -50,6 +50,23 @@ def test_a_failing_rank_fails_the_step_with_its_traceback_and_stops_the_others(
     assert "ValueError: rank 1 found a corrupt shard" in log
 
 
+def test_a_failed_gang_fails_the_slurm_job_even_when_the_step_process_exits_0(
+    backend: SlurmBackend, cluster: LocalSlurmCluster
+) -> None:
+    request = launch_request(
+        program("gang_step.py", "fail_on_rank_one"), env={"GANG_ERROR_EXIT": "0"}
+    )
+    handle = backend.submit(request)
+
+    status = wait_for_status(backend, handle, lambda s: s.is_terminal, timeout_s=150)
+
+    assert status.state is StepState.FAILED, backend.logs(handle)
+    assert status.exit_code == 1
+    assert "k8s_ai: gang rank 1 of 2 failed" in backend.logs(handle)
+    job = cluster.run(["scontrol", "show", "job", "-o", handle.job_id]).stdout
+    assert "JobState=FAILED" in job and "ExitCode=1:0" in job
+
+
 def test_a_gang_past_its_timeout_is_stopped_and_fails_the_step(
     backend: SlurmBackend, cluster: LocalSlurmCluster
 ) -> None:

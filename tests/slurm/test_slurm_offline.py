@@ -116,7 +116,7 @@ def test_the_cli_over_ssh_is_the_same_commands_behind_a_prefix() -> None:
     CliTransport(config, fake).cancel("42")
 
     assert fake.calls == [
-        ["ssh", "-o", "BatchMode=yes", "login1", "SLURM_CONF=/etc/slurm/prod.conf scancel 42"]
+        ["ssh", "-o", "BatchMode=yes", "--", "login1", "SLURM_CONF=/etc/slurm/prod.conf scancel 42"]
     ]
 
 

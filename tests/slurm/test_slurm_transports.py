@@ -67,6 +67,26 @@ def test_hostile_step_key_run_id_env_and_arguments_run_nothing(
     assert unquote(comment.split("step=")[1].split(",")[0]) == f"train[{value}]"
 
 
+def test_a_workdir_with_quotes_hash_and_hetjob_reaches_sbatch_intact(
+    cluster: LocalSlurmCluster, tmp_path: Path
+) -> None:
+    workdir = cluster.workdir / 'it\'s#1"hetjob"'
+    config = SlurmConfig(workdir=str(workdir), slurm_conf=str(cluster.conf_path))
+    backend = SlurmBackend(config, rss_sample_interval_s=0)
+    out = tmp_path / "argv.json"
+
+    handle = backend.submit(
+        launch_request(program("argv_step.py", str(out), "ran"), step_key="hetjob_train")
+    )
+    status = wait_for_status(backend, handle, lambda s: s.is_terminal)
+
+    assert status.state is StepState.SUCCEEDED, backend.logs(handle)
+    job = cluster.run(["scontrol", "show", "job", "-o", handle.job_id]).stdout
+    assert f"WorkDir={workdir}/" in job
+    assert "JobName=k8sai." in job and "hetjob_train" in job
+    assert json.loads(out.read_text())["argv"] == ["ran"]
+
+
 def test_rest_transport_runs_a_two_node_step(rest_backend: SlurmBackend) -> None:
     handle = rest_backend.submit(launch_request(["bash", "-c", "echo on $SLURM_JOB_NUM_NODES"]))
 

@@ -5,7 +5,7 @@ an SSH login node is only a command prefix.
 
 Example:
     >>> CliTransport(SlurmConfig(ssh_host="login1")).argv(["squeue"])
-    ['ssh', '-o', 'BatchMode=yes', 'login1', 'squeue']
+    ['ssh', '-o', 'BatchMode=yes', '--', 'login1', 'squeue']
 """
 
 from __future__ import annotations
@@ -84,7 +84,7 @@ class CliTransport:
         remote = shlex.join(argv)
         if self.config.slurm_conf:
             remote = f"SLURM_CONF={shlex.quote(self.config.slurm_conf)} {remote}"
-        return ["ssh", "-o", "BatchMode=yes", self.config.ssh_host, remote]
+        return ["ssh", "-o", "BatchMode=yes", "--", self.config.ssh_host, remote]
 
     def _run(self, argv: Sequence[str], stdin: str | None = None) -> CommandResult:
         try:

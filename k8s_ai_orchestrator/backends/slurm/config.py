@@ -17,6 +17,7 @@ from ...errors import ConfigError
 
 TRANSPORTS = ("cli", "rest")
 _SLURM_WORD = re.compile(r"^[A-Za-z0-9_.,+-]+$")
+_SSH_HOST = re.compile(r"^(?:[A-Za-z0-9_.][A-Za-z0-9_.+-]*@)?[A-Za-z0-9_\[][A-Za-z0-9_.:\[\]-]*\Z")
 _TIME_LIMIT = re.compile(r"^(?:(\d+)-)?(\d+)(?::(\d+))?(?::(\d+))?$")
 
 
@@ -59,19 +60,41 @@ class SlurmConfig:
                     f"slurm.{name}={value!r} is not a Slurm name: use letters, digits, '_', "
                     "'.', '-', ','"
                 )
-        if not self.workdir.startswith("/") or re.search(r"[\s%]", self.workdir):
+        if not self.workdir.startswith("/") or re.search(r"[\s%\\\x00-\x1f\x7f]", self.workdir):
             raise ConfigError(
-                f"slurm.workdir={self.workdir!r} must be an absolute path without whitespace "
-                "or '%' on a filesystem every node mounts"
+                f"slurm.workdir={self.workdir!r} must be an absolute path without whitespace, "
+                "control characters, '%' or '\\' (sbatch cannot carry them in --output) on a "
+                "filesystem every node mounts"
+            )
+        if self.ssh_host and not _SSH_HOST.match(self.ssh_host):
+            why = "is not a host name"
+            if self.ssh_host.startswith("-"):
+                why = "starts with '-', so ssh would read it as an option"
+            raise ConfigError(
+                f"slurm.ssh_host={self.ssh_host!r} {why}: use [user@]host with letters, "
+                "digits, '.', '_', '-' (not first), ':' or '[]' (an IPv6 address)"
             )
         if self.transport == "rest" and not (self.rest_url and self.rest_user and self.rest_token):
             raise ConfigError(
                 "slurm.transport='rest' needs rest_url, rest_user and rest_token "
                 "(create a token with `scontrol token username=<user>`)"
             )
-        if self.grace_period_s < 0:
-            raise ConfigError(f"slurm.grace_period_s={self.grace_period_s!r} must be >= 0")
-        self.time_limit_minutes()
+        self._check_grace_period()
+
+    def _check_grace_period(self) -> None:
+        grace, limit = self.grace_period_s, self.time_limit_minutes()
+        if isinstance(grace, bool) or not isinstance(grace, int | float) or grace < 0:
+            raise ConfigError(
+                f"slurm.grace_period_s={grace!r} is not allowed: give a number of seconds >= 0 "
+                "(USR2 this long before the time limit)"
+            )
+        if limit is not None and grace >= limit * 60:
+            raise ConfigError(
+                f"slurm.grace_period_s={grace!r} must be shorter than slurm.time_limit="
+                f"{self.time_limit!r} ({limit * 60}s), or the job signals itself to checkpoint "
+                "as soon as it starts and a preemptible step requeues forever; lower "
+                "grace_period_s or raise time_limit"
+            )
 
     def time_limit_minutes(self) -> int | None:
         """`time_limit` in whole minutes (rounded up), or None for the partition default.

@@ -2,6 +2,9 @@
 
 Every user-controlled value (step key, run id, environment, command line) reaches the script
 either through `shlex.quote` or after reduction to a safe character set; nothing is pasted.
+An `#SBATCH` value is refused when sbatch's line parser cannot carry it (a control character
+such as a newline), and is otherwise double-quoted and escaped when it holds a character that
+parser reads specially (whitespace, quotes, backslash, `#`).
 
 Example:
     >>> safe_name("train[part=2024-01-01]; rm -rf /")
@@ -14,6 +17,7 @@ import hashlib
 import math
 import re
 import shlex
+import unicodedata
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import PurePosixPath
@@ -21,14 +25,18 @@ from typing import Any
 from urllib.parse import quote
 
 from ...errors import SubmitError
-from ...stepenv import SLURM_JOB_DIR
+from ...stepenv import SLURM_FAILED_MARKER, SLURM_JOB_DIR
 from ..base import LaunchRequest
 from .config import SlurmConfig
 
 MiB = 1024**2
 _UNSAFE = re.compile(r"[^A-Za-z0-9_.-]")
-_GRES_TYPE = re.compile(r"^[A-Za-z0-9_.-]+$")
-_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_GRES_TYPE = re.compile(r"^[A-Za-z0-9_.-]+\Z")
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*\Z")
+_SBATCH_SPECIAL = re.compile(r"""[\s"'\\#]""")  # what sbatch's #SBATCH parser reads specially
+_SBATCH_ESCAPED = re.compile(r"""(["'\\#])""")  # escaped with a backslash inside the quotes
+_SBATCH_BLANKED = re.compile(r"(het|pack)(job)", re.IGNORECASE)
+_NAME_FIELDS = ("partition", "account", "gpu_type")  # Slurm names: never an option-like '-x'
 
 
 def safe_name(text: str, limit: int = 60) -> str:
@@ -73,7 +81,23 @@ class BatchJob:
         return f"gpu:{kind}{self.gpus_per_node}"
 
     def directives(self) -> list[str]:
-        """The sbatch options, one per `#SBATCH` line."""
+        """The sbatch options, one per `#SBATCH` line, values escaped for sbatch's parser."""
+        check_header_values(self.header_values(), f"batch job {self.name!r}")
+        return [_escape_directive(option) for option in self._options()]
+
+    def header_values(self) -> dict[str, str | None]:
+        """The free-text values that reach `#SBATCH` lines, by field name."""
+        return {
+            "job name": self.name,
+            "comment": self.comment,
+            "partition": self.partition,
+            "account": self.account,
+            "gpu_type": self.gpu_type,
+            "workdir": self.job_dir,
+            "output": self.output_path,
+        }
+
+    def _options(self) -> list[str]:
         options = [
             f"--job-name={self.name}",
             f"--comment={self.comment}",
@@ -100,8 +124,57 @@ class BatchJob:
         return options
 
 
+def check_header_values(values: Mapping[str, str | None], where: str) -> None:
+    """Refuse a value sbatch's `#SBATCH` line parser cannot carry (the fix is in the message).
+
+    Example:
+        >>> try:
+        ...     check_header_values({"partition": "gpu\\n#SBATCH --uid=0"}, "step 'train'")
+        ... except SubmitError as refusal:
+        ...     print(str(refusal).split(" that ")[0])
+        step 'train': partition='gpu\\n#SBATCH --uid=0' contains a control character (U+000A)
+    """
+    for field, value in values.items():
+        bad = None if value is None else _control_character(value)
+        if bad is not None:
+            raise SubmitError(
+                f"{where}: {field}={value!r} contains a control character "
+                f"(U+{ord(bad):04X}) that an #SBATCH line cannot carry; remove it from the "
+                "step's compute(...) tags or the executor's slurm config"
+            )
+        if field in _NAME_FIELDS and value and value.startswith("-"):
+            raise SubmitError(
+                f"{where}: {field}={value!r} starts with '-', which Slurm names never do; "
+                "use the name that sinfo, sacctmgr or gres.conf lists"
+            )
+
+
+def _control_character(text: str) -> str | None:
+    """The first character of `text` that is a control, format or line/paragraph separator."""
+    for char in text:
+        if unicodedata.category(char) in ("Cc", "Cf", "Cs", "Co", "Cn", "Zl", "Zp"):
+            return char
+    return None
+
+
+def _escape_directive(option: str) -> str:
+    """`--name=value`, the value double-quoted when it holds whitespace, a quote, a backslash,
+    `#` or the words `hetjob` / `packjob` (which sbatch blanks out of any `#SBATCH` line).
+
+    Inside the quotes `"`, `'`, `\\` and `#` are escaped with a backslash, and so is the `j` of
+    hetjob / packjob; sbatch removes the quotes and escapes again (src/sbatch/opt.c).
+    """
+    name, sep, value = option.partition("=")
+    if not (_SBATCH_SPECIAL.search(value) or _SBATCH_BLANKED.search(value)):
+        return option
+    escaped = _SBATCH_ESCAPED.sub(r"\\\1", value)
+    escaped = _SBATCH_BLANKED.sub(r"\1\\\2", escaped)
+    return f'{name}{sep}"{escaped}"'
+
+
 def batch_job(request: LaunchRequest, config: SlurmConfig) -> BatchJob:
-    """The batch job for one step attempt."""
+    """The batch job for one step attempt; refuses what an `#SBATCH` line cannot carry."""
+    _check_request(request, config)
     spec = request.spec
     job_dir = PurePosixPath(config.workdir, safe_name(request.run_id), safe_name(request.step_key))
     env = dict(request.env)
@@ -148,6 +221,25 @@ def batch_job(request: LaunchRequest, config: SlurmConfig) -> BatchJob:
     )
 
 
+def _check_request(request: LaunchRequest, config: SlurmConfig) -> None:
+    """What the config and the step's tags must satisfy before a script is written."""
+    where = f"step '{request.step_key}'"
+    check_header_values(
+        {
+            "gpu_type": request.spec.gpu_type,
+            "slurm.partition": config.partition,
+            "slurm.account": config.account,
+            "slurm.workdir": config.workdir,
+        },
+        where,
+    )
+    if "\\" in config.workdir:
+        raise SubmitError(
+            f"{where}: slurm.workdir={config.workdir!r} contains a backslash, which Slurm "
+            "removes from --output paths (the log would land elsewhere); use a path without '\\'"
+        )
+
+
 def _gpu_type(request: LaunchRequest) -> str | None:
     gpu_type = request.spec.gpu_type
     if gpu_type is not None and not _GRES_TYPE.match(gpu_type):
@@ -169,7 +261,11 @@ def _self_signal_after(config: SlurmConfig) -> int | None:
 # runs while it works; `wait` returns early (status > 128) whenever a trapped signal arrives.
 # After USR2 a preemptible step has half the grace period to save its checkpoint; unless it
 # finished successfully by then, the job is requeued (which stops the step if still running).
+# A step process that exits 0 although the step failed (Dagster's does, after recording the
+# failure) leaves the failed-marker file behind (Gang.run writes it when a rank failed); the job
+# then exits 1, so that sacct shows FAILED rather than COMPLETED.
 _BODY = """\
+rm -f -- "$k8s_ai_failed"
 k8s_ai_usr2=0
 k8s_ai_step=""
 trap 'k8s_ai_usr2=1; kill -USR2 "$k8s_ai_step" 2>/dev/null' USR2
@@ -195,6 +291,10 @@ if [ "$k8s_ai_usr2" = 1 ] && [ "$k8s_ai_requeue" = 1 ] && [ "$k8s_ai_rc" != 0 ];
     echo "k8s_ai: requeueing job $SLURM_JOB_ID after the checkpoint window" >&2
     scontrol requeue "$SLURM_JOB_ID"
 fi
+if [ "$k8s_ai_rc" = 0 ] && [ -e "$k8s_ai_failed" ]; then
+    echo "k8s_ai: $(head -c 2000 "$k8s_ai_failed"); the job exits 1" >&2
+    k8s_ai_rc=1
+fi
 exit "$k8s_ai_rc"
 """
 
@@ -207,6 +307,8 @@ def render_script(job: BatchJob) -> str:
     lines += [f"export {name}={shlex.quote(value)}" for name, value in job.env]
     lines.append(f"k8s_ai_requeue={1 if job.requeue else 0}")
     lines.append(f"k8s_ai_save_s={max(1, job.signal_lead_s // 2)}")
+    marker = PurePosixPath(job.job_dir, SLURM_FAILED_MARKER)
+    lines.append(f"k8s_ai_failed={shlex.quote(str(marker))}")
     timer = ""
     if job.self_signal_after_s is not None:
         timer = f"(sleep {job.self_signal_after_s}; kill -USR2 $$) &\n"

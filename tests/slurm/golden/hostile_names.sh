@@ -16,6 +16,8 @@ rm -rf / #'
 export K8S_AI_SLURM_JOB_DIR=/shared/k8s_ai/x____touch__tmp_pwned____touch__tmp_pwned___id__rm_-258c4e69/train_x____touch__tmp_pwned____touch__tmp_pwned___i-a2804c1e
 k8s_ai_requeue=0
 k8s_ai_save_s=15
+k8s_ai_failed=/shared/k8s_ai/x____touch__tmp_pwned____touch__tmp_pwned___id__rm_-258c4e69/train_x____touch__tmp_pwned____touch__tmp_pwned___i-a2804c1e/k8s_ai_step_failed
+rm -f -- "$k8s_ai_failed"
 k8s_ai_usr2=0
 k8s_ai_step=""
 trap 'k8s_ai_usr2=1; kill -USR2 "$k8s_ai_step" 2>/dev/null' USR2
@@ -40,5 +42,9 @@ done
 if [ "$k8s_ai_usr2" = 1 ] && [ "$k8s_ai_requeue" = 1 ] && [ "$k8s_ai_rc" != 0 ]; then
     echo "k8s_ai: requeueing job $SLURM_JOB_ID after the checkpoint window" >&2
     scontrol requeue "$SLURM_JOB_ID"
+fi
+if [ "$k8s_ai_rc" = 0 ] && [ -e "$k8s_ai_failed" ]; then
+    echo "k8s_ai: $(head -c 2000 "$k8s_ai_failed"); the job exits 1" >&2
+    k8s_ai_rc=1
 fi
 exit "$k8s_ai_rc"
