@@ -46,13 +46,13 @@ def run_two_steps(executor: dict[str, Any]) -> None:
     with tempfile.TemporaryDirectory() as home:
         os.environ["DAGSTER_HOME"] = home
         with DagsterInstance.get() as instance:
-            result = execute_job(
+            with execute_job(
                 repo.get_reconstructable_job("two_steps"),
                 instance=instance,
                 run_config={"execution": {"config": executor}},
-            )
-            assert result.success, executor["backend"]
-            assert result.output_for_node("consume") == 42
+            ) as result:
+                assert result.success, executor["backend"]
+                assert result.output_for_node("consume") == 42
 
 
 def run_on_emulator() -> None:
