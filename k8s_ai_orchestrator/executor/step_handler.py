@@ -39,13 +39,13 @@ from .attempts import StepAttempts
 from .backends import make_backend
 from .relaunch import StepHistory, decide
 from .settings import ExecutorSettings
-from .validation import PlannedStep, RunCheck, check_run
 from .step_events import (
     history_from_events,
     interrupted,
     interrupted_error,
     metadata_values,
 )
+from .validation import PlannedStep, RunCheck, check_run
 
 LOG_TAIL_LINES = 30
 LOG_FORWARD_INTERVAL_S = 1.0  # how often new remote log lines become an engine event
@@ -272,7 +272,13 @@ class AIStepHandler(StepHandler):
             message=f"{reason}: {message}", stack=[], cls_name=reason
         )
         live.own_retry_pending = True
-        return DagsterEvent.step_retry_event(step_context, StepRetryData(error=retry_error))
+        attempt = len(live.history.memory_tried) + 1
+        return DagsterEvent.from_step(
+            DagsterEventType.STEP_UP_FOR_RETRY,
+            step_context,
+            StepRetryData(error=retry_error),
+            message=f"Relaunch, attempt {attempt}: {decision.message}",
+        )
 
     def account_retry(self, key: str, retry: DagsterEvent) -> None:
         """A STEP_UP_FOR_RETRY the step process wrote itself after a preemption signal.

@@ -262,7 +262,9 @@ CASES: dict[str, Case] = {
         change=tenant_b(kubeconfig="/nonexistent/team-b.yaml"),
     ),
     "kubeconfig-garbage": one(
-        ON_B, "tenant 'team-b': cannot load kubeconfig", change=tenant_b(kubeconfig=garbage_kubeconfig)
+        ON_B,
+        "tenant 'team-b': cannot load kubeconfig",
+        change=tenant_b(kubeconfig=garbage_kubeconfig),
     ),
     "vcluster-name-invalid": one(
         ON_B,
@@ -309,7 +311,9 @@ CASES: dict[str, Case] = {
     "larger-than-every-node": one(
         compute("xl"), "step 'bad' (xl", "can never run in tenant 'team-a'", "largest 8"
     ),
-    "gpu-on-a-cluster-without-gpus": one(compute("gpu-1"), "nvidia.com/gpu", "can never run"),
+    "gpu-on-a-cluster-without-gpus": one(
+        compute("gpu-1"), "can never run in tenant 'team-a'", "gpu (needs 1, largest 0)"
+    ),
     "over-the-tenant-quota": one(
         compute(cpu=0.5, memory="2Gi", tenant="team-b"),
         "ResourceQuota 'team-b-quota' allows 1Gi",
@@ -424,17 +428,16 @@ def test_tenant_without_permission_to_create_jobs_is_refused_before_any_step_run
     assert_nothing_submitted(emulator, instance, result.run_id)
 
 
-def test_refused_run_raises_one_error_naming_every_refused_step(
+def test_run_fails_with_one_run_refused_error_naming_every_refused_step_in_plan_order(
     emulator: Any, instance: DagsterInstance, tmp_path: Path
 ) -> None:
-    case = CASES["three-bad-steps-among-good-ones"]
-    config = base_config(emulator)
-    recon = build_reconstructable_job(
-        __name__, bad_run_job.__name__, reconstructable_args=(json.dumps(case.steps),)
+    result, _, run_error = run_case(
+        CASES["three-bad-steps-among-good-ones"], emulator, instance, tmp_path
     )
-    with pytest.raises(RunRefusedError) as refused:
-        execute_job(recon, instance=instance, run_config={"execution": {"config": config}})
 
-    assert sorted(refused.value.problems) == ["elsewhere", "embed", "mosaic"]
-    assert str(refused.value).startswith("3 steps of this run can never run as configured")
-    assert_nothing_submitted(emulator, instance, instance.get_runs()[0].run_id)
+    (run_failure,) = instance.all_logs(result.run_id, of_type=DagsterEventType.RUN_FAILURE)
+    error = run_failure.dagster_event.event_specific_data.error  # type: ignore[union-attr]
+    assert error.cls_name == RunRefusedError.__name__
+    lines = run_error.splitlines()
+    assert lines[0] == "3 steps of this run can never run as configured; nothing was submitted:"
+    assert [line.split("'")[1] for line in lines[1:]] == ["elsewhere", "embed", "mosaic"]

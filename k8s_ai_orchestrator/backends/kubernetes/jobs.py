@@ -222,16 +222,8 @@ def config_problems(tenant: TenantConfig, config: KubernetesConfig) -> list[str]
     """
     where = f"kubernetes.tenants.{tenant.name}"
     policy = config.image_pull_policy
-    checks: list[tuple[str, object, str | None]] = [
-        (f"{where}.namespace", tenant.namespace, DNS_LABEL.problem(tenant.namespace)),
-        ("kubernetes.image_pull_policy", policy, image_pull_policy_problem(policy)),
-    ]
-    if tenant.vcluster is not None:
-        host_namespace = tenant.host_namespace
-        secret_problem = DNS_SUBDOMAIN.problem(f"vc-{tenant.vcluster}")
-        checks.append((f"{where}.vcluster", tenant.vcluster, secret_problem and "the name of "
-                       f"a vCluster whose secret vc-<name> is {secret_problem}"))
-        checks.append((f"{where}.host_namespace", host_namespace, DNS_LABEL.problem(host_namespace)))
+    checks = _tenant_checks(tenant)
+    checks.append(("kubernetes.image_pull_policy", policy, image_pull_policy_problem(policy)))
     classes = config.priority_classes
     for key, name in (("default", classes.default), ("preemptible", classes.preemptible)):
         checks.append((f"kubernetes.priority_classes.{key}", name, DNS_SUBDOMAIN.problem(name)))
@@ -242,9 +234,7 @@ def config_problems(tenant: TenantConfig, config: KubernetesConfig) -> list[str]
         ("kubernetes.env_secrets", config.env_secrets),
         ("kubernetes.env_config_maps", config.env_config_maps),
     ):
-        checks.extend(
-            (field_name, n, DNS_SUBDOMAIN.problem(n)) for n in names if n is not None
-        )
+        checks.extend((field_name, n, DNS_SUBDOMAIN.problem(n)) for n in names if n is not None)
     for entry in config.env_vars:
         name = entry.split("=", 1)[0]
         checks.append(("kubernetes.env_vars", name, ENV_VAR_NAME.problem(name)))
@@ -256,6 +246,21 @@ def config_problems(tenant: TenantConfig, config: KubernetesConfig) -> list[str]
         for field_name, value, allowed in checks
         if allowed is not None
     ]
+
+
+def _tenant_checks(tenant: TenantConfig) -> list[tuple[str, object, str | None]]:
+    """(field, value, what is allowed or None) for the tenant's namespace and vCluster names."""
+    where = f"kubernetes.tenants.{tenant.name}"
+    checks: list[tuple[str, object, str | None]] = [
+        (f"{where}.namespace", tenant.namespace, DNS_LABEL.problem(tenant.namespace))
+    ]
+    if tenant.vcluster is not None:
+        secret_problem = DNS_SUBDOMAIN.problem(f"vc-{tenant.vcluster}")
+        allowed = secret_problem and f"a vCluster name whose secret vc-<name> is {secret_problem}"
+        checks.append((f"{where}.vcluster", tenant.vcluster, allowed))
+        namespace = tenant.host_namespace
+        checks.append((f"{where}.host_namespace", namespace, DNS_LABEL.problem(namespace)))
+    return checks
 
 
 def manifest_problems(manifest: Mapping[str, Any]) -> list[str]:
