@@ -50,3 +50,14 @@ class CheckpointError(OrchestratorError):
 
 class GangError(OrchestratorError):
     """A rank of a gang step failed or the gang could not start."""
+
+
+class RunRefusedError(OrchestratorError):
+    """Steps of a run can never run as configured; found at run start, before any submit.
+
+    `problems` maps each refused step to what is wrong with it; the message names them all.
+    """
+
+    def __init__(self, message: str, problems: dict[str, tuple[str, ...]]) -> None:
+        super().__init__(message)
+        self.problems = problems

@@ -6,8 +6,10 @@ of `FailureReason` — the executor decides from the reason whether to relaunch 
 Evicted, Lost), escalate memory (OOMKilled) or fail.
 
 Optional attributes a backend may define: `status_interval_s` (the executor asks `status()` no
-more often than this; default 0, for backends that answer from a cache) and
-`placement_warnings(spec) -> list[str]` (why a step will not run exactly as sized).
+more often than this; default 0, for backends that answer from a cache),
+`placement_warnings(spec) -> list[str]` (why a step will not run exactly as sized) and
+`validate(request) -> None` (every check `submit` makes, creating nothing; raises an
+`OrchestratorError`; the executor calls it for every step of a run before the first submit).
 
 Example:
     >>> status = StepStatus.failed(FailureReason.OOM_KILLED, "exceeded 256Mi", exit_code=137)

@@ -19,17 +19,19 @@ from typing import Any
 
 from dagster import Array, Field, Float, Int, Noneable, Permissive, Shape, String, executor
 from dagster._core.definitions.executor_definition import multiple_process_executor_requirements
-from dagster._core.events import DagsterEvent
+from dagster._core.events import DagsterEvent, StepFailureData
 from dagster._core.execution.context.system import PlanOrchestrationContext
 from dagster._core.execution.plan.plan import ExecutionPlan
 from dagster._core.execution.retries import RetryMode, get_retries_config
 from dagster._core.executor.base import Executor
 from dagster._core.executor.init import InitExecutorContext
 from dagster._core.executor.step_delegating import StepDelegatingExecutor
+from dagster._utils.error import SerializableErrorInfo
 
 from ..errors import ConfigError
 from .settings import ExecutorSettings
 from .step_handler import AIStepHandler
+from .validation import RunCheck
 
 CONFIG_SCHEMA = {
     "backend": Field(
@@ -136,11 +138,26 @@ class AIExecutor(StepDelegatingExecutor):
                 "ai_executor needs retries enabled to relaunch preempted and OOMKilled steps: "
                 "remove `retries: {disabled: {}}` from the executor config"
             )
-        self._handler.bind(plan_context, execution_plan)
+        check = self._handler.bind(plan_context, execution_plan)
+        if check.problems:
+            self._handler.close()
+            yield from self._fail_refused_steps(plan_context, execution_plan, check)
+            raise check.error()
         try:
             yield from super().execute(plan_context, execution_plan)
         finally:
             self._handler.close()
+
+    def _fail_refused_steps(
+        self, plan_context: PlanOrchestrationContext, plan: ExecutionPlan, check: RunCheck
+    ) -> Iterator[DagsterEvent]:
+        """A STEP_FAILURE for each refused step, naming its problems; nothing was submitted."""
+        for key in check.problems:
+            step_context = plan_context.for_step(plan.get_step_by_key(key))  # type: ignore[arg-type]
+            error = SerializableErrorInfo(check.step_message(key), stack=[], cls_name=None)
+            yield DagsterEvent.step_failure_event(
+                step_context, StepFailureData(error=error, user_failure_data=None)
+            )
 
     def _pop_events(self, instance, run_id, seen_storage_ids) -> Sequence[DagsterEvent]:  # type: ignore[no-untyped-def]
         released: list[DagsterEvent] = []

@@ -7,6 +7,7 @@ where each step runs, why it is Pending, and what each relaunch changed.
 
 from __future__ import annotations
 
+import sys
 import time
 from collections.abc import Iterator, Mapping
 from typing import Any
@@ -44,6 +45,7 @@ from .step_events import (
     interrupted_error,
     metadata_values,
 )
+from .validation import PlannedStep, RunCheck, check_run
 
 LOG_TAIL_LINES = 30
 LOG_FORWARD_INTERVAL_S = 1.0  # how often new remote log lines become an engine event
@@ -60,6 +62,7 @@ class AIStepHandler(StepHandler):
         self._live: dict[str, StepAttempts] = {}
         self._plan_context: PlanOrchestrationContext | None = None
         self._plan: ExecutionPlan | None = None
+        self._planned: dict[str, PlannedStep] = {}
 
     @property
     def name(self) -> str:
@@ -67,17 +70,55 @@ class AIStepHandler(StepHandler):
 
     # -- run start ----------------------------------------------------------------------
 
-    def bind(self, plan_context: PlanOrchestrationContext, plan: ExecutionPlan) -> None:
-        """Resolve every step's spec and tenant before anything is submitted."""
-        self._plan_context, self._plan = plan_context, plan
-        for step in plan.steps:
-            spec = self._resolve(step.key, step.tags or {})
-            self.backend(self._settings.backend_for(spec))
+    def bind(self, plan_context: PlanOrchestrationContext, plan: ExecutionPlan) -> RunCheck:
+        """Plan and validate every step of the run before anything is submitted.
 
-    def _resolve(self, step_key: str, tags: Mapping[str, str]) -> ComputeSpec:
+        Returns what was refused (see `validation.check_run`); the executor fails the run
+        with it before the first launch when it is not empty.
+        """
+        self._plan_context, self._plan = plan_context, plan
+        steps = [(step.key, step.tags or {}) for step in plan.get_steps_to_execute_in_topo_order()]
+        self._planned, check = check_run(steps, self._plan_step, self.backend, self._first_request)
+        return check
+
+    def _plan_step(self, step_key: str, tags: Mapping[str, str]) -> PlannedStep:
         spec = spec_from_tags(tags, self._settings.size_classes, step=step_key)
-        self._tenant_for(step_key, spec)
-        return spec
+        tenant = self._tenant_for(step_key, spec)
+        return PlannedStep(step_key, spec, self._settings.backend_for(spec), tenant)
+
+    def _first_request(self, step: PlannedStep, tags: Mapping[str, str]) -> LaunchRequest:
+        """The launch request of the step's first attempt, as validated at run start."""
+        run_id = self._plan_context.run_id if self._plan_context else "validation"
+        command = [sys.executable, "-m", "dagster", "api", "execute_step"]
+        return self._request(step, step.spec, run_id, 0, command, tags)
+
+    def _request(
+        self,
+        step: PlannedStep,
+        spec: ComputeSpec,
+        run_id: str,
+        attempt: int,
+        command: list[str],
+        tags: Mapping[str, str],
+    ) -> LaunchRequest:
+        return LaunchRequest(
+            run_id=run_id,
+            step_key=step.key,
+            attempt=attempt,
+            command=command,
+            env=stepenv.step_env(
+                backend=step.backend,
+                run_id=run_id,
+                step_key=step.key,
+                attempt=attempt,
+                spec=spec,
+                grace_s=self._settings.grace_period_s,
+            ),
+            spec=spec,
+            tenant=step.tenant,
+            grace_period_s=self._settings.grace_period_s,
+            labels=self._launch_labels(tags),
+        )
 
     def _tenant_for(self, step_key: str, spec: ComputeSpec) -> str | None:
         run_tags = self._plan_context.dagster_run.tags if self._plan_context else {}
@@ -113,25 +154,9 @@ class AIStepHandler(StepHandler):
             counts[key] = max(0, counts.get(key, 0) - live.history.relaunches)
             args = copy_record(args, known_state=known._replace(previous_retry_attempts=counts))
         backend = self.backend(live.backend)
-        run_id = args.run_id
-        request = LaunchRequest(
-            run_id=run_id,
-            step_key=key,
-            attempt=attempt,
-            command=_step_command(args),
-            env=stepenv.step_env(
-                backend=live.backend,
-                run_id=run_id,
-                step_key=key,
-                attempt=attempt,
-                spec=spec,
-                grace_s=self._settings.grace_period_s,
-            ),
-            spec=spec,
-            tenant=live.tenant,
-            grace_period_s=self._settings.grace_period_s,
-            labels=self._launch_labels(step_handler_context.step_tags[key]),
-        )
+        planned = PlannedStep(key, live.spec, live.backend, live.tenant)
+        tags = step_handler_context.step_tags[key]
+        request = self._request(planned, spec, args.run_id, attempt, _step_command(args), tags)
         for note in getattr(backend, "placement_warnings", lambda _s: [])(spec):
             yield self._event(step_context, f"Warning: {note}", {"warning": note})
         live.terminal_events_at_launch = self._terminal_event_count(key) if previous else 0
@@ -247,7 +272,13 @@ class AIStepHandler(StepHandler):
             message=f"{reason}: {message}", stack=[], cls_name=reason
         )
         live.own_retry_pending = True
-        return DagsterEvent.step_retry_event(step_context, StepRetryData(error=retry_error))
+        attempt = len(live.history.memory_tried) + 1
+        return DagsterEvent.from_step(
+            DagsterEventType.STEP_UP_FOR_RETRY,
+            step_context,
+            StepRetryData(error=retry_error),
+            message=f"Relaunch, attempt {attempt}: {decision.message}",
+        )
 
     def account_retry(self, key: str, retry: DagsterEvent) -> None:
         """A STEP_UP_FOR_RETRY the step process wrote itself after a preemption signal.
@@ -313,9 +344,8 @@ class AIStepHandler(StepHandler):
         return live.last_status
 
     def _new_live(self, key: str, ctx: StepHandlerContext, previous_attempts: int) -> StepAttempts:
-        spec = self._resolve(key, ctx.step_tags[key])
-        backend = self._settings.backend_for(spec)
-        live = StepAttempts(spec, backend, self._tenant_for(key, spec), StepHistory(key))
+        step = self._planned.get(key) or self._plan_step(key, ctx.step_tags[key])
+        live = StepAttempts(step.spec, step.backend, step.tenant, StepHistory(key))
         self._restore_history(key, live, previous_attempts)
         self._live[key] = live
         return live

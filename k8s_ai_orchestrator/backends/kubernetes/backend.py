@@ -25,14 +25,14 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
-from kubernetes.client import BatchV1Api, CoreV1Api
+from kubernetes.client import ApiClient, BatchV1Api, CoreV1Api
 from kubernetes.client.exceptions import ApiException
 
 from ...errors import BackendError, ConfigError, SubmitError
 from ..base import FailureReason, JobHandle, LaunchRequest, ResourceUsage, StepState, StepStatus
 from .api import ApiRetry, api_message
-from .config import KubernetesConfig
-from .jobs import build_job, job_name, run_selector
+from .config import KubernetesConfig, TenantConfig
+from .jobs import build_job, config_problems, job_name, manifest_problems, run_selector
 from .logs import LogFollower, read_tail
 from .pending import PendingExplainer
 from .preflight import Preflight
@@ -106,8 +106,32 @@ class KubernetesBackend:
         """Build from the executor config's raw `kubernetes` section."""
         return cls(KubernetesConfig.from_dict(raw), **kwargs)
 
+    def validate(self, request: LaunchRequest) -> None:
+        """Every check `submit` makes, creating nothing: tenant, size, names, pre-flight.
+
+        The executor calls it for every step of a run before the first submit, so a missing
+        kubeconfig, a name the API server would refuse or a step that can never fit fails
+        the run before anything runs. Raises `ConfigError` or `SubmitError`.
+        """
+        self._prepare(request)
+
     def submit(self, request: LaunchRequest) -> JobHandle:
         """Create the attempt's Job; `SubmitError` if it can never run where it is routed."""
+        request, settings, manifest, api_client = self._prepare(request)
+        tenant = str(request.tenant)
+        watch = self._watch_for(tenant, settings.namespace, request.run_id, api_client)
+        self._create(request, settings.namespace, manifest, BatchV1Api(api_client))
+        name = job_name(request)
+        with self._lock:
+            self._attempts[name] = _Attempt(
+                request, tenant, settings.namespace, watch, submitted_at=self._clock()
+            )
+        return JobHandle(self.name, name, request.step_key, tenant, settings.namespace)
+
+    def _prepare(
+        self, request: LaunchRequest
+    ) -> tuple[LaunchRequest, TenantConfig, dict[str, Any], ApiClient]:
+        """The request with its tenant, the tenant, the Job manifest and the tenant's client."""
         tenant = request.tenant or request.spec.tenant or self.default_tenant
         if tenant is None:
             raise ConfigError(
@@ -123,17 +147,23 @@ class KubernetesBackend:
                 f"those or add '{size}' to kubernetes.tenants.{tenant}.allowed_sizes"
             )
         request = replace(request, tenant=tenant)
+        problems = config_problems(settings, self.config)
         manifest = build_job(request, settings, self.config)
-        api_client = self._tenants.client(tenant, request.step_key)
-        self._preflight.run(request, settings, api_client)
-        watch = self._watch_for(tenant, settings.namespace, request.run_id, api_client)
-        self._create(request, settings.namespace, manifest, BatchV1Api(api_client))
-        name = job_name(request)
-        with self._lock:
-            self._attempts[name] = _Attempt(
-                request, tenant, settings.namespace, watch, submitted_at=self._clock()
+        problems += [] if problems else manifest_problems(manifest)
+        if problems:
+            raise ConfigError(
+                f"step '{request.step_key}' (tenant '{tenant}'): " + "; ".join(problems)
             )
-        return JobHandle(self.name, name, request.step_key, tenant, settings.namespace)
+        api_client = self._tenants.client(tenant, request.step_key)
+        try:
+            self._preflight.run(request, settings, api_client)
+        except ApiException as error:
+            raise SubmitError(
+                f"step '{request.step_key}': tenant '{tenant}' refused the pre-flight checks "
+                f"({api_message(error)}); check the tenant's API server and the executor's "
+                "permissions there"
+            ) from None
+        return request, settings, manifest, api_client
 
     def status(self, handle: JobHandle) -> StepStatus:
         """The attempt's state from the watch cache (no API request while it runs)."""

@@ -37,6 +37,14 @@ from kubernetes.client import ApiClient, Configuration, V1SecurityContext
 from ...errors import ConfigError, SubmitError
 from ..base import LaunchRequest, cpu_quantity
 from .config import KubernetesConfig, TenantConfig
+from .names import (
+    DNS_LABEL,
+    DNS_SUBDOMAIN,
+    ENV_VAR_NAME,
+    LABEL_VALUE,
+    image_pull_policy_problem,
+    label_key_problem,
+)
 
 LABEL_PREFIX = "k8s-ai"
 RUN_LABEL = f"{LABEL_PREFIX}/run-id"
@@ -199,6 +207,93 @@ def _place_on_gpus(pod: dict[str, Any], request: LaunchRequest, config: Kubernet
     tolerations.extend(t for t in config.gpu_tolerations if t not in tolerations)
     if tolerations:
         pod["tolerations"] = tolerations
+
+
+def config_problems(tenant: TenantConfig, config: KubernetesConfig) -> list[str]:
+    """Names in the config a step of `tenant` would write into its Job, against the API's rules.
+
+    Each problem reads "<field>=<value> is not <what is allowed>; <fix>".
+
+    Example:
+        >>> config = KubernetesConfig.from_dict({"image_pull_policy": "always",
+        ...     "tenants": {"t": {"kubeconfig": "/k", "namespace": "Team_A"}}})
+        >>> [p.split(" is ")[0] for p in config_problems(config.tenant("t"), config)]
+        ["kubernetes.tenants.t.namespace='Team_A'", "kubernetes.image_pull_policy='always'"]
+    """
+    where = f"kubernetes.tenants.{tenant.name}"
+    policy = config.image_pull_policy
+    checks = _tenant_checks(tenant)
+    checks.append(("kubernetes.image_pull_policy", policy, image_pull_policy_problem(policy)))
+    classes = config.priority_classes
+    for key, name in (("default", classes.default), ("preemptible", classes.preemptible)):
+        checks.append((f"kubernetes.priority_classes.{key}", name, DNS_SUBDOMAIN.problem(name)))
+    for field_name, names in (
+        ("kubernetes.service_account", [config.service_account]),
+        (f"{where}.service_account", [tenant.service_account]),
+        ("kubernetes.image_pull_secrets", config.image_pull_secrets),
+        ("kubernetes.env_secrets", config.env_secrets),
+        ("kubernetes.env_config_maps", config.env_config_maps),
+    ):
+        checks.extend((field_name, n, DNS_SUBDOMAIN.problem(n)) for n in names if n is not None)
+    for entry in config.env_vars:
+        name = entry.split("=", 1)[0]
+        checks.append(("kubernetes.env_vars", name, ENV_VAR_NAME.problem(name)))
+    for key, value in config.labels.items():
+        checks.append(("kubernetes.labels key", key, label_key_problem(key)))
+        checks.append((f"kubernetes.labels.{key}", value, LABEL_VALUE.problem(value)))
+    return [
+        f"{field_name}={value!r} is not {allowed}; fix it in the executor config"
+        for field_name, value, allowed in checks
+        if allowed is not None
+    ]
+
+
+def _tenant_checks(tenant: TenantConfig) -> list[tuple[str, object, str | None]]:
+    """(field, value, what is allowed or None) for the tenant's namespace and vCluster names."""
+    where = f"kubernetes.tenants.{tenant.name}"
+    checks: list[tuple[str, object, str | None]] = [
+        (f"{where}.namespace", tenant.namespace, DNS_LABEL.problem(tenant.namespace))
+    ]
+    if tenant.vcluster is not None:
+        secret_problem = DNS_SUBDOMAIN.problem(f"vc-{tenant.vcluster}")
+        allowed = secret_problem and f"a vCluster name whose secret vc-<name> is {secret_problem}"
+        checks.append((f"{where}.vcluster", tenant.vcluster, allowed))
+        namespace = tenant.host_namespace
+        checks.append((f"{where}.host_namespace", namespace, DNS_LABEL.problem(namespace)))
+    return checks
+
+
+def manifest_problems(manifest: Mapping[str, Any]) -> list[str]:
+    """Names in a built Job (config plus the step's dagster-k8s/config tag) the API would refuse.
+
+    Example:
+        >>> manifest_problems({"metadata": {"name": "j", "labels": {"a b": "x"}}})[0][:30]
+        "Job label key 'a b' is not a l"
+    """
+    pod = manifest.get("spec", {}).get("template", {})
+    pod_spec = pod.get("spec") or {}
+    checks: list[tuple[str, object, str | None]] = [
+        ("Job name", manifest["metadata"]["name"], DNS_LABEL.problem(manifest["metadata"]["name"]))
+    ]
+    for where, metadata in (("Job", manifest["metadata"]), ("pod", pod.get("metadata") or {})):
+        for key, value in (metadata.get("labels") or {}).items():
+            checks.append((f"{where} label key", key, label_key_problem(key)))
+            checks.append((f"{where} label {key}", value, LABEL_VALUE.problem(value)))
+    if "priorityClassName" in pod_spec:
+        name = pod_spec["priorityClassName"]
+        checks.append(("priorityClassName", name, DNS_SUBDOMAIN.problem(name)))
+    for container in pod_spec.get("containers") or []:
+        policy = container.get("imagePullPolicy")
+        if policy is not None:
+            checks.append(("imagePullPolicy", policy, image_pull_policy_problem(policy)))
+        for env in container.get("env") or []:
+            checks.append(("env var name", env.get("name"), ENV_VAR_NAME.problem(env.get("name"))))
+    return [
+        f"{field_name} {value!r} is not {allowed}; fix the executor config or the step's "
+        f"{USER_DEFINED_K8S_CONFIG_KEY} tag"
+        for field_name, value, allowed in checks
+        if allowed is not None
+    ]
 
 
 def describe_manifest(manifest: Mapping[str, Any]) -> str:

@@ -1,0 +1,125 @@
+"""The run-start check: every step of the run, as it will be launched, before the first submit.
+
+For each step it resolves the spec from the op tags, the tenant (against `allowed_tenants`)
+and the backend; builds each backend the run touches (so its config is parsed); and asks the
+backend to `validate` the step's launch request: on Kubernetes the tenant's kubeconfig or
+vc-<name> secret, every name written into the Job, and the pre-flight (access, quota, largest
+node); on Slurm the partition's limits. Nothing is created. Every problem of every step is
+collected, so one error names them all.
+
+Example:
+    >>> check = RunCheck()
+    >>> check.refuse("mosaic", "step 'mosaic' (xl: 72 CPU / 450Gi) can never run in tenant 'a'")
+    >>> check.refuse("tiles", "kubernetes.image_pull_policy='always' is not one of ...")
+    >>> print(check.error())  # doctest: +NORMALIZE_WHITESPACE
+    2 steps of this run can never run as configured; nothing was submitted:
+    - step 'mosaic' (xl: 72 CPU / 450Gi) can never run in tenant 'a'
+    - step 'tiles': kubernetes.image_pull_policy='always' is not one of ...
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+
+from ..backends.base import Backend, LaunchRequest
+from ..errors import OrchestratorError, RunRefusedError
+from ..spec import ComputeSpec
+
+
+@dataclass(frozen=True)
+class PlannedStep:
+    """Where one step of the run goes, as resolved at run start."""
+
+    key: str
+    spec: ComputeSpec
+    backend: str  # local | kubernetes | slurm
+    tenant: str | None  # resolved tenant (kubernetes), else None
+
+
+@dataclass
+class RunCheck:
+    """What the run-start check found: the steps' problems, in plan order."""
+
+    problems: dict[str, list[str]] = field(default_factory=dict)
+
+    def refuse(self, step: str, message: str) -> None:
+        """Record a problem of `step` (each message once)."""
+        found = self.problems.setdefault(step, [])
+        if message not in found:
+            found.append(message)
+
+    def step_message(self, step: str) -> str:
+        """The step's problems as one sentence-per-problem message naming the step."""
+        return "; ".join(_naming(step, message) for message in self.problems[step])
+
+    def error(self) -> RunRefusedError:
+        """One error naming every refused step and each of its problems."""
+        lines = [_naming(step, m) for step, found in self.problems.items() for m in found]
+        count = len(self.problems)
+        return RunRefusedError(
+            f"{count} step{'s' if count > 1 else ''} of this run can never run as configured; "
+            "nothing was submitted:\n" + "\n".join(f"- {line}" for line in lines),
+            {step: tuple(found) for step, found in self.problems.items()},
+        )
+
+
+def check_run(
+    steps: Iterable[tuple[str, Mapping[str, str]]],
+    plan: Callable[[str, Mapping[str, str]], PlannedStep],
+    backend: Callable[[str], Backend],
+    request: Callable[[PlannedStep, Mapping[str, str]], LaunchRequest],
+) -> tuple[dict[str, PlannedStep], RunCheck]:
+    """Plan and validate every step; returns the planned steps and what was refused.
+
+    Args:
+        steps: (step key, op tags) of every step of the run's execution plan.
+        plan: resolves a step's spec, tenant and backend (raises `OrchestratorError`).
+        backend: the backend of that name, built on first use (its config parsed).
+        request: the launch request of the step's first attempt.
+    """
+    check = RunCheck()
+    planned: dict[str, PlannedStep] = {}
+    tags_of = dict(steps)
+    for key, tags in tags_of.items():
+        try:
+            planned[key] = plan(key, tags)
+        except OrchestratorError as error:
+            check.refuse(key, str(error))
+    backends: dict[str, Backend | None] = {}
+    for key, step in planned.items():
+        if step.backend not in backends:
+            backends[step.backend] = _build(step.backend, backend, check, planned)
+        built = backends[step.backend]
+        validate = getattr(built, "validate", None)
+        if validate is None:
+            continue
+        try:
+            validate(request(step, tags_of[key]))
+        except OrchestratorError as error:
+            check.refuse(key, str(error))
+    return planned, check
+
+
+def _build(
+    name: str,
+    backend: Callable[[str], Backend],
+    check: RunCheck,
+    planned: Mapping[str, PlannedStep],
+) -> Backend | None:
+    """The backend, or None after refusing every step routed to it (its config is invalid)."""
+    try:
+        return backend(name)
+    except OrchestratorError as error:
+        for key, step in planned.items():
+            if step.backend == name:
+                check.refuse(key, f"routed to the {name} backend, whose config is invalid: {error}")
+        return None
+
+
+def _naming(step: str, message: str) -> str:
+    """The message, prefixed with the step unless it already names it."""
+    return message if f"'{step}'" in message else f"step '{step}': {message}"
+
+
+__all__ = ["PlannedStep", "RunCheck", "check_run"]
