@@ -21,6 +21,8 @@ GPUS_PER_NODE = "K8S_AI_GPUS_PER_NODE"
 CPUS = "K8S_AI_CPUS"  # per task
 MEMORY_BYTES = "K8S_AI_MEMORY_BYTES"  # per node
 GRACE_PERIOD_S = "K8S_AI_GRACE_PERIOD_S"  # SIGTERM/SIGUSR2 → SIGKILL
+# how many more times the executor relaunches this step after a preemption (its budget left)
+PREEMPTION_RELAUNCHES_LEFT = "K8S_AI_PREEMPTION_RELAUNCHES_LEFT"
 SLURM_JOB_DIR = "K8S_AI_SLURM_JOB_DIR"  # a Slurm attempt's directory in the shared workdir
 # A file in SLURM_JOB_DIR saying the step failed although its process exits 0 (Gang.run writes
 # it when a rank failed); the batch script then exits 1, so sacct shows the job FAILED.
@@ -28,7 +30,14 @@ SLURM_FAILED_MARKER = "k8s_ai_step_failed"
 
 
 def step_env(
-    *, backend: str, run_id: str, step_key: str, attempt: int, spec: ComputeSpec, grace_s: float
+    *,
+    backend: str,
+    run_id: str,
+    step_key: str,
+    attempt: int,
+    spec: ComputeSpec,
+    grace_s: float,
+    preemption_relaunches_left: int = 0,
 ) -> dict[str, str]:
     """The variables for one step attempt."""
     return {
@@ -42,6 +51,7 @@ def step_env(
         CPUS: f"{spec.cpu:g}",
         MEMORY_BYTES: str(spec.memory_bytes),
         GRACE_PERIOD_S: f"{grace_s:g}",
+        PREEMPTION_RELAUNCHES_LEFT: str(max(preemption_relaunches_left, 0)),
     }
 
 

@@ -12,7 +12,7 @@ from .handle import CheckpointHandle, HandleSettings
 from .keys import CheckpointKey
 from .manifest import Commit
 from .resource import CheckpointStore
-from .signals import PREEMPTION_SIGNALS, Preempted
+from .signals import PREEMPTION_SIGNALS, Preempted, PreemptedRelaunch
 
 __all__ = [
     "PREEMPTION_SIGNALS",
@@ -22,4 +22,5 @@ __all__ = [
     "Commit",
     "HandleSettings",
     "Preempted",
+    "PreemptedRelaunch",
 ]

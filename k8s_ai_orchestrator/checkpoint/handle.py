@@ -211,7 +211,7 @@ class CheckpointHandle:
         latest = self.latest
         where = "no checkpoint saved yet" if latest is None else f"checkpoint {latest.id}"
         progress = None if latest is None else latest.progress
-        raise Preempted(
+        raise Preempted.notice(
             f"{self.key.describe()} received {self._watch.received_name} and stopped "
             f"({where}, progress {progress}); the executor relaunches it and it resumes there",
             metadata={

@@ -14,15 +14,17 @@ Example:
 
 from __future__ import annotations
 
+import os
 import signal
 import threading
 from collections.abc import Mapping
 from types import FrameType
 from typing import Any
 
-from dagster import Failure
+from dagster import Failure, RetryRequested
 
 from ..errors import CheckpointError
+from ..stepenv import PREEMPTION_RELAUNCHES_LEFT
 
 PREEMPTION_SIGNALS: tuple[signal.Signals, ...] = (signal.SIGTERM, signal.SIGUSR2)
 
@@ -44,6 +46,49 @@ class Preempted(CheckpointError, Failure):
 
     def __init__(self, description: str, metadata: Mapping[str, Any] | None = None) -> None:
         Failure.__init__(self, description=description, metadata=metadata, allow_retries=False)
+
+    @classmethod
+    def notice(
+        cls, description: str, metadata: Mapping[str, Any] | None = None, env: Any = None
+    ) -> Preempted:
+        """The `Preempted` to raise in a step: one the executor relaunches while it may.
+
+        Under `ai_executor` with preemption relaunches left, this is a `PreemptedRelaunch`,
+        which Dagster records as up for retry (a relaunch in the UI, not a red failure).
+        Otherwise it is a plain `Preempted`, a step failure.
+
+        Example:
+            >>> type(Preempted.notice("x got SIGTERM", env={})).__name__
+            'Preempted'
+            >>> left = {"K8S_AI_PREEMPTION_RELAUNCHES_LEFT": "2"}
+            >>> type(Preempted.notice("x got SIGTERM", env=left)).__name__
+            'PreemptedRelaunch'
+        """
+        source = os.environ if env is None else env
+        try:
+            left = int(source.get(PREEMPTION_RELAUNCHES_LEFT, "0"))
+        except ValueError:
+            left = 0
+        if left > 0:
+            return PreemptedRelaunch(description, metadata)
+        return cls(description, metadata)
+
+
+class PreemptedRelaunch(RetryRequested, Preempted):
+    """A `Preempted` that Dagster records as STEP_UP_FOR_RETRY; the executor relaunches it.
+
+    `ai_executor` counts that retry as a relaunch (the op's `RetryPolicy` is not spent) and
+    resumes the step from its checkpoint; it hands each attempt its relaunch budget, so the
+    step raises this only while a relaunch is allowed.
+    """
+
+    def __init__(self, description: str, metadata: Mapping[str, Any] | None = None) -> None:
+        Preempted.__init__(self, description, metadata)
+        self.max_retries = _UNBOUNDED_RETRIES  # the executor holds the budget, not Dagster
+        self.seconds_to_wait = 0
+
+
+_UNBOUNDED_RETRIES = 2**31 - 1
 
 
 class PreemptionWatch:

@@ -17,7 +17,12 @@ from dagster._utils.error import SerializableErrorInfo
 from .relaunch import StepHistory
 
 META = "k8s_ai/"  # prefix of the engine-event metadata the executor writes
-INTERRUPT_ERRORS = {"DagsterExecutionInterruptedError", "KeyboardInterrupt", "Preempted"}
+INTERRUPT_ERRORS = {
+    "DagsterExecutionInterruptedError",
+    "KeyboardInterrupt",
+    "Preempted",
+    "PreemptedRelaunch",
+}
 
 
 def history_from_events(

@@ -100,7 +100,9 @@ class AIStepHandler(StepHandler):
         attempt: int,
         command: list[str],
         tags: Mapping[str, str],
+        preemptions: int = 0,
     ) -> LaunchRequest:
+        left = self._settings.relaunch.max_preemption_retries - preemptions
         return LaunchRequest(
             run_id=run_id,
             step_key=step.key,
@@ -113,6 +115,7 @@ class AIStepHandler(StepHandler):
                 attempt=attempt,
                 spec=spec,
                 grace_s=self._settings.grace_period_s,
+                preemption_relaunches_left=left,
             ),
             spec=spec,
             tenant=step.tenant,
@@ -156,7 +159,15 @@ class AIStepHandler(StepHandler):
         backend = self.backend(live.backend)
         planned = PlannedStep(key, live.spec, live.backend, live.tenant)
         tags = step_handler_context.step_tags[key]
-        request = self._request(planned, spec, args.run_id, attempt, _step_command(args), tags)
+        request = self._request(
+            planned,
+            spec,
+            args.run_id,
+            attempt,
+            _step_command(args),
+            tags,
+            preemptions=live.history.preemptions,
+        )
         for note in getattr(backend, "placement_warnings", lambda _s: [])(spec):
             yield self._event(step_context, f"Warning: {note}", {"warning": note})
         live.terminal_events_at_launch = self._terminal_event_count(key) if previous else 0

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from dagster import Definitions, OpExecutionContext, RetryPolicy, job, op
 
-from k8s_ai_orchestrator import ai_executor, compute
+from k8s_ai_orchestrator import CheckpointStore, ai_executor, compute
 
 OUT = Path(os.environ.get("TEST_OUT", "/tmp"))
 
@@ -89,6 +89,34 @@ def preemption() -> None:
     preempted_then_flaky()
 
 
+@op(tags=compute(cpu=1, memory="256Mi"))
+def checkpointed_tiles(context: OpExecutionContext, checkpoints: CheckpointStore) -> int:
+    """40 units, saved after each; the first attempt announces itself after 10 and slows down.
+
+    The loop never calls `exit_if_preempted()`: `save()` stops the step after a preemption
+    notice, and under ai_executor that reads as a relaunch, not a failure.
+    """
+    attempt = int(os.environ.get("K8S_AI_ATTEMPT", "0"))
+    ckpt = checkpoints.open(context)
+    state = ckpt.load()
+    start = int(state["unit"]) if isinstance(state, dict) else 0
+    _record("tiles", attempt=attempt, start=start)
+    for unit in range(start, 40):
+        time.sleep(0.3 if attempt == 0 and unit >= 10 else 0.01)
+        ckpt.save({"unit": unit + 1}, progress=unit + 1)
+        if attempt == 0 and unit == 9:
+            (OUT / "preempt-me").write_text(str(os.getpid()))
+    return start
+
+
+@job(
+    executor_def=ai_executor,
+    resource_defs={"checkpoints": CheckpointStore(root=f"file://{OUT}/checkpoints")},
+)
+def checkpointed_preemption() -> None:
+    checkpointed_tiles()
+
+
 @op(tags=compute(cpu=1, memory="512Mi"))
 def spawns_children() -> None:
     child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
@@ -134,5 +162,14 @@ def tenant_routed() -> None:
 
 
 defs = Definitions(
-    jobs=[admission, oom, preemption, long_running, gpu_on_cpu_machine, bad_tags, tenant_routed]
+    jobs=[
+        admission,
+        oom,
+        preemption,
+        checkpointed_preemption,
+        long_running,
+        gpu_on_cpu_machine,
+        bad_tags,
+        tenant_routed,
+    ]
 )

@@ -123,6 +123,26 @@ def test_preemption_relaunch_does_not_consume_the_ops_retry_policy(instance, tes
     assert any("was Preempted; relaunching at the same size" in m for m in messages)
 
 
+def test_a_step_preempted_in_its_save_loop_reads_as_a_relaunch_and_resumes(instance, test_out):
+    import threading
+
+    killer = threading.Thread(target=_preempt_when_announced, args=(test_out,))
+    killer.start()
+    result = run(instance, "checkpointed_preemption", {"local": {"cpus": 2}})
+    killer.join()
+    assert result.success
+    starts = [(e["attempt"], e["start"]) for e in recorded(test_out) if e["name"] == "tiles"]
+    assert [attempt for attempt, _ in starts] == [0, 1]
+    assert starts[1][1] >= 10, "the relaunch resumed from the checkpoint"
+    failures = instance.all_logs(result.run_id, of_type=DagsterEventType.STEP_FAILURE)
+    assert failures == [], "a relaunched preemption is not shown as a failed step"
+    (retry,) = instance.all_logs(result.run_id, of_type=DagsterEventType.STEP_UP_FOR_RETRY)
+    assert retry.dagster_event is not None
+    assert "PreemptedRelaunch" in retry.dagster_event.step_retry_data.error.to_string()
+    messages = engine_messages(instance, result.run_id)
+    assert any("Relaunching" in m and "Preempted" in m for m in messages)
+
+
 def test_gpu_step_on_a_machine_without_gpus_runs_on_cpu_with_a_warning(instance, test_out):
     result = run(instance, "gpu_on_cpu_machine", {"local": {"cpus": 2, "gpus": 0}})
     assert result.success
