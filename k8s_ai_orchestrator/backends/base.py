@@ -56,7 +56,8 @@ class StepStatus:
     """State of one submitted step attempt, with a human reason."""
 
     state: StepState
-    reason: str | None = None  # a FailureReason value when failed; scheduler reason when pending
+    reason: str | None = None  # FailureReason value: failed, or running but disrupted;
+    # the scheduler's reason when pending
     message: str = ""  # human detail: scheduler message, exit code, node name...
     exit_code: int | None = None
     node: str | None = None  # where it runs (first node for gangs)

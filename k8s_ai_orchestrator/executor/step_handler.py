@@ -305,7 +305,7 @@ class AIStepHandler(StepHandler):
             return
         if not interrupted_error(retry.step_retry_data.error):
             return
-        reason = FailureReason.PREEMPTED.value
+        reason = self._disruption_reason(live)
         decision = decide(self._settings.relaunch, live.history, reason)
         live.reasons.append(reason)
         if decision.relaunch:
@@ -343,6 +343,17 @@ class AIStepHandler(StepHandler):
             backend.close()
 
     # -- helpers ----------------------------------------------------------------------------
+
+    def _disruption_reason(self, live: StepAttempts) -> str:
+        """What the backend says stopped the attempt (Evicted, Lost...), else Preempted."""
+        if live.handle is not None:
+            try:
+                reason = self._status(live).reason
+            except BackendError:
+                reason = None
+            if reason in {r.value for r in RELAUNCH_REASONS}:
+                return str(reason)
+        return FailureReason.PREEMPTED.value
 
     def _status(self, live: StepAttempts) -> StepStatus:
         """The attempt's status; a transient backend error keeps the last known one."""

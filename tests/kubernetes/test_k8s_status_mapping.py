@@ -63,7 +63,9 @@ def test_disruption_target_condition_names_the_disruption(
     assert pod_status(failed).reason == expected.value
     # Still terminating: the step is saving its checkpoint in its grace period, so the
     # attempt has not ended yet and no relaunch may overlap it.
-    assert pod_status(pod("Running", conditions=[condition])).state is StepState.RUNNING
+    terminating = pod_status(pod("Running", conditions=[condition]))
+    assert terminating.state is StepState.RUNNING
+    assert terminating.reason == expected.value  # what is coming, for the relaunch message
     # Saved and exited 0 inside the grace period: still the disruption, not a success.
     saved = pod("Succeeded", conditions=[condition], terminated={"exitCode": 0})
     assert pod_status(saved).reason == expected.value

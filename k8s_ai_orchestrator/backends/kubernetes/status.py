@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from ..base import FailureReason, StepStatus
+from ..base import FailureReason, StepState, StepStatus
 
 # DisruptionTarget condition reasons (current and pre-1.27 spellings).
 _DISRUPTION_REASONS = {
@@ -70,7 +70,11 @@ def pod_status(pod: Mapping[str, Any]) -> StepStatus:
         return StepStatus.failed(FAIL_FAST_WAITING[waiting[0]], waiting[1], node=node)
     if phase == "Running":
         # A disrupted pod still running is inside its grace period, saving its checkpoint:
-        # it ends when its containers have exited, so a relaunch never overlaps it.
+        # it ends when its containers have exited, so a relaunch never overlaps it. The
+        # reason already says what is coming (Evicted, Preempted, Lost).
+        if disrupted:
+            coming = _DISRUPTION_REASONS.get(disruption.get("reason") or "")  # type: ignore[union-attr]
+            return StepStatus(StepState.RUNNING, (coming or FailureReason.EVICTED).value, node=node)
         return StepStatus.running(node)
     if disrupted:
         return _disrupted(disruption, node)  # type: ignore[arg-type]
