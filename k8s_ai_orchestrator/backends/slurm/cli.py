@@ -17,7 +17,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from ...errors import BackendError, SubmitError
-from .config import SlurmConfig
+from .config import SlurmConfig, job_environment
 from .script import BatchJob
 from .states import JobInfo, expand_hostlist, parse_exit_code, parse_scontrol_job, parse_time
 
@@ -96,6 +96,15 @@ class CliTransport:
                 transient=True,
             ) from exc
 
+    def export_option(self) -> str:
+        """sbatch's `--export=` naming the variables the job gets: the same set as the REST
+        transport's (`config.job_environment`), so a secret in this process's environment
+        (the SLURM_JWT sbatch may authenticate with, a cloud key) never reaches the job."""
+        names = sorted(job_environment(os.environ, self.config))
+        if self.config.slurm_conf and "SLURM_CONF" not in names:
+            names.append("SLURM_CONF")
+        return "--export=" + (",".join(names) or "NONE")
+
     def prepare_dir(self, path: str) -> None:
         """Create the attempt's directory in the shared workdir."""
         if not self.config.ssh_host:
@@ -106,7 +115,7 @@ class CliTransport:
             raise SubmitError(f"cannot create {path} on {self.config.ssh_host}: {done.stderr}")
 
     def submit(self, job: BatchJob, script: str, step_key: str) -> str:
-        done = self._run(["sbatch", "--parsable"], stdin=script)
+        done = self._run(["sbatch", "--parsable", self.export_option()], stdin=script)
         if done.returncode != 0:
             raise SubmitError(
                 f"step '{step_key}': sbatch refused the job: {done.stderr.strip()}; "
