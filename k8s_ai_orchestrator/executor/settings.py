@@ -86,7 +86,7 @@ class ExecutorSettings:
         if allowed is not None and default_tenant and default_tenant not in allowed:
             raise ConfigError(
                 f"executor config: default_tenant '{default_tenant}' is not in allowed_tenants "
-                f"{list(allowed)}"
+                f"{list(allowed)}: add it to allowed_tenants or choose a default_tenant from them"
             )
         return cls(
             backend=backend,
@@ -147,7 +147,7 @@ def _tenant_name(name: Any) -> str:
     try:
         return parse_name(name, "tenant")
     except ValueError as exc:
-        raise ConfigError(f"executor config: {exc}") from None
+        raise ConfigError(f"executor config: {exc}; use the tenant's name, e.g. team-a") from None
 
 
 def _relaunch_policy(raw: Mapping[str, Any]) -> RelaunchPolicy:
@@ -159,7 +159,10 @@ def _relaunch_policy(raw: Mapping[str, Any]) -> RelaunchPolicy:
     try:
         max_memory = parse_memory(oom_raw.get("max_memory", "450Gi"), field="max_memory")
     except ValueError as exc:
-        raise ConfigError(f"executor config: oom_escalation.{exc}") from None
+        raise ConfigError(
+            f"executor config: oom_escalation.{exc}; set oom_escalation.max_memory to the "
+            "largest memory a step may be given"
+        ) from None
     retries = config_number(
         raw.get("max_preemption_retries", 3), "max_preemption_retries", integer=True
     )
@@ -202,7 +205,9 @@ def _size_table(raw: Any) -> Mapping[str, SizeClass]:
     try:
         return parse_size_table(raw)
     except (ValueError, TypeError) as exc:
-        raise ConfigError(f"executor config: size_classes: {exc}") from None
+        raise ConfigError(
+            f"executor config: size_classes: {exc}; fix that entry of size_classes or remove it"
+        ) from None
 
 
 def _log_dir(path: Any) -> str:

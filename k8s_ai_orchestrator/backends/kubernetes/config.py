@@ -76,7 +76,8 @@ class TenantConfig:
         if has_vcluster and not raw.get("host_namespace"):
             raise ConfigError(
                 f"{where}: 'vcluster: {raw['vcluster']}' needs 'host_namespace', the host "
-                f"namespace vCluster was installed in (usually vcluster-{raw['vcluster']})"
+                f"namespace vCluster was installed in: add host_namespace: "
+                f"vcluster-{raw['vcluster']} (vCluster's usual one) or the one you chose"
             )
         sizes = raw.get("allowed_sizes")
         for key in ("kubeconfig", "host_kubeconfig"):

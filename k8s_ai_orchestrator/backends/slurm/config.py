@@ -67,7 +67,7 @@ class SlurmConfig:
             raise ConfigError(
                 f"slurm.workdir={self.workdir!r} must be an absolute path without whitespace, "
                 "control characters, '%' or '\\' (sbatch cannot carry them in --output) on a "
-                "filesystem every node mounts"
+                "filesystem every node mounts: set it to e.g. /shared/k8s_ai"
             )
         if self.ssh_host and not _SSH_HOST.match(self.ssh_host):
             why = "is not a host name"
