@@ -34,6 +34,7 @@ from .settings import ExecutorSettings
 from .step_handler import AIStepHandler
 from .validation import RunCheck
 
+
 @executor(
     name="ai_executor",
     config_schema=CONFIG_SCHEMA,

@@ -152,7 +152,9 @@ def _tenant_name(name: Any) -> str:
 
 def _relaunch_policy(raw: Mapping[str, Any]) -> RelaunchPolicy:
     oom_raw = raw.get("oom_escalation") or {}
-    factor = config_number(oom_raw.get("factor", 2.0), "oom_escalation.factor", minimum=1, above=True)
+    factor = config_number(
+        oom_raw.get("factor", 2.0), "oom_escalation.factor", minimum=1, above=True
+    )
     max_attempts = config_number(
         oom_raw.get("max_attempts", 4), "oom_escalation.max_attempts", minimum=1, integer=True
     )
@@ -166,9 +168,7 @@ def _relaunch_policy(raw: Mapping[str, Any]) -> RelaunchPolicy:
     retries = config_number(
         raw.get("max_preemption_retries", 3), "max_preemption_retries", integer=True
     )
-    return RelaunchPolicy(
-        OomEscalation(float(factor), max_memory, int(max_attempts)), int(retries)
-    )
+    return RelaunchPolicy(OomEscalation(float(factor), max_memory, int(max_attempts)), int(retries))
 
 
 def _check_backend_sections(raw: Mapping[str, Any]) -> None:

@@ -140,7 +140,7 @@ def test_the_slurm_rest_token_is_read_from_its_env_var_and_sent_only_as_a_header
     script = render_script(job)
     assert RestTransport(config, http).submit(job, script, "train") == "7"
 
-    (headers, body), = http.requests
+    ((headers, body),) = http.requests
     assert headers["X-SLURM-USER-TOKEN"] == secret
     assert secret not in body.decode() and secret not in script
     environment = json.loads(body)["job"]["environment"]
