@@ -20,6 +20,7 @@ from ...errors import ConfigError, config_number
 TRANSPORTS = ("cli", "rest")
 _SLURM_WORD = re.compile(r"^[A-Za-z0-9_.,+-]+$")
 _SSH_HOST = re.compile(r"^(?:[A-Za-z0-9_.][A-Za-z0-9_.+-]*@)?[A-Za-z0-9_\[][A-Za-z0-9_.:\[\]-]*\Z")
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")  # exported bash functions are not variables
 _TIME_LIMIT = re.compile(r"^(?:(\d+)-)?(\d+)(?::(\d+))?(?::(\d+))?$")
 
 
@@ -207,7 +208,8 @@ def job_environment(
     environ: Mapping[str, str], config: SlurmConfig | None = None
 ) -> dict[str, str]:
     """The submitting process's variables a Slurm job gets, with either transport: all of
-    them except those whose name says they hold a secret (and the REST token's variable).
+    them except those whose name says they hold a secret (and the REST token's variable)
+    and names that are not shell variable names.
 
     Example:
         >>> job_environment({"PATH": "/usr/bin", "SLURM_JWT": "x", "HF_TOKEN": "y"})
@@ -217,5 +219,5 @@ def job_environment(
     return {
         name: value
         for name, value in environ.items()
-        if not SECRET_NAME.search(name) and name != token_var
+        if _ENV_NAME.match(name) and not SECRET_NAME.search(name) and name != token_var
     }
