@@ -9,6 +9,7 @@ Kubernetes emulator and every stored byte is searched for the secret's value.
 from __future__ import annotations
 
 import json
+import os
 import secrets
 import sys
 from collections.abc import Iterator, Mapping
@@ -162,21 +163,38 @@ def test_a_refused_slurm_rest_token_is_not_in_the_error(monkeypatch: pytest.Monk
 
 
 def test_both_slurm_transports_forward_the_same_environment_without_secrets(
-    monkeypatch: pytest.MonkeyPatch,
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     from k8s_ai_orchestrator.backends.slurm import SlurmConfig
     from k8s_ai_orchestrator.backends.slurm.cli import CliTransport
-    from k8s_ai_orchestrator.backends.slurm.config import job_environment
+    from k8s_ai_orchestrator.backends.slurm.rest import RestTransport
+    from k8s_ai_orchestrator.backends.slurm.script import batch_job
 
-    monkeypatch.setenv("SLURM_JWT", "x")
-    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "y")
-    monkeypatch.setenv("TEST_OUT", "/tmp/out")
-    import os
+    sbatch = tmp_path / "bin" / "sbatch"  # an sbatch that records the environment it got
+    sbatch.parent.mkdir()
+    sbatch.write_text(
+        f"#!{sys.executable}\nimport json, os\n"
+        "json.dump(dict(os.environ), open(os.environ['H2A_ENV_OUT'], 'w'))\nprint('42')\n"
+    )
+    sbatch.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{sbatch.parent}:{os.environ['PATH']}")
+    monkeypatch.setenv("H2A_ENV_OUT", str(tmp_path / "sbatch-env.json"))
+    monkeypatch.setenv("SLURM_JWT", "jwt-value")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "aws-value")
+    monkeypatch.setenv("H2A_JWT", "rest-token")
+    config = slurm_rest_config("H2A_JWT")
+    job = batch_job(gang_request(), config)
 
-    exported = CliTransport(SlurmConfig()).export_option().removeprefix("--export=").split(",")
-    assert set(exported) == set(job_environment(os.environ))
-    assert "TEST_OUT" in exported and "PATH" in exported
-    assert "SLURM_JWT" not in exported and "AWS_SECRET_ACCESS_KEY" not in exported
+    assert CliTransport(SlurmConfig()).submit(job, "#!/bin/bash\n", "train") == "42"
+    cli_env = json.loads((tmp_path / "sbatch-env.json").read_text())
+    http = RecordingSlurmRest()
+    RestTransport(config, http).submit(job, "#!/bin/bash\n", "train")
+    rest_env = json.loads(http.requests[0][1])["job"]["environment"]
+
+    assert rest_env == cli_env
+    assert rest_env["H2A_ENV_OUT"] == str(tmp_path / "sbatch-env.json")
+    for secret in ("SLURM_JWT", "AWS_SECRET_ACCESS_KEY", "H2A_JWT"):
+        assert secret not in rest_env
 
 
 # -- Kubernetes: tenant credentials from a kubeconfig file or the vc-<name> secret -------------

@@ -35,9 +35,12 @@ class CommandResult:
 Runner = Callable[[Sequence[str], "str | None", float], CommandResult]
 
 
-def subprocess_runner(env: Mapping[str, str] | None = None) -> Runner:
-    """A `Runner` that runs commands here with `env` added to this process's environment."""
-    full_env = {**os.environ, **(env or {})}
+def subprocess_runner(
+    env: Mapping[str, str] | None = None, base: Mapping[str, str] | None = None
+) -> Runner:
+    """A `Runner` that runs commands here with `env` added to `base` (default: this process's
+    environment)."""
+    full_env = {**(os.environ if base is None else base), **(env or {})}
 
     def run(argv: Sequence[str], stdin: str | None, timeout_s: float) -> CommandResult:
         try:
@@ -75,7 +78,8 @@ class CliTransport:
     def __init__(self, config: SlurmConfig, runner: Runner | None = None) -> None:
         self.config = config
         env = {"SLURM_CONF": config.slurm_conf} if config.slurm_conf else {}
-        self._runner = runner or subprocess_runner(env)
+        # sbatch exports its whole environment to the job: the same set the REST transport sends
+        self._runner = runner or subprocess_runner(env, job_environment(os.environ, config))
 
     def argv(self, argv: Sequence[str]) -> list[str]:
         """The command line to run: unchanged locally, wrapped in ssh for a login node."""
@@ -96,15 +100,6 @@ class CliTransport:
                 transient=True,
             ) from exc
 
-    def export_option(self) -> str:
-        """sbatch's `--export=` naming the variables the job gets: the same set as the REST
-        transport's (`config.job_environment`), so a secret in this process's environment
-        (the SLURM_JWT sbatch may authenticate with, a cloud key) never reaches the job."""
-        names = sorted(job_environment(os.environ, self.config))
-        if self.config.slurm_conf and "SLURM_CONF" not in names:
-            names.append("SLURM_CONF")
-        return "--export=" + (",".join(names) or "NONE")
-
     def prepare_dir(self, path: str) -> None:
         """Create the attempt's directory in the shared workdir."""
         if not self.config.ssh_host:
@@ -115,7 +110,7 @@ class CliTransport:
             raise SubmitError(f"cannot create {path} on {self.config.ssh_host}: {done.stderr}")
 
     def submit(self, job: BatchJob, script: str, step_key: str) -> str:
-        done = self._run(["sbatch", "--parsable", self.export_option()], stdin=script)
+        done = self._run(["sbatch", "--parsable"], stdin=script)
         if done.returncode != 0:
             raise SubmitError(
                 f"step '{step_key}': sbatch refused the job: {done.stderr.strip()}; "
