@@ -98,8 +98,9 @@ the default
     )
     if not valid:
         fix = f"more than {minimum:g}" if above else f"{minimum:g} or more"
+        shown = float(value) if is_number and not integer else value  # type: ignore[arg-type]
         raise ConfigError(
-            f"executor config: {key}={value!r} is not allowed: it must be a {kind} {bound}; "
+            f"executor config: {key}={shown!r} is not allowed: it must be a {kind} {bound}; "
             f"set it to {fix}, or remove the key to use the default"
         )
     return value  # type: ignore[return-value]
