@@ -60,9 +60,7 @@ KUBERNETES_SCHEMA = Shape(
     {
         "tenants": _opt(Map(String, TENANT_SCHEMA), "Tenants by name: how to reach each."),
         "image": _opt(Noneable(String), "Container image of step pods."),
-        "image_pull_policy": _opt(
-            _enum("ImagePullPolicy", "Always", "IfNotPresent", "Never"), "Default IfNotPresent."
-        ),
+        "image_pull_policy": _opt(String, "Always, IfNotPresent or Never (IfNotPresent)."),
         "image_pull_secrets": _opt(Array(String), "Names of docker-registry secrets."),
         "service_account": _opt(Noneable(String), "Service account of step pods."),
         "env_vars": _opt(

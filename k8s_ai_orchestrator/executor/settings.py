@@ -78,7 +78,6 @@ class ExecutorSettings:
                 f"executor config: local.oversize={local['oversize']!r}; use run_alone or fail"
             )
         table = _size_table(raw.get("size_classes"))
-        _check_backend_sections(raw)
         allowed = raw.get("allowed_tenants")
         default_tenant = raw.get("default_tenant")
         for name in [*(allowed or []), *([default_tenant] if default_tenant else [])]:
@@ -169,17 +168,6 @@ def _relaunch_policy(raw: Mapping[str, Any]) -> RelaunchPolicy:
         raw.get("max_preemption_retries", 3), "max_preemption_retries", integer=True
     )
     return RelaunchPolicy(OomEscalation(float(factor), max_memory, int(max_attempts)), int(retries))
-
-
-def _check_backend_sections(raw: Mapping[str, Any]) -> None:
-    """Validate the `kubernetes` and `slurm` sections now, before any step is submitted."""
-    from ..backends.kubernetes.config import KubernetesConfig
-    from ..backends.slurm.config import config_from_mapping
-
-    if raw.get("kubernetes") is not None:
-        KubernetesConfig.from_dict(raw["kubernetes"])
-    if raw.get("slurm") is not None:
-        config_from_mapping(raw["slurm"])
 
 
 def _max_concurrent(value: Any) -> int | None:

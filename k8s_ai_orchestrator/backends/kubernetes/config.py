@@ -216,7 +216,7 @@ def _env_vars(value: Any) -> tuple[str, ...]:
     entries = tuple(_str_list(value, "kubernetes.env_vars"))
     for entry in entries:
         name = entry.split("=", 1)[0]
-        if SECRET_NAME.search(name):
+        if name.isidentifier() and SECRET_NAME.search(name):
             raise ConfigError(
                 f"kubernetes.env_vars: '{name}' looks like a secret, and env_vars are written "
                 "into the Job manifest (and a KEY=VALUE into Dagster's run storage): put it in "

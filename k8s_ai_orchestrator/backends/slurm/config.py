@@ -152,7 +152,8 @@ def config_from_mapping(raw: Mapping[str, Any] | None) -> SlurmConfig:
     """`SlurmConfig` from the executor's `slurm:` mapping; unknown keys are refused.
 
     The REST token is read from the environment variable named by `rest_token: {env: VAR}`
-    or `rest_token_env: VAR`; a literal token is refused, as run config is stored by Dagster.
+    or `rest_token_env: VAR`. The executor's config schema refuses a literal token (run
+    config is stored by Dagster); from Python, a string is used as it is.
 
     Example:
         >>> config_from_mapping({"transport": "cli", "partition": "gpu"}).partition
@@ -167,12 +168,12 @@ def config_from_mapping(raw: Mapping[str, Any] | None) -> SlurmConfig:
         )
     token = values.pop("rest_token", None)
     env_name = values.pop("rest_token_env", None)
+    if isinstance(token, str):  # from Python; the executor's schema refuses a literal token
+        return SlurmConfig(**values, rest_token=token)
     if token is not None and not (isinstance(token, Mapping) and set(token) == {"env"}):
         raise ConfigError(
-            "slurm.rest_token is a literal value: run config is stored in Dagster's run "
-            "storage and shown in the UI, so a token there leaks; put the token in an "
-            "environment variable of the run worker and write rest_token: {env: SLURM_JWT} "
-            "or rest_token_env: SLURM_JWT"
+            f"slurm.rest_token must be {{env: VAR}}, got a {type(token).__name__}: put the token "
+            "in an environment variable of the run worker and write rest_token: {env: SLURM_JWT}"
         )
     if token is not None and env_name is not None:
         raise ConfigError("slurm: give rest_token: {env: VAR} or rest_token_env: VAR, not both")
