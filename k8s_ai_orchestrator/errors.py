@@ -5,6 +5,8 @@ Every message says what went wrong, where (step, tenant, job) and what to do nex
 
 from __future__ import annotations
 
+import math
+
 
 class OrchestratorError(Exception):
     """Base class of every error this library raises on purpose."""
@@ -61,3 +63,44 @@ class RunRefusedError(OrchestratorError):
     def __init__(self, message: str, problems: dict[str, tuple[str, ...]]) -> None:
         super().__init__(message)
         self.problems = problems
+
+
+def config_number(
+    value: object,
+    key: str,
+    *,
+    minimum: float = 0,
+    above: bool = False,
+    integer: bool = False,
+) -> float:
+    """`value` if it is a finite number ≥ `minimum` (> when `above`), else a `ConfigError`.
+
+    The message names the key path, the value, what is allowed and the fix.
+
+    Example:
+        >>> config_number(2, "grace_period_s")
+        2
+        >>> config_number(-1, "kubernetes.api_retries", integer=True)
+        Traceback (most recent call last):
+        ...
+        k8s_ai_orchestrator.errors.ConfigError: executor config: kubernetes.api_retries=-1 is \
+not allowed: it must be a whole number >= 0; set it to 0 or more, or remove the key to use \
+the default
+    """
+    kind = "whole number" if integer else "finite number"
+    bound = f"{'>' if above else '>='} {minimum:g}"
+    is_number = isinstance(value, (int, float)) and not isinstance(value, bool)
+    valid = (
+        is_number
+        and math.isfinite(value)  # type: ignore[arg-type]
+        and (value > minimum if above else value >= minimum)  # type: ignore[operator]
+        and (not integer or float(value).is_integer())  # type: ignore[arg-type]
+    )
+    if not valid:
+        fix = f"more than {minimum:g}" if above else f"{minimum:g} or more"
+        shown = float(value) if is_number and not integer else value  # type: ignore[arg-type]
+        raise ConfigError(
+            f"executor config: {key}={shown!r} is not allowed: it must be a {kind} {bound}; "
+            f"set it to {fix}, or remove the key to use the default"
+        )
+    return value  # type: ignore[return-value]

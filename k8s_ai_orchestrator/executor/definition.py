@@ -17,67 +17,22 @@ import time
 from collections.abc import Iterator, Sequence
 from typing import Any
 
-from dagster import Array, Field, Float, Int, Noneable, Permissive, Shape, String, executor
+from dagster import executor
 from dagster._core.definitions.executor_definition import multiple_process_executor_requirements
 from dagster._core.events import DagsterEvent, StepFailureData
 from dagster._core.execution.context.system import PlanOrchestrationContext
 from dagster._core.execution.plan.plan import ExecutionPlan
-from dagster._core.execution.retries import RetryMode, get_retries_config
+from dagster._core.execution.retries import RetryMode
 from dagster._core.executor.base import Executor
 from dagster._core.executor.init import InitExecutorContext
 from dagster._core.executor.step_delegating import StepDelegatingExecutor
 from dagster._utils.error import SerializableErrorInfo
 
 from ..errors import ConfigError
+from .schema import CONFIG_SCHEMA
 from .settings import ExecutorSettings
 from .step_handler import AIStepHandler
 from .validation import RunCheck
-
-CONFIG_SCHEMA = {
-    "backend": Field(
-        String, default_value="local", description="Default backend: local, kubernetes or slurm."
-    ),
-    "size_classes": Field(
-        Permissive(),
-        is_required=False,
-        description="Override or add size classes: {name: {cpu, memory, gpu}}.",
-    ),
-    "local": Field(
-        Shape(
-            {
-                "cpus": Field(Noneable(Float), is_required=False),
-                "memory": Field(Noneable(String), is_required=False),
-                "gpus": Field(Noneable(Int), is_required=False),
-                "oversize": Field(String, default_value="run_alone"),
-                "log_dir": Field(Noneable(String), is_required=False),
-                "start_method": Field(String, default_value="spawn"),
-            }
-        ),
-        is_required=False,
-        description="Local capacity (default: detected) and what to do with oversize steps.",
-    ),
-    "kubernetes": Field(Permissive(), is_required=False, description="Tenants and job settings."),
-    "slurm": Field(
-        Permissive(), is_required=False, description="Slurm transport and job settings."
-    ),
-    "default_tenant": Field(Noneable(String), is_required=False),
-    "allowed_tenants": Field(Noneable(Array(String)), is_required=False),
-    "oom_escalation": Field(
-        Shape(
-            {
-                "factor": Field(Float, default_value=2.0),
-                "max_memory": Field(String, default_value="450Gi"),
-                "max_attempts": Field(Int, default_value=4),
-            }
-        ),
-        is_required=False,
-    ),
-    "max_preemption_retries": Field(Int, default_value=3),
-    "grace_period_s": Field(Float, default_value=30.0),
-    "poll_interval_s": Field(Float, default_value=0.1),
-    "max_concurrent": Field(Noneable(Int), is_required=False),
-    "retries": get_retries_config(),
-}
 
 
 @executor(
@@ -104,7 +59,7 @@ def ai_executor(init_context: InitExecutorContext) -> Executor:
         AIStepHandler(settings),
         retries=retries,
         settings=settings,
-        max_concurrent=raw.get("max_concurrent"),
+        max_concurrent=settings.max_concurrent,
     )
 
 

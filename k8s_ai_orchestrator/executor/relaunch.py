@@ -17,6 +17,7 @@ import math
 from dataclasses import dataclass, replace
 
 from ..backends.base import RELAUNCH_REASONS, FailureReason
+from ..errors import config_number
 from ..spec import GiB, format_memory
 
 
@@ -28,11 +29,19 @@ class OomEscalation:
     max_memory_bytes: int = 450 * GiB  # never ask for more than this
     max_attempts: int = 4  # attempts in all (first launch included) before failing
 
+    def __post_init__(self) -> None:
+        config_number(self.factor, "oom_escalation.factor", minimum=1, above=True)
+        config_number(self.max_attempts, "oom_escalation.max_attempts", minimum=1, integer=True)
+        config_number(self.max_memory_bytes, "oom_escalation.max_memory", above=True)
+
 
 @dataclass(frozen=True)
 class RelaunchPolicy:
     oom: OomEscalation = OomEscalation()
     max_preemption_retries: int = 3  # relaunches after Preempted/Evicted/Lost
+
+    def __post_init__(self) -> None:
+        config_number(self.max_preemption_retries, "max_preemption_retries", integer=True)
 
 
 @dataclass(frozen=True)

@@ -8,15 +8,17 @@ Example:
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..errors import ConfigError
+from ..errors import ConfigError, config_number
 from ..spec import (
     BACKENDS,
     ComputeSpec,
     SizeClass,
+    format_memory,
     parse_memory,
     parse_name,
     parse_size_table,
@@ -40,6 +42,7 @@ class ExecutorSettings:
     relaunch: RelaunchPolicy = RelaunchPolicy()
     grace_period_s: float = 30.0  # SIGTERM → SIGKILL, for the checkpoint save
     poll_interval_s: float = 0.1
+    max_concurrent: int | None = None  # steps in flight at once; None = unlimited
 
     @classmethod
     def from_config(cls, raw: Mapping[str, Any]) -> ExecutorSettings:
@@ -59,6 +62,12 @@ class ExecutorSettings:
                     f"executor config: local.{key}={local[key]!r} leaves no capacity to run "
                     "steps; give a value above 0 or omit it to detect the machine's"
                 )
+        if local.get("cpus") is not None:
+            config_number(local["cpus"], "local.cpus", above=True)
+        if local.get("gpus") is not None:
+            config_number(local["gpus"], "local.gpus", integer=True)
+        if local.get("log_dir") is not None:
+            local["log_dir"] = _log_dir(local["log_dir"])
         if local.get("start_method", "spawn") not in ("forkserver", "spawn"):
             raise ConfigError(
                 f"executor config: local.start_method={local['start_method']!r}; use "
@@ -68,10 +77,7 @@ class ExecutorSettings:
             raise ConfigError(
                 f"executor config: local.oversize={local['oversize']!r}; use run_alone or fail"
             )
-        try:
-            table = parse_size_table(raw.get("size_classes"))
-        except ValueError as exc:
-            raise ConfigError(f"executor config: size_classes: {exc}") from None
+        table = _size_table(raw.get("size_classes"))
         allowed = raw.get("allowed_tenants")
         default_tenant = raw.get("default_tenant")
         for name in [*(allowed or []), *([default_tenant] if default_tenant else [])]:
@@ -79,7 +85,7 @@ class ExecutorSettings:
         if allowed is not None and default_tenant and default_tenant not in allowed:
             raise ConfigError(
                 f"executor config: default_tenant '{default_tenant}' is not in allowed_tenants "
-                f"{list(allowed)}"
+                f"{list(allowed)}: add it to allowed_tenants or choose a default_tenant from them"
             )
         return cls(
             backend=backend,
@@ -90,9 +96,35 @@ class ExecutorSettings:
             default_tenant=default_tenant,
             allowed_tenants=tuple(allowed) if allowed is not None else None,
             relaunch=_relaunch_policy(raw),
-            grace_period_s=float(raw.get("grace_period_s", 30.0)),
-            poll_interval_s=float(raw.get("poll_interval_s", 0.1)),
+            max_concurrent=_max_concurrent(raw.get("max_concurrent")),
+            grace_period_s=float(config_number(raw.get("grace_period_s", 30.0), "grace_period_s")),
+            poll_interval_s=float(
+                config_number(raw.get("poll_interval_s", 0.1), "poll_interval_s", above=True)
+            ),
         )
+
+    def check_memory_cap(self, step_key: str, spec: ComputeSpec) -> None:
+        """Refuse a step whose first launch would ask for more than `oom_escalation.max_memory`.
+
+        Example:
+            >>> from k8s_ai_orchestrator.spec import resolve_spec
+            >>> settings = ExecutorSettings.from_config({"oom_escalation": {"max_memory": "4Gi"}})
+            >>> settings.check_memory_cap("tiles", resolve_spec({"memory": "8Gi"}))
+            Traceback (most recent call last):
+            ...
+            k8s_ai_orchestrator.errors.ConfigError: step 'tiles' declares 8Gi of memory, more \
+than oom_escalation.max_memory=4Gi, the most this executor may ask for: raise \
+oom_escalation.max_memory to at least 8Gi or give the step less with compute(memory=...)
+        """
+        cap = self.relaunch.oom.max_memory_bytes
+        if spec.memory_bytes > cap:
+            raise ConfigError(
+                f"step '{step_key}' declares {format_memory(spec.memory_bytes)} of memory, more "
+                f"than oom_escalation.max_memory={format_memory(cap)}, the most this executor "
+                f"may ask for: raise oom_escalation.max_memory to at least "
+                f"{format_memory(spec.memory_bytes)} or give the step less with "
+                "compute(memory=...)"
+            )
 
     def backend_for(self, spec: ComputeSpec) -> str:
         """Which backend a step goes to: its own choice, Slurm for gangs, else the default."""
@@ -114,22 +146,74 @@ def _tenant_name(name: Any) -> str:
     try:
         return parse_name(name, "tenant")
     except ValueError as exc:
-        raise ConfigError(f"executor config: {exc}") from None
+        raise ConfigError(f"executor config: {exc}; use the tenant's name, e.g. team-a") from None
 
 
 def _relaunch_policy(raw: Mapping[str, Any]) -> RelaunchPolicy:
     oom_raw = raw.get("oom_escalation") or {}
-    factor = float(oom_raw.get("factor", 2.0))
-    if factor <= 1:
-        raise ConfigError(f"executor config: oom_escalation.factor={factor} must be > 1")
-    max_attempts = int(oom_raw.get("max_attempts", 4))
-    if max_attempts < 1:
-        raise ConfigError(f"executor config: oom_escalation.max_attempts={max_attempts} < 1")
+    factor = config_number(
+        oom_raw.get("factor", 2.0), "oom_escalation.factor", minimum=1, above=True
+    )
+    max_attempts = config_number(
+        oom_raw.get("max_attempts", 4), "oom_escalation.max_attempts", minimum=1, integer=True
+    )
     try:
         max_memory = parse_memory(oom_raw.get("max_memory", "450Gi"), field="max_memory")
     except ValueError as exc:
-        raise ConfigError(f"executor config: oom_escalation.{exc}") from None
-    retries = int(raw.get("max_preemption_retries", 3))
-    if retries < 0:
-        raise ConfigError(f"executor config: max_preemption_retries={retries} must be >= 0")
-    return RelaunchPolicy(OomEscalation(factor, max_memory, max_attempts), retries)
+        raise ConfigError(
+            f"executor config: oom_escalation.{exc}; set oom_escalation.max_memory to the "
+            "largest memory a step may be given"
+        ) from None
+    retries = config_number(
+        raw.get("max_preemption_retries", 3), "max_preemption_retries", integer=True
+    )
+    return RelaunchPolicy(OomEscalation(float(factor), max_memory, int(max_attempts)), int(retries))
+
+
+def _max_concurrent(value: Any) -> int | None:
+    if value is None:
+        return None
+    return int(config_number(value, "max_concurrent", minimum=1, integer=True))
+
+
+def _size_table(raw: Any) -> Mapping[str, SizeClass]:
+    """The size table with the config's overrides; each override must be a mapping."""
+    if raw is not None and not isinstance(raw, Mapping):
+        raise ConfigError(
+            f"executor config: size_classes={raw!r} is not allowed: give a mapping "
+            "{name: {cpu, memory, gpu}}, e.g. {xl: {cpu: 64, memory: 400Gi}}"
+        )
+    for name, value in (raw or {}).items():
+        if not isinstance(value, Mapping):
+            raise ConfigError(
+                f"executor config: size_classes.{name}={value!r} is not allowed: give "
+                f"{{cpu, memory, gpu}}, e.g. {{{name}: {{cpu: 4, memory: 16Gi}}}}, or remove "
+                f"the entry to keep the built-in '{name}'"
+            )
+    try:
+        return parse_size_table(raw)
+    except (ValueError, TypeError) as exc:
+        raise ConfigError(
+            f"executor config: size_classes: {exc}; fix that entry of size_classes or remove it"
+        ) from None
+
+
+def _log_dir(path: Any) -> str:
+    """`local.log_dir`, created if missing; a path that is not a directory is refused."""
+    if not isinstance(path, str) or not path:
+        raise ConfigError(
+            f"executor config: local.log_dir={path!r} is not allowed: give a directory path"
+        )
+    if os.path.exists(path) and not os.path.isdir(path):
+        raise ConfigError(
+            f"executor config: local.log_dir={path!r} exists and is not a directory: point "
+            "it at a directory (it is created if missing) or remove the file"
+        )
+    try:
+        os.makedirs(path, exist_ok=True)
+    except OSError as exc:
+        raise ConfigError(
+            f"executor config: local.log_dir={path!r} cannot be created ({exc.strerror}): "
+            "choose a directory this process may write, or omit it to use a temp dir"
+        ) from None
+    return path

@@ -83,6 +83,7 @@ class AIStepHandler(StepHandler):
 
     def _plan_step(self, step_key: str, tags: Mapping[str, str]) -> PlannedStep:
         spec = spec_from_tags(tags, self._settings.size_classes, step=step_key)
+        self._settings.check_memory_cap(step_key, spec)
         tenant = self._tenant_for(step_key, spec)
         return PlannedStep(step_key, spec, self._settings.backend_for(spec), tenant)
 

@@ -300,8 +300,9 @@ CASES: dict[str, Case] = {
         "size class 'm', which tenant 'team-b' does not accept",
         change=tenant_b(allowed_sizes=["xs", "s"]),
     ),
-    "kubernetes-config-unknown-key": with_config(
-        k8s(imagee="x"), "kubernetes backend, whose config is invalid", "['imagee']"
+    # (unknown keys are refused by the typed config schema at launch: test_bad_executor_config)
+    "kubernetes-config-bad-value": with_config(
+        k8s(api_retries=-1), "kubernetes backend, whose config is invalid", "api_retries=-1"
     ),
     "no-image": with_config(k8s(image=None), "no image for tenant 'team-a'"),
     "gang-on-kubernetes": one(
@@ -323,13 +324,13 @@ CASES: dict[str, Case] = {
     "cpu-tag-negative": one({"k8s_ai/cpu": "-1"}, "step 'bad'", "cpu"),
     "unknown-size-class": one({"k8s_ai/size": "xxl"}, "step 'bad'", "xxl"),
     # Slurm settings are parsed at run start, even when the gang step comes last
-    "slurm-unknown-key-gang-after-a-kubernetes-step": Case(
+    "slurm-bad-value-gang-after-a-kubernetes-step": Case(
         {
             "prepare": {"tags": SMALL},
             "train": {"tags": compute(nodes=2, cpu=1, memory="1Gi"), "after": ["prepare"]},
         },
-        {"train": ("slurm backend, whose config is invalid", "unknown slurm keys ['transprt']")},
-        top(slurm={"transprt": "cli"}),
+        {"train": ("slurm backend, whose config is invalid", "slurm.workdir='scratch'")},
+        top(slurm={"workdir": "scratch"}),
     ),
     # several bad steps: one error names them all
     "three-bad-steps-among-good-ones": Case(

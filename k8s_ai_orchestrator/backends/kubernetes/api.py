@@ -1,8 +1,10 @@
 """Retries of transient Kubernetes API errors, and error text safe to show.
 
 Only listed statuses (429, 500, 502, 503, 504) and dropped connections are retried, with a
-doubling wait from an injected `sleep`. Messages never include request headers or bodies (a
-kubeconfig or secret must not leak into a log): only status, reason and the server's message.
+doubling wait from an injected `sleep`. A 401 (the tenant's credentials were refused) becomes
+a `TenantAccessError` naming the tenant, its API server and the fix. Messages never include
+request headers or bodies (a kubeconfig or token must not leak into a log): only status,
+reason and the server's message.
 
 Example:
     >>> retry = ApiRetry(retries=2, sleep=lambda s: None)
@@ -15,12 +17,12 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable
-from typing import TypeVar
+from typing import NoReturn, TypeVar
 
 from kubernetes.client.exceptions import ApiException
 from urllib3.exceptions import HTTPError as Urllib3Error
 
-from ...errors import BackendError
+from ...errors import BackendError, TenantAccessError, config_number
 
 T = TypeVar("T")
 
@@ -52,6 +54,7 @@ class ApiRetry:
         retries: attempts after the first one.
         backoff_s: first wait; doubles each retry.
         sleep: the wait function (tests pass one that records instead of sleeping).
+        server_of: the API server URL of a tenant, for error messages (None: unknown).
     """
 
     def __init__(
@@ -59,31 +62,50 @@ class ApiRetry:
         retries: int = 4,
         backoff_s: float = 0.5,
         sleep: Callable[[float], None] = time.sleep,
+        server_of: Callable[[str], str | None] = lambda tenant: None,
     ) -> None:
-        self.retries = retries
-        self.backoff_s = backoff_s
+        self.retries = int(config_number(retries, "kubernetes.api_retries", integer=True))
+        self.backoff_s = float(config_number(backoff_s, "api retry backoff_s"))
         self.sleep = sleep
+        self.server_of = server_of
 
     def call(self, what: str, tenant: str, fn: Callable[[], T]) -> T:
         """`fn()`, retried; a persistent transient failure becomes `BackendError(transient)`."""
         wait = self.backoff_s
-        for attempt in range(self.retries + 1):
+        attempt = 0
+        while True:
             try:
                 return fn()
-            except Exception as error:
-                if not is_transient(error):
-                    raise
+            except ApiException as error:
+                if error.status == 401:
+                    raise self._unauthorized(what, tenant) from None
+                if not is_transient(error) or attempt == self.retries:
+                    self._raise_final(what, tenant, error)
+            except (Urllib3Error, ConnectionError, TimeoutError) as error:
                 if attempt == self.retries:
-                    detail = (
-                        api_message(error)
-                        if isinstance(error, ApiException)
-                        else (type(error).__name__)
-                    )
-                    raise BackendError(
-                        f"tenant '{tenant}': {what} failed {self.retries + 1} times ({detail}); "
-                        "the tenant's API server is unreachable or overloaded, try again later",
-                        transient=True,
-                    ) from None
-                self.sleep(wait)
-                wait *= 2
-        raise AssertionError("unreachable")
+                    self._raise_final(what, tenant, error)
+            self.sleep(wait)
+            wait *= 2
+            attempt += 1
+
+    def _raise_final(self, what: str, tenant: str, error: Exception) -> NoReturn:
+        """Re-raise a permanent error as is; a transient one that outlived its retries as
+        `BackendError(transient)`."""
+        if not is_transient(error):
+            raise error
+        detail = api_message(error) if isinstance(error, ApiException) else type(error).__name__
+        raise BackendError(
+            f"tenant '{tenant}': {what} failed {self.retries + 1} times ({detail}); "
+            "the tenant's API server is unreachable or overloaded, try again later",
+            transient=True,
+        ) from None
+
+    def _unauthorized(self, what: str, tenant: str) -> TenantAccessError:
+        server = self.server_of(tenant) or "its API server"
+        return TenantAccessError(
+            f"tenant '{tenant}': {server} refused the executor's credentials (401 Unauthorized) "
+            f"on {what}; the token in its kubeconfig is wrong or expired. Refresh it: for a "
+            "vCluster tenant, recreate the vc-<name> secret in its host namespace (`vcluster "
+            "connect --print`); for a kubeconfig tenant, rewrite the file named by "
+            f"kubernetes.tenants.{tenant}.kubeconfig"
+        )

@@ -94,7 +94,9 @@ class KubernetesBackend:
         self._watch_sleep = None if sleep is time.sleep else sleep
         self._log = logger or logging.getLogger(__name__)
         self._tenants = TenantConnections(config, allowed_tenants)
-        self._retry = ApiRetry(retries=config.api_retries, sleep=sleep)
+        self._retry = ApiRetry(
+            retries=config.api_retries, sleep=sleep, server_of=self._tenants.server
+        )
         self._preflight = Preflight(config, self._retry)
         self._pending = PendingExplainer(config.pending_events_interval_s, clock)
         self._watches: dict[tuple[str, str, str], PodWatch] = {}

@@ -15,11 +15,12 @@ Example:
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ...errors import ConfigError
+from ...errors import ConfigError, config_number
 
 DEFAULT_SECURITY_CONTEXT: Mapping[str, Any] = {
     "runAsNonRoot": True,
@@ -75,9 +76,12 @@ class TenantConfig:
         if has_vcluster and not raw.get("host_namespace"):
             raise ConfigError(
                 f"{where}: 'vcluster: {raw['vcluster']}' needs 'host_namespace', the host "
-                f"namespace vCluster was installed in (usually vcluster-{raw['vcluster']})"
+                f"namespace vCluster was installed in: add host_namespace: "
+                f"vcluster-{raw['vcluster']} (vCluster's usual one) or the one you chose"
             )
         sizes = raw.get("allowed_sizes")
+        for key in ("kubeconfig", "host_kubeconfig"):
+            _refuse_kubeconfig_contents(raw.get(key), f"{where}.{key}")
         return cls(
             name=name,
             kubeconfig=_opt_str(raw, "kubeconfig", where),
@@ -146,7 +150,7 @@ class KubernetesConfig:
                 _str_list(raw.get("image_pull_secrets"), "image_pull_secrets")
             ),
             service_account=_opt_str(raw, "service_account", "kubernetes"),
-            env_vars=tuple(_str_list(raw.get("env_vars"), "kubernetes.env_vars")),
+            env_vars=_env_vars(raw.get("env_vars")),
             env_secrets=tuple(_str_list(raw.get("env_secrets"), "kubernetes.env_secrets")),
             env_config_maps=tuple(_str_list(raw.get("env_config_maps"), "env_config_maps")),
             volumes=tuple(raw.get("volumes") or ()),
@@ -164,14 +168,7 @@ class KubernetesConfig:
                 or defaults.command_prefix
             ),
             python=_opt_str(raw, "python", "kubernetes") or defaults.python,
-            watch_reconnect_backoff_s=float(
-                raw.get("watch_reconnect_backoff_s", defaults.watch_reconnect_backoff_s)
-            ),
-            watch_timeout_s=int(raw.get("watch_timeout_s", defaults.watch_timeout_s)),
-            pending_events_interval_s=float(
-                raw.get("pending_events_interval_s", defaults.pending_events_interval_s)
-            ),
-            api_retries=int(raw.get("api_retries", defaults.api_retries)),
+            **_numbers(raw, defaults),
         )
 
     def tenant(self, name: str) -> TenantConfig:
@@ -187,6 +184,56 @@ class KubernetesConfig:
 
 _TENANT_KEYS = frozenset(TenantConfig.__dataclass_fields__) - {"name"}
 _TOP_KEYS = frozenset(KubernetesConfig.__dataclass_fields__)
+
+
+# (key, smallest allowed, must be above it, whole number)
+_NUMBERS = (
+    ("watch_reconnect_backoff_s", 0, True, False),
+    ("watch_timeout_s", 1, False, True),
+    ("pending_events_interval_s", 0, False, False),
+    ("api_retries", 0, False, True),
+)
+
+# Names of environment variables that hold secrets: never copied into a Job manifest.
+SECRET_NAME = re.compile(
+    r"TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL|PRIVATE_KEY|API_KEY|ACCESS_KEY|JWT", re.IGNORECASE
+)
+
+
+def _numbers(raw: Mapping[str, Any], defaults: KubernetesConfig) -> dict[str, Any]:
+    values: dict[str, Any] = {}
+    for key, minimum, above, integer in _NUMBERS:
+        value = raw.get(key, getattr(defaults, key))
+        number = config_number(
+            value, f"kubernetes.{key}", minimum=minimum, above=above, integer=integer
+        )
+        values[key] = int(number) if integer else float(number)
+    return values
+
+
+def _env_vars(value: Any) -> tuple[str, ...]:
+    """`env_vars`, refusing any whose name says it holds a secret (it would be in the Job)."""
+    entries = tuple(_str_list(value, "kubernetes.env_vars"))
+    for entry in entries:
+        name = entry.split("=", 1)[0]
+        if name.isidentifier() and SECRET_NAME.search(name):
+            raise ConfigError(
+                f"kubernetes.env_vars: '{name}' looks like a secret, and env_vars are written "
+                "into the Job manifest (and a KEY=VALUE into Dagster's run storage): put it in "
+                "a Kubernetes Secret in the tenant namespace and list that secret in "
+                "kubernetes.env_secrets"
+            )
+    return entries
+
+
+def _refuse_kubeconfig_contents(value: Any, where: str) -> None:
+    """A kubeconfig's contents (with its credentials) must not be pasted into run config."""
+    if isinstance(value, str) and ("\n" in value or value.lstrip().startswith("apiVersion")):
+        raise ConfigError(
+            f"{where} holds kubeconfig contents, not a path: run config is stored by Dagster, "
+            "so its credentials would be too; write the kubeconfig to a file (or a mounted "
+            "Secret) and give its path, or use 'vcluster' + 'host_namespace'"
+        )
 
 
 def _check_keys(raw: Any, allowed: frozenset[str] | set[str], where: str) -> None:

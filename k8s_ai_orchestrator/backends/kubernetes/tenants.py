@@ -74,6 +74,12 @@ class TenantConnections:
                 self._clients[tenant] = connect(settings, step)
             return self._clients[tenant]
 
+    def server(self, tenant: str) -> str | None:
+        """The API server URL of a connected tenant (no credentials), else None."""
+        with self._lock:
+            api_client = self._clients.get(tenant)
+        return str(api_client.configuration.host) if api_client is not None else None
+
     def close(self) -> None:
         with self._lock:
             clients, self._clients = list(self._clients.values()), {}

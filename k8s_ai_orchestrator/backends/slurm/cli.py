@@ -17,7 +17,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from ...errors import BackendError, SubmitError
-from .config import SlurmConfig
+from .config import SlurmConfig, job_environment
 from .script import BatchJob
 from .states import JobInfo, expand_hostlist, parse_exit_code, parse_scontrol_job, parse_time
 
@@ -35,9 +35,12 @@ class CommandResult:
 Runner = Callable[[Sequence[str], "str | None", float], CommandResult]
 
 
-def subprocess_runner(env: Mapping[str, str] | None = None) -> Runner:
-    """A `Runner` that runs commands here with `env` added to this process's environment."""
-    full_env = {**os.environ, **(env or {})}
+def subprocess_runner(
+    env: Mapping[str, str] | None = None, base: Mapping[str, str] | None = None
+) -> Runner:
+    """A `Runner` that runs commands here with `env` added to `base` (default: this process's
+    environment)."""
+    full_env = {**(os.environ if base is None else base), **(env or {})}
 
     def run(argv: Sequence[str], stdin: str | None, timeout_s: float) -> CommandResult:
         try:
@@ -75,7 +78,8 @@ class CliTransport:
     def __init__(self, config: SlurmConfig, runner: Runner | None = None) -> None:
         self.config = config
         env = {"SLURM_CONF": config.slurm_conf} if config.slurm_conf else {}
-        self._runner = runner or subprocess_runner(env)
+        # sbatch exports its whole environment to the job: the same set the REST transport sends
+        self._runner = runner or subprocess_runner(env, job_environment(os.environ, config))
 
     def argv(self, argv: Sequence[str]) -> list[str]:
         """The command line to run: unchanged locally, wrapped in ssh for a login node."""

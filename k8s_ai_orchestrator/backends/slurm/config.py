@@ -8,16 +8,19 @@ Example:
 
 from __future__ import annotations
 
+import math
+import os
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 from typing import Any
 
-from ...errors import ConfigError
+from ...errors import ConfigError, config_number
 
 TRANSPORTS = ("cli", "rest")
 _SLURM_WORD = re.compile(r"^[A-Za-z0-9_.,+-]+$")
 _SSH_HOST = re.compile(r"^(?:[A-Za-z0-9_.][A-Za-z0-9_.+-]*@)?[A-Za-z0-9_\[][A-Za-z0-9_.:\[\]-]*\Z")
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")  # exported bash functions are not variables
 _TIME_LIMIT = re.compile(r"^(?:(\d+)-)?(\d+)(?::(\d+))?(?::(\d+))?$")
 
 
@@ -41,7 +44,8 @@ class SlurmConfig:
     ssh_host: str | None = None  # run the CLI on this login node over ssh (cli transport)
     rest_url: str | None = None  # slurmrestd base URL, e.g. "http://slurm-login:6820"
     rest_user: str | None = None  # X-SLURM-USER-NAME
-    rest_token: str | None = None  # X-SLURM-USER-TOKEN (`scontrol token`)
+    rest_token: str | None = field(default=None, repr=False)  # X-SLURM-USER-TOKEN
+    rest_token_env: str | None = None  # environment variable rest_token was read from
     time_limit: int | str | None = None  # minutes, or Slurm's "D-HH:MM:SS"; None = partition's
     grace_period_s: int = 30  # USR2 this long before the time limit: checkpoint (and requeue)
     slurm_conf: str | None = None  # SLURM_CONF for the CLI and the job; None = Slurm's default
@@ -64,7 +68,7 @@ class SlurmConfig:
             raise ConfigError(
                 f"slurm.workdir={self.workdir!r} must be an absolute path without whitespace, "
                 "control characters, '%' or '\\' (sbatch cannot carry them in --output) on a "
-                "filesystem every node mounts"
+                "filesystem every node mounts: set it to e.g. /shared/k8s_ai"
             )
         if self.ssh_host and not _SSH_HOST.match(self.ssh_host):
             why = "is not a host name"
@@ -76,14 +80,21 @@ class SlurmConfig:
             )
         if self.transport == "rest" and not (self.rest_url and self.rest_user and self.rest_token):
             raise ConfigError(
-                "slurm.transport='rest' needs rest_url, rest_user and rest_token "
-                "(create a token with `scontrol token username=<user>`)"
+                "slurm.transport='rest' needs rest_url, rest_user and rest_token, the token "
+                "from an environment variable: rest_token: {env: SLURM_JWT} or "
+                "rest_token_env: SLURM_JWT (create it with `scontrol token username=<user>`)"
             )
+        config_number(self.command_timeout_s, "slurm.command_timeout_s", above=True)
         self._check_grace_period()
 
     def _check_grace_period(self) -> None:
         grace, limit = self.grace_period_s, self.time_limit_minutes()
-        if isinstance(grace, bool) or not isinstance(grace, int | float) or grace < 0:
+        if (
+            isinstance(grace, bool)
+            or not isinstance(grace, int | float)
+            or not math.isfinite(grace)
+            or grace < 0
+        ):
             raise ConfigError(
                 f"slurm.grace_period_s={grace!r} is not allowed: give a number of seconds >= 0 "
                 "(USR2 this long before the time limit)"
@@ -140,6 +151,10 @@ def _minutes(
 def config_from_mapping(raw: Mapping[str, Any] | None) -> SlurmConfig:
     """`SlurmConfig` from the executor's `slurm:` mapping; unknown keys are refused.
 
+    The REST token is read from the environment variable named by `rest_token: {env: VAR}`
+    or `rest_token_env: VAR`. The executor's config schema refuses a literal token (run
+    config is stored by Dagster); from Python, a string is used as it is.
+
     Example:
         >>> config_from_mapping({"transport": "cli", "partition": "gpu"}).partition
         'gpu'
@@ -151,4 +166,59 @@ def config_from_mapping(raw: Mapping[str, Any] | None) -> SlurmConfig:
         raise ConfigError(
             f"executor config: unknown slurm keys {unknown}; allowed: {', '.join(allowed)}"
         )
-    return SlurmConfig(**values)
+    token = values.pop("rest_token", None)
+    env_name = values.pop("rest_token_env", None)
+    if isinstance(token, str):  # from Python; the executor's schema refuses a literal token
+        return SlurmConfig(**values, rest_token=token)
+    if token is not None and not (isinstance(token, Mapping) and set(token) == {"env"}):
+        raise ConfigError(
+            f"slurm.rest_token must be {{env: VAR}}, got a {type(token).__name__}: put the token "
+            "in an environment variable of the run worker and write rest_token: {env: SLURM_JWT}"
+        )
+    if token is not None and env_name is not None:
+        raise ConfigError("slurm: give rest_token: {env: VAR} or rest_token_env: VAR, not both")
+    env_name = token["env"] if token is not None else env_name
+    if env_name is not None:
+        values["rest_token"] = _token_from_env(env_name)
+    return SlurmConfig(**values, rest_token_env=env_name)
+
+
+def _token_from_env(name: Any) -> str:
+    if not isinstance(name, str) or not name:
+        raise ConfigError(
+            f"slurm.rest_token_env={name!r} is not allowed: give the name of an environment "
+            "variable, e.g. SLURM_JWT"
+        )
+    value = os.environ.get(name)
+    if not value:
+        raise ConfigError(
+            f"slurm.rest_token: environment variable {name} is not set or empty in the run "
+            f"worker; export {name}=$(scontrol token username=<user> | cut -d= -f2) where the "
+            "run starts (a Kubernetes Secret or your process manager's environment)"
+        )
+    return value
+
+
+# Names of environment variables that hold secrets: never forwarded to a Slurm job.
+SECRET_NAME = re.compile(
+    r"TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL|PRIVATE_KEY|API_KEY|ACCESS_KEY|JWT", re.IGNORECASE
+)
+
+
+def job_environment(
+    environ: Mapping[str, str], config: SlurmConfig | None = None
+) -> dict[str, str]:
+    """The submitting process's variables a Slurm job gets, with either transport: all of
+    them except those whose name says they hold a secret (and the REST token's variable)
+    and names that are not shell variable names.
+
+    Example:
+        >>> job_environment({"PATH": "/usr/bin", "SLURM_JWT": "x", "HF_TOKEN": "y"})
+        {'PATH': '/usr/bin'}
+    """
+    token_var = config.rest_token_env if config is not None else None
+    return {
+        name: value
+        for name, value in environ.items()
+        if _ENV_NAME.match(name) and not SECRET_NAME.search(name) and name != token_var
+    }

@@ -1,6 +1,7 @@
 """The `rest` transport: slurmrestd's OpenAPI (v0.0.38) with JWT authentication.
 
-HTTP goes through an `HttpCall` passed in by the caller; the default uses `urllib`.
+HTTP goes through an `HttpCall` passed in by the caller; the default uses `urllib`. A job gets
+the same environment as with the CLI transport (`config.job_environment`).
 
 Example:
     >>> config = SlurmConfig(transport="rest", rest_url="http://h:6820", rest_user="u",
@@ -20,24 +21,12 @@ from typing import Any
 
 from ...errors import BackendError, SubmitError
 from .cli import NodeLimits, _gpus
-from .config import SlurmConfig
+from .config import SlurmConfig, job_environment
 from .script import BatchJob, rest_job_properties
 from .states import JobInfo, expand_hostlist, parse_tres
 
 # (method, url, headers, body or None, timeout seconds) → (HTTP status, response body)
 HttpCall = Callable[[str, str, Mapping[str, str], bytes | None, float], tuple[int, bytes]]
-
-# Variables of the submitting process a REST job inherits (sbatch exports the whole environment).
-FORWARDED_ENV = (
-    "PATH",
-    "PYTHONPATH",
-    "VIRTUAL_ENV",
-    "DAGSTER_HOME",
-    "HOME",
-    "LANG",
-    "LC_ALL",
-    "TZ",
-)
 
 # Transient HTTP statuses: slurmrestd or slurmctld busy or restarting.
 TRANSIENT_STATUSES = frozenset({429, 500, 502, 503, 504})
@@ -100,8 +89,10 @@ class RestTransport:
         os.makedirs(path, exist_ok=True)
 
     def submit(self, job: BatchJob, script: str, step_key: str) -> str:
-        env = {name: os.environ[name] for name in FORWARDED_ENV if name in os.environ}
+        env = job_environment(os.environ, self.config)
         env.setdefault("PATH", "/usr/bin:/bin")
+        if self.config.slurm_conf:
+            env["SLURM_CONF"] = self.config.slurm_conf
         payload = {"script": script, "job": rest_job_properties(job, env)}
         status, data = self._call("POST", "job/submit", payload)
         if status != 200 or data.get("errors") or "job_id" not in data:

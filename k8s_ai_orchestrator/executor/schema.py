@@ -1,0 +1,178 @@
+"""`ai_executor`'s Dagster config schema: typed, so the launchpad validates and autocompletes.
+
+Dagster checks types and unknown keys when a run is launched, before the run is stored;
+`settings.ExecutorSettings.from_config` then checks values (ranges, names, quantities) at
+executor start, before any step is submitted. Secrets are never values here: the Slurm REST
+token is given as `{env: VAR}` (a literal string is refused by this schema, so it never
+reaches run storage).
+
+Example:
+    >>> sorted(CONFIG_SCHEMA["slurm"].config_type.fields)[:3]
+    ['account', 'command_timeout_s', 'grace_period_s']
+"""
+
+from __future__ import annotations
+
+from dagster import (
+    Any,
+    Array,
+    Enum,
+    EnumValue,
+    Field,
+    Float,
+    Int,
+    Map,
+    Noneable,
+    Permissive,
+    Shape,
+    String,
+)
+from dagster._core.execution.retries import get_retries_config
+
+
+def _opt(config_type: object, description: str) -> Field:
+    return Field(config_type, is_required=False, description=description)
+
+
+def _enum(name: str, *values: str) -> Enum:
+    return Enum(name, [EnumValue(value) for value in values])
+
+
+TENANT_SCHEMA = Shape(
+    {
+        "kubeconfig": _opt(String, "Path of a kubeconfig file for the tenant's API."),
+        "context": _opt(Noneable(String), "kubeconfig context (default: its current one)."),
+        "vcluster": _opt(String, "vCluster name: its kubeconfig is secret vc-<name>."),
+        "host_namespace": _opt(String, "Host namespace holding the vc-<name> secret."),
+        "host_kubeconfig": _opt(
+            Noneable(String), "Path of the host cluster's kubeconfig (default: in-cluster)."
+        ),
+        "server": _opt(Noneable(String), "API URL override (vCluster exportKubeConfig.server)."),
+        "namespace": Field(String, default_value="default", description="Namespace of Jobs."),
+        "image": _opt(Noneable(String), "Image of this tenant's steps (overrides `image`)."),
+        "service_account": _opt(Noneable(String), "Service account of this tenant's steps."),
+        "allowed_sizes": _opt(Noneable(Array(String)), "Size classes this tenant accepts."),
+    },
+    description="Exactly one of kubeconfig, or vcluster + host_namespace.",
+)
+
+KUBERNETES_SCHEMA = Shape(
+    {
+        "tenants": _opt(Map(String, TENANT_SCHEMA), "Tenants by name: how to reach each."),
+        "image": _opt(Noneable(String), "Container image of step pods."),
+        "image_pull_policy": _opt(String, "Always, IfNotPresent or Never (IfNotPresent)."),
+        "image_pull_secrets": _opt(Array(String), "Names of docker-registry secrets."),
+        "service_account": _opt(Noneable(String), "Service account of step pods."),
+        "env_vars": _opt(
+            Array(String),
+            "KEY=VALUE, or KEY to copy from the executor's env; no secrets (use env_secrets).",
+        ),
+        "env_secrets": _opt(Array(String), "Secrets loaded whole into step env (envFrom)."),
+        "env_config_maps": _opt(Array(String), "Config maps loaded whole into step env."),
+        "volumes": _opt(Array(Permissive()), "Pod volumes (Kubernetes API dicts)."),
+        "volume_mounts": _opt(Array(Permissive()), "Container volume mounts."),
+        "labels": _opt(Map(String, String), "Extra labels on Jobs and pods."),
+        "priority_classes": _opt(
+            Shape(
+                {
+                    "default": Field(String, default_value="k8s-ai-standard"),
+                    "preemptible": Field(String, default_value="k8s-ai-preemptible"),
+                }
+            ),
+            "PriorityClass names of ordinary and preemptible steps.",
+        ),
+        "security_context": _opt(Permissive(), "Container securityContext (default: hardened)."),
+        "gpu_node_selectors": _opt(
+            Map(String, Map(String, String)), "Node selector per size class."
+        ),
+        "gpu_type_label": _opt(String, "Node label gpu_type matches (nvidia.com/gpu.product)."),
+        "gpu_tolerations": _opt(Array(Permissive()), "Tolerations of GPU steps."),
+        "command_prefix": _opt(Array(String), "Replaces `python -m dagster` in step argv."),
+        "python": _opt(String, "Replaces argv[0] of other step commands (default python)."),
+        "watch_reconnect_backoff_s": _opt(Float, "First wait after a watch error; > 0 (1.0)."),
+        "watch_timeout_s": _opt(Int, "Server-side timeout of one watch request; >= 1 (300)."),
+        "pending_events_interval_s": _opt(Float, "Min s between event reads; >= 0 (5.0)."),
+        "api_retries": _opt(Int, "Retries of a transient API error; >= 0 (4)."),
+    }
+)
+
+SLURM_SCHEMA = Shape(
+    {
+        "transport": Field(
+            _enum("SlurmTransport", "cli", "rest"),
+            default_value="cli",
+            description="cli: sbatch/squeue/scontrol/scancel; rest: slurmrestd with a JWT.",
+        ),
+        "partition": _opt(Noneable(String), "Partition (default: the cluster's default)."),
+        "account": _opt(Noneable(String), "--account of every job."),
+        "python": _opt(Noneable(String), "Interpreter on compute nodes."),
+        "workdir": _opt(String, "Absolute directory every node and this host share."),
+        "ssh_host": _opt(Noneable(String), "Run the CLI on this login node over ssh."),
+        "rest_url": _opt(Noneable(String), "slurmrestd base URL, e.g. http://slurm:6820."),
+        "rest_user": _opt(Noneable(String), "X-SLURM-USER-NAME."),
+        "rest_token": _opt(
+            Shape({"env": Field(String, description="Variable holding the JWT.")}),
+            "The JWT from an environment variable: {env: SLURM_JWT}; never a literal.",
+        ),
+        "rest_token_env": _opt(Noneable(String), "Name of the variable holding the JWT."),
+        "time_limit": _opt(Any, 'Minutes (120) or "D-HH:MM:SS" (default: the partition\'s).'),
+        "grace_period_s": _opt(Float, "USR2 this long before the time limit; >= 0 (30)."),
+        "slurm_conf": _opt(Noneable(String), "SLURM_CONF for the CLI and the job."),
+        "command_timeout_s": _opt(Float, "Bound on every Slurm command or HTTP call; > 0 (30)."),
+        "rest_api_version": _opt(String, "slurmrestd OpenAPI plugin version (v0.0.38)."),
+    }
+)
+
+LOCAL_SCHEMA = Shape(
+    {
+        "cpus": _opt(Noneable(Float), "CPU cores handed out at once; > 0 (default: detected)."),
+        "memory": _opt(Noneable(String), "Memory handed out at once (default: detected)."),
+        "gpus": _opt(Noneable(Int), "GPUs handed out; >= 0 (default: nvidia-smi -L)."),
+        "oversize": Field(
+            _enum("Oversize", "run_alone", "fail"),
+            default_value="run_alone",
+            description="A step larger than the machine: run_alone (warning) or fail.",
+        ),
+        "log_dir": _opt(Noneable(String), "Attempt logs; created at executor start."),
+        "start_method": Field(
+            _enum("StartMethod", "spawn", "forkserver"),
+            default_value="spawn",
+            description="How step processes start.",
+        ),
+    }
+)
+
+CONFIG_SCHEMA = {
+    "backend": Field(
+        _enum("Backend", "local", "kubernetes", "slurm"),
+        default_value="local",
+        description="Default backend of single-node steps.",
+    ),
+    "size_classes": _opt(
+        Map(String, Permissive()), "Override or add size classes: {name: {cpu, memory, gpu}}."
+    ),
+    "local": _opt(LOCAL_SCHEMA, "Local capacity and what to do with oversize steps."),
+    "kubernetes": _opt(KUBERNETES_SCHEMA, "Tenants and job settings."),
+    "slurm": _opt(SLURM_SCHEMA, "Slurm transport and job settings."),
+    "default_tenant": _opt(Noneable(String), "Tenant of steps that name none."),
+    "allowed_tenants": _opt(Noneable(Array(String)), "Tenants this run may reach."),
+    "oom_escalation": _opt(
+        Shape(
+            {
+                "factor": Field(Float, default_value=2.0, description="Finite, > 1."),
+                "max_memory": Field(
+                    String, default_value="450Gi", description="Cap of every launch."
+                ),
+                "max_attempts": Field(Int, default_value=4, description="Attempts in all, >= 1."),
+            }
+        ),
+        "How OOMKilled steps are relaunched with more memory.",
+    ),
+    "max_preemption_retries": Field(Int, default_value=3, description="Relaunches; >= 0."),
+    "grace_period_s": Field(Float, default_value=30.0, description="SIGTERM → SIGKILL; >= 0."),
+    "poll_interval_s": Field(Float, default_value=0.1, description="Event/state poll; > 0."),
+    "max_concurrent": _opt(Noneable(Int), "Steps in flight at once; >= 1 (default: no limit)."),
+    "retries": get_retries_config(),
+}
+
+__all__ = ["CONFIG_SCHEMA", "KUBERNETES_SCHEMA", "LOCAL_SCHEMA", "SLURM_SCHEMA"]
