@@ -12,6 +12,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from dagster import DagsterEventType, DagsterInstance
 
 ROOT = Path(__file__).parents[2]
@@ -28,7 +29,7 @@ def _start_run(job: str, executor: dict[str, object]) -> subprocess.Popen[str]:
 
 
 def _finish(run: subprocess.Popen[str]) -> dict[str, object]:
-    out, _ = run.communicate(timeout=280)
+    out, _ = run.communicate(timeout=580)
     assert run.returncode == 0, f"run worker exited with {run.returncode}"
     return json.loads(out.strip().splitlines()[-1])
 
@@ -56,6 +57,7 @@ def _ledger_entries(dagster_home: Path) -> list[object]:
     return [*raw["claims"], *raw["waiters"]]
 
 
+@pytest.mark.timeout(600)  # two run workers and their step processes on a loaded machine
 def test_two_runs_with_a_two_cpu_step_on_a_two_cpu_machine_run_them_one_after_the_other(
     instance: DagsterInstance, dagster_home: Path, test_out: Path
 ) -> None:

@@ -5,7 +5,9 @@ two runs do not each hand out the whole machine, admission goes through a small 
 under `$DAGSTER_HOME` (`k8s_ai_local/admission-<hostname>.json`, one per machine should
 DAGSTER_HOME be shared; without DAGSTER_HOME, a per-user folder in the temp dir), read and
 rewritten under `fcntl.flock`. It records every admitted step (run id, step key, CPU, memory,
-GPU ids, the PID of its process group) and every run's first waiting step with a ticket.
+GPU ids, the PID of its process group) and every run's first waiting step with a ticket. The
+file is rewritten in place with one `pwrite`, so a writer killed midway leaves the old tail
+after a complete new document, which readers ignore.
 
 Rules, applied by `judge`:
 - each run admits against its own configured capacity, counting what every run holds;
@@ -208,11 +210,10 @@ class AdmissionLedger:
         self.directory = directory or default_ledger_dir()
         self.owner = Owner.this_process()
         self._alive = alive or entry_alive
-        self._path = self.directory / f"admission-{socket.gethostname()}.json"
-        self._lock_path = self._path.with_suffix(".lock")
+        self.path = self.directory / f"admission-{socket.gethostname()}.json"
         try:
             self.directory.mkdir(parents=True, exist_ok=True)
-            self._lock_path.touch(exist_ok=True)
+            self.path.touch(exist_ok=True)
         except OSError as exc:
             raise ConfigError(
                 f"local backend: cannot use the admission ledger in {self.directory} "
@@ -286,23 +287,26 @@ class AdmissionLedger:
     def _transaction(
         self,
     ) -> Iterator[tuple[LedgerState, Callable[[LedgerState], None]]]:
-        """The live ledger under an exclusive lock; `commit(state)` rewrites it atomically."""
-        with open(self._lock_path, "a") as lock:
-            fcntl.flock(lock, fcntl.LOCK_EX)
-            stored = _read(self._path)
+        """The live ledger under an exclusive `flock`; `commit(state)` rewrites it in place."""
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            stored = _read(fd)
             state = LedgerState(
                 tuple(c for c in stored.claims if self._alive(c)),
                 tuple(w for w in stored.waiters if self._alive(w)),
                 stored.next_ticket,
             )
             if state != stored:
-                _write(self._path, state)
+                _write(fd, state)
 
             def commit(new: LedgerState) -> None:
                 if new != state:
-                    _write(self._path, new)
+                    _write(fd, new)
 
             yield state, commit
+        finally:
+            os.close(fd)  # closing the file releases the lock
 
 
 def entry_alive(entry: Claim | Waiter) -> bool:
@@ -315,8 +319,9 @@ def entry_alive(entry: Claim | Waiter) -> bool:
 def _process_alive(pid: int, started: float) -> bool:
     try:
         process = psutil.Process(pid)
-        alive = process.status() != psutil.STATUS_ZOMBIE
-        return alive and abs(process.create_time() - started) < 0.01
+        with process.oneshot():
+            alive = process.status() != psutil.STATUS_ZOMBIE
+            return alive and abs(process.create_time() - started) < 0.01
     except psutil.Error:
         return False
 
@@ -347,10 +352,12 @@ def _pid_exists(pid: int) -> bool:
         return False
 
 
-def _read(path: Path) -> LedgerState:
+def _read(fd: int) -> LedgerState:
+    """The ledger's first JSON document (a tail left by a write cut short is ignored)."""
+    text = os.pread(fd, os.fstat(fd).st_size, 0).decode(errors="replace")
     try:
-        raw: dict[str, Any] = json.loads(path.read_text())
-    except (FileNotFoundError, ValueError):
+        raw: dict[str, Any] = json.JSONDecoder().raw_decode(text)[0] if text.strip() else {}
+    except ValueError:
         return LedgerState()
     return LedgerState(
         tuple(_claim(c) for c in raw.get("claims", [])),
@@ -363,10 +370,11 @@ def _claim(raw: dict[str, Any]) -> Claim:
     return Claim(**{**raw, "owner": Owner(**raw["owner"]), "gpu_ids": tuple(raw["gpu_ids"])})
 
 
-def _write(path: Path, state: LedgerState) -> None:
-    tmp = path.with_suffix(f".{os.getpid()}.tmp")
-    tmp.write_text(json.dumps({"version": 1, **asdict(state)}))
-    os.replace(tmp, path)
+def _write(fd: int, state: LedgerState) -> None:
+    """One `pwrite` of the whole document, then the old tail cut off (no rename: fast)."""
+    data = json.dumps({"version": 1, **asdict(state)}).encode()
+    os.pwrite(fd, data, 0)
+    os.ftruncate(fd, len(data))
 
 
 __all__ = [
