@@ -193,3 +193,14 @@ def test_a_ledger_folder_that_cannot_be_created_is_a_config_error(tmp_path: Path
 
     with pytest.raises(ConfigError, match=r"cannot use the admission ledger in .*home/k8s_ai"):
         AdmissionLedger(tmp_path / "home" / "k8s_ai_local")
+
+
+def test_a_rewrite_cut_short_after_its_document_leaves_a_readable_ledger(tmp_path: Path) -> None:
+    run_a = AdmissionLedger(tmp_path)
+    assert run_a.admit(want("run-a", "prep", 2), capacity(2)).admitted
+    document = run_a.path.read_text()
+    run_a.path.write_text(document + document[len(document) // 2 :])  # the old, longer tail
+
+    run_b = AdmissionLedger(tmp_path)
+    assert [c.step_key for c in run_b.snapshot().claims] == ["prep"]
+    assert not run_b.admit(want("run-b", "train", 2), capacity(2)).admitted

@@ -46,6 +46,7 @@ import psutil
 
 from ...errors import ConfigError
 from .capacity import LocalCapacity
+from .proctree import group_left_behind, process_alive
 
 LEDGER_FOLDER = "k8s_ai_local"
 
@@ -185,8 +186,7 @@ class AdmissionLedger:
     """One backend's handle on the machine-wide ledger in `directory`.
 
     Args:
-        directory: where the ledger file and its lock file live (`default_ledger_dir()`).
-        alive: whether a claim's or waiter's processes still exist (injectable for tests).
+        directory: where the ledger file lives (`default_ledger_dir()`).
 
     Example:
         >>> import tempfile
@@ -201,15 +201,9 @@ class AdmissionLedger:
         ()
     """
 
-    def __init__(
-        self,
-        directory: Path | None = None,
-        *,
-        alive: Callable[[Claim | Waiter], bool] | None = None,
-    ) -> None:
+    def __init__(self, directory: Path | None = None) -> None:
         self.directory = directory or default_ledger_dir()
         self.owner = Owner.this_process()
-        self._alive = alive or entry_alive
         self.path = self.directory / f"admission-{socket.gethostname()}.json"
         try:
             self.directory.mkdir(parents=True, exist_ok=True)
@@ -232,12 +226,20 @@ class AdmissionLedger:
             verdict = judge(state, self.owner, want, capacity)
             others = tuple(w for w in waiters if w.owner.token != me)
             if verdict.admitted:
-                claim = Claim(self.owner, want.run_id, want.step_key, want.job_id, want.cpus,
-                              want.memory_bytes, verdict.gpu_ids, want.alone)  # fmt: skip
+                claim = Claim(
+                    self.owner,
+                    want.run_id,
+                    want.step_key,
+                    want.job_id,
+                    want.cpus,
+                    want.memory_bytes,
+                    gpu_ids=verdict.gpu_ids,
+                    alone=want.alone,
+                )
                 state = replace(state, claims=(*state.claims, claim), waiters=others)
             elif others == waiters:  # not in line yet: take a ticket
-                waiter = Waiter(self.owner, want.run_id, want.step_key, want.job_id,
-                                state.next_ticket)  # fmt: skip
+                ticket = state.next_ticket
+                waiter = Waiter(self.owner, want.run_id, want.step_key, want.job_id, ticket)
                 state = replace(state, waiters=(*waiters, waiter), next_ticket=waiter.ticket + 1)
             commit(state)
             return verdict
@@ -293,8 +295,8 @@ class AdmissionLedger:
             fcntl.flock(fd, fcntl.LOCK_EX)
             stored = _read(fd)
             state = LedgerState(
-                tuple(c for c in stored.claims if self._alive(c)),
-                tuple(w for w in stored.waiters if self._alive(w)),
+                tuple(c for c in stored.claims if entry_alive(c)),
+                tuple(w for w in stored.waiters if entry_alive(w)),
                 stored.next_ticket,
             )
             if state != stored:
@@ -312,44 +314,8 @@ class AdmissionLedger:
 def entry_alive(entry: Claim | Waiter) -> bool:
     """A started step is alive while its process group is; anything else while its owner is."""
     if isinstance(entry, Claim) and entry.pid:
-        return _process_alive(entry.pid, entry.pid_started) or _group_alive(entry.pid)
-    return _process_alive(entry.owner.pid, entry.owner.started)
-
-
-def _process_alive(pid: int, started: float) -> bool:
-    try:
-        process = psutil.Process(pid)
-        with process.oneshot():
-            alive = process.status() != psutil.STATUS_ZOMBIE
-            return alive and abs(process.create_time() - started) < 0.01
-    except psutil.Error:
-        return False
-
-
-def _group_alive(pgid: int) -> bool:
-    """Whether a live (not zombie) process of the group is left: a tree outlives its leader."""
-    if _pid_exists(pgid):
-        return False  # the PID now belongs to another process, so the group is gone
-    try:
-        os.killpg(pgid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        pass
-    for process in psutil.process_iter(["status"]):
-        try:
-            if process.info["status"] != psutil.STATUS_ZOMBIE and os.getpgid(process.pid) == pgid:
-                return True
-        except (OSError, psutil.Error):
-            continue
-    return False
-
-
-def _pid_exists(pid: int) -> bool:
-    try:
-        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
-    except psutil.Error:
-        return False
+        return process_alive(entry.pid, entry.pid_started) or group_left_behind(entry.pid)
+    return process_alive(entry.owner.pid, entry.owner.started)
 
 
 def _read(fd: int) -> LedgerState:
