@@ -2,10 +2,9 @@
 
 Admission: steps wait, in submission order, until their CPU, memory and GPU requests fit the
 local capacity, counting what every run of the instance holds on this machine (`ledger.py`).
-Memory limits are enforced the way a kernel cgroup would: the resident set of
-the step's whole process tree is sampled and the tree is killed at the limit (reported as
-OOMKilled, exit 137). A step killed by SIGTERM from outside the executor is reported as
-Preempted.
+Memory limits are enforced the way a kernel cgroup would: the resident set of the step's whole
+process tree is sampled and the tree is killed at the limit (reported as OOMKilled, exit 137).
+A step killed by SIGTERM from outside the executor is reported as Preempted.
 
 Example:
     >>> backend = LocalBackend(LocalCapacity(cpus=2, memory_bytes=4 * 1024**3, gpus=0))
