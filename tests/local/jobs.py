@@ -14,6 +14,7 @@ from pathlib import Path
 from dagster import Definitions, OpExecutionContext, RetryPolicy, job, op
 
 from k8s_ai_orchestrator import CheckpointStore, ai_executor, compute
+from k8s_ai_orchestrator.backends.local import AdmissionLedger
 
 OUT = Path(os.environ.get("TEST_OUT", "/tmp"))
 
@@ -161,6 +162,34 @@ def tenant_routed() -> None:
     vision_step()
 
 
+def _other_run_waits_or_ended(run_id: str) -> bool:
+    waiting = AdmissionLedger().snapshot().waiters
+    if any(w.run_id != run_id for w in waiting):
+        return True
+    events = OUT / "events.jsonl"
+    lines = events.read_text().splitlines() if events.exists() else []
+    return any(e.get("phase") == "end" and e["name"] != run_id for e in map(json.loads, lines))
+
+
+@op(tags=compute(cpu=2, memory="256Mi"))
+def two_cpu_beside_another_run(context: OpExecutionContext) -> None:
+    """Holds its 2 CPUs until the other run's 2-CPU step is queued behind it (or has run).
+
+    So the two runs are known to overlap while this step runs, on however loaded a machine;
+    the bound only ends the wait when admission is broken and both steps started at once.
+    """
+    _record(context.run_id, phase="start")
+    deadline = time.monotonic() + 120
+    while not _other_run_waits_or_ended(context.run_id) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    _record(context.run_id, phase="end")
+
+
+@job(executor_def=ai_executor)
+def machine_wide() -> None:
+    two_cpu_beside_another_run()
+
+
 defs = Definitions(
     jobs=[
         admission,
@@ -171,5 +200,6 @@ defs = Definitions(
         gpu_on_cpu_machine,
         bad_tags,
         tenant_routed,
+        machine_wide,
     ]
 )

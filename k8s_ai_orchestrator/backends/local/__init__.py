@@ -1,6 +1,8 @@
 """The embedded local backend: each step a real process on this machine.
 
-- `backend.py`: admission against the machine's capacity, status, cancel, usage;
+- `backend.py`: the step queue, status, cancel, usage;
+- `capacity.py`: what the backend may hand out, and what a step takes of it;
+- `ledger.py`: machine-wide admission, shared by every run of the instance (a file + flock);
 - `launch.py`: how step processes start (spawn, or forked from a warm forkserver);
 - `proctree.py`: the memory a process tree is charged, and killing a tree.
 
@@ -9,6 +11,8 @@ Example:
     'local'
 """
 
-from .backend import OOM_EXIT_CODE, LocalBackend, LocalCapacity
+from .backend import OOM_EXIT_CODE, LocalBackend
+from .capacity import LocalCapacity
+from .ledger import AdmissionLedger
 
-__all__ = ["OOM_EXIT_CODE", "LocalBackend", "LocalCapacity"]
+__all__ = ["OOM_EXIT_CODE", "AdmissionLedger", "LocalBackend", "LocalCapacity"]

@@ -1,10 +1,10 @@
 """The embedded local backend: each step is a real subprocess on this machine.
 
 Admission: steps wait, in submission order, until their CPU, memory and GPU requests fit the
-local capacity. Memory limits are enforced the way a kernel cgroup would: the resident set of
-the step's whole process tree is sampled and the tree is killed at the limit (reported as
-OOMKilled, exit 137). A step killed by SIGTERM from outside the executor is reported as
-Preempted.
+local capacity, counting what every run of the instance holds on this machine (`ledger.py`).
+Memory limits are enforced the way a kernel cgroup would: the resident set of the step's whole
+process tree is sampled and the tree is killed at the limit (reported as OOMKilled, exit 137).
+A step killed by SIGTERM from outside the executor is reported as Preempted.
 
 Example:
     >>> backend = LocalBackend(LocalCapacity(cpus=2, memory_bytes=4 * 1024**3, gpus=0))
@@ -16,103 +16,27 @@ Example:
 from __future__ import annotations
 
 import os
-import shutil
 import signal
 import subprocess
 import tempfile
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
-import psutil
-
 from ...errors import ConfigError, SubmitError
-from ...spec import ComputeSpec, format_memory, parse_cpu, parse_memory
+from ...spec import ComputeSpec, format_memory
 from ..base import FailureReason, JobHandle, LaunchRequest, ResourceUsage, StepStatus
+from .capacity import LocalCapacity, local_cpu, local_gpus, local_memory
 from .launch import ProcessLauncher, StartMethod, StepProcess
+from .ledger import AdmissionLedger, Want
 from .proctree import charged_memory, kill_group
 
 OOM_EXIT_CODE = 137
 Oversize = Literal["run_alone", "fail"]
-
-
-def detect_gpus() -> int:
-    """Number of NVIDIA GPUs `nvidia-smi -L` lists (0 without a driver)."""
-    if not shutil.which("nvidia-smi"):
-        return 0
-    try:
-        out = subprocess.run(
-            ["nvidia-smi", "-L"], capture_output=True, text=True, timeout=10, check=False
-        )
-    except (OSError, subprocess.TimeoutExpired):
-        return 0
-    return sum(1 for line in out.stdout.splitlines() if line.startswith("GPU "))
-
-
-@dataclass(frozen=True)
-class LocalCapacity:
-    """What the local backend may hand out at once."""
-
-    cpus: float
-    memory_bytes: int
-    gpus: int = 0
-
-    @classmethod
-    def detect(cls) -> LocalCapacity:
-        return cls(
-            cpus=float(os.cpu_count() or 1),
-            memory_bytes=psutil.virtual_memory().total,
-            gpus=detect_gpus(),
-        )
-
-    @classmethod
-    def from_config(cls, raw: Mapping[str, object]) -> LocalCapacity:
-        """Build from the executor's `local` config; missing values are detected."""
-        detected = cls.detect()
-        cpus = raw.get("cpus")
-        memory = raw.get("memory")
-        gpus = raw.get("gpus")
-        try:
-            capacity = cls(
-                cpus=parse_cpu(cpus, field="local.cpus") if cpus is not None else detected.cpus,
-                memory_bytes=(
-                    parse_memory(memory, field="local.memory")
-                    if memory is not None
-                    else detected.memory_bytes
-                ),
-                gpus=int(gpus) if gpus is not None else detected.gpus,  # type: ignore[call-overload]
-            )
-        except ValueError as exc:
-            raise ConfigError(f"executor config: {exc}; omit the key to detect it") from None
-        if capacity.gpus < 0:
-            raise ConfigError(f"executor config: local.gpus={gpus!r} must be >= 0")
-        return capacity
-
-    def fits(self, spec: ComputeSpec) -> bool:
-        return (
-            local_cpu(spec) <= self.cpus + 1e-9
-            and local_memory(spec) <= self.memory_bytes
-            and local_gpus(spec) <= self.gpus
-        )
-
-    def describe(self) -> str:
-        return f"{self.cpus:g} CPU / {self.memory_bytes / 1024**3:.1f}Gi / {self.gpus} GPU"
-
-
-def local_cpu(spec: ComputeSpec) -> float:
-    return spec.total_cpu
-
-
-def local_memory(spec: ComputeSpec) -> int:
-    return spec.memory_bytes * spec.nodes
-
-
-def local_gpus(spec: ComputeSpec) -> int:
-    return spec.gpu * spec.nodes
 
 
 @dataclass
@@ -144,6 +68,8 @@ class LocalBackend:
             it from a process that has Dagster imported already (as Dagster's multiprocess
             executor does), which starts steps faster.
         clock: monotonic clock, injectable for tests.
+        ledger: the machine-wide admission ledger shared with the instance's other runs
+            (`AdmissionLedger()`: under `$DAGSTER_HOME`, or a per-user temp folder).
     """
 
     name = "local"
@@ -157,6 +83,7 @@ class LocalBackend:
         log_dir: str | None = None,
         start_method: StartMethod = "spawn",
         clock: Callable[[], float] = time.monotonic,
+        ledger: AdmissionLedger | None = None,
     ) -> None:
         self.capacity = capacity or LocalCapacity.detect()
         if self.capacity.cpus <= 0 or self.capacity.memory_bytes <= 0:
@@ -165,6 +92,7 @@ class LocalBackend:
                 "set local.cpus and local.memory above 0, or omit them to detect the machine's"
             )
         self.oversize = oversize
+        self.ledger = ledger or AdmissionLedger()
         self._interval = sample_interval_s
         self._log_dir = Path(log_dir or tempfile.mkdtemp(prefix="k8s-ai-local-"))
         self._clock = clock
@@ -233,6 +161,7 @@ class LocalBackend:
                 return
             if attempt in self._queue:
                 self._queue.remove(attempt)
+                self.ledger.release(attempt.handle.job_id)
                 attempt.status = StepStatus.failed(
                     FailureReason.CANCELLED, "cancelled while queued"
                 )
@@ -270,6 +199,7 @@ class LocalBackend:
         self._stop.set()
         self._wake.set()
         self._thread.join(timeout=5)
+        self.ledger.leave()
 
     # -- monitor thread ---------------------------------------------------------------------
 
@@ -280,40 +210,30 @@ class LocalBackend:
             self._wake.wait(self._interval)
             self._wake.clear()
 
-    def _free(self) -> tuple[float, int, set[int]]:
-        cpus = self.capacity.cpus - sum(local_cpu(a.request.spec) for a in self._running.values())
-        memory = self.capacity.memory_bytes - sum(
-            local_memory(a.request.spec) for a in self._running.values()
-        )
-        used_gpus = {g for a in self._running.values() for g in a.gpu_ids}
-        return cpus, memory, set(range(self.capacity.gpus)) - used_gpus
-
     def _admit(self) -> None:
         with self._lock:
             while self._queue:
                 head = self._queue[0]
-                spec = head.request.spec
-                cpus, memory, free_gpus = self._free()
-                wanted_gpus = min(local_gpus(spec), self.capacity.gpus)
-                if head.alone:
-                    fits = not self._running
-                else:
-                    fits = (
-                        local_cpu(spec) <= cpus + 1e-9
-                        and local_memory(spec) <= memory
-                        and wanted_gpus <= len(free_gpus)
-                    )
-                if not fits:
-                    head.status = StepStatus.pending(
-                        "WaitingForCapacity",
-                        f"waiting for local capacity: needs {spec.describe()}, free "
-                        f"{max(cpus, 0):g} CPU / {max(memory, 0) / 1024**3:.1f}Gi / "
-                        f"{len(free_gpus)} GPU",
-                    )
+                verdict = self.ledger.admit(self._want(head), self.capacity)
+                if not verdict.admitted:
+                    head.status = StepStatus.pending("WaitingForCapacity", verdict.reason)
                     return
                 self._queue.popleft()
-                head.gpu_ids = tuple(sorted(free_gpus))[:wanted_gpus]
+                head.gpu_ids = verdict.gpu_ids
                 self._start(head)
+
+    def _want(self, attempt: _Attempt) -> Want:
+        spec, request = attempt.request.spec, attempt.request
+        return Want(
+            run_id=request.run_id,
+            step_key=request.step_key,
+            job_id=attempt.handle.job_id,
+            cpus=local_cpu(spec),
+            memory_bytes=local_memory(spec),
+            gpus=min(local_gpus(spec), self.capacity.gpus),
+            alone=attempt.alone,
+            size=spec.describe(),
+        )
 
     def _start(self, attempt: _Attempt) -> None:
         env = {**os.environ, **attempt.request.env}
@@ -322,8 +242,10 @@ class LocalBackend:
         try:
             attempt.process = self._launcher.start(attempt.request.command, env, attempt.log_path)
         except OSError as exc:
+            self.ledger.release(attempt.handle.job_id)
             attempt.status = StepStatus.failed(FailureReason.ERROR, f"could not start: {exc}")
             return
+        self.ledger.started(attempt.handle.job_id, attempt.process.pid)
         attempt.started_at = self._clock()
         attempt.status = StepStatus.running(node="localhost")
         self._running[attempt.handle.job_id] = attempt
@@ -369,6 +291,7 @@ class LocalBackend:
             if attempt.handle.job_id not in self._running:
                 return True
             del self._running[attempt.handle.job_id]
+            self.ledger.release(attempt.handle.job_id)
             attempt.ended_at = self._clock()
             attempt.status = _exit_status(code, attempt.kill_reason, attempt.kill_message)
         self._wake.set()
@@ -413,4 +336,4 @@ def _safe_file_name(text: str) -> str:
     return "".join(c if c.isalnum() or c in "-_." else "_" for c in text)
 
 
-__all__ = ["LocalBackend", "LocalCapacity", "OOM_EXIT_CODE"]
+__all__ = ["LocalBackend", "OOM_EXIT_CODE"]

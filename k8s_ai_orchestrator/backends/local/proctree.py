@@ -5,6 +5,9 @@ helper (before the helper execs) the tree looks twice its size. A kernel cgroup 
 page once; `charged_memory` does the same by falling back to the proportional set size (PSS)
 when the cheap RSS sum is over the limit.
 
+The admission ledger reclaims crashed holders by `process_alive` and `group_left_behind`: a
+PID is matched with its start time, and zombies count as gone.
+
 Example:
     >>> import os
     >>> tree_rss(os.getpid()) > 0
@@ -58,3 +61,44 @@ def kill_group(pgid: int, sig: signal.Signals) -> None:
         os.killpg(pgid, sig)
     except (ProcessLookupError, PermissionError):
         pass
+
+
+def process_alive(pid: int, started: float) -> bool:
+    """Whether the process `pid` that started at `started` (its create time) still runs."""
+    try:
+        process = psutil.Process(pid)
+        with process.oneshot():
+            alive = process.status() != psutil.STATUS_ZOMBIE
+            return alive and abs(process.create_time() - started) < 0.01
+    except psutil.Error:
+        return False
+
+
+def group_left_behind(pgid: int) -> bool:
+    """Whether live processes are left in group `pgid` (a tree outlives its leader).
+
+    Ask only once the leader is known to be gone: a live process with that PID then means
+    the PID was reused, so the old group is gone too.
+    """
+    if _pid_exists(pgid):
+        return False
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        pass
+    for process in psutil.process_iter(["status"]):
+        try:
+            if process.info["status"] != psutil.STATUS_ZOMBIE and os.getpgid(process.pid) == pgid:
+                return True
+        except (OSError, psutil.Error):
+            continue
+    return False
+
+
+def _pid_exists(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
