@@ -5,8 +5,9 @@
 # The directory is keyed by a hash of go.mod, go.sum, main.go, this script and `go version`, so
 # a cached binary is reused at once. Progress goes to stderr; the last stdout line is the
 # directory holding `kubeplane` and its four personality symlinks.
+# Usage: scripts/build-kubeplane.sh [--check]   (--check: never build, only report the cache)
 # Exit codes: 0 built or cached, 3 no Go toolchain (callers decide whether that is fatal),
-# anything else: the build failed.
+# 4 --check and not built yet, anything else: the build failed.
 # Environment: KUBEPLANE_CACHE_DIR overrides the cache root.
 set -euo pipefail
 
@@ -30,6 +31,10 @@ if [ -x "$BIN/kubeplane" ]; then
   echo "kubeplane $K8S_VERSION already built in $BIN"
   echo "$BIN"
   exit 0
+fi
+if [ "${1:-}" = "--check" ]; then
+  echo "kubeplane $K8S_VERSION is not built yet; run scripts/build-kubeplane.sh" >&2
+  exit 4
 fi
 
 minor=${K8S_VERSION#v1.}
