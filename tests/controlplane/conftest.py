@@ -8,6 +8,8 @@ it is not cached. KUBEPLANE_BIN_DIR points at a prebuilt binary directory instea
 from __future__ import annotations
 
 import os
+import shutil
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -43,12 +45,12 @@ def kubeplane_bin_dir() -> Path:
 
 
 @pytest.fixture(scope="session")
-def control_plane(
-    kubeplane_bin_dir: Path, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[ControlPlane]:
-    run_dir = tmp_path_factory.mktemp("controlplane")
+def control_plane(kubeplane_bin_dir: Path) -> Iterator[ControlPlane]:
+    # Not under pytest's basetemp: concurrent pytest sessions rotate it away under a live plane.
+    run_dir = Path(tempfile.mkdtemp(prefix="k8sai-controlplane-"))
     with start_control_plane(kubeplane_bin_dir, run_dir, tenants=[TENANT]) as plane:
         yield plane
+    shutil.rmtree(run_dir, ignore_errors=True)  # kept (logs) when startup failed
 
 
 @pytest.fixture

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import shutil
+import tempfile
 import uuid
 from pathlib import Path
 
@@ -65,9 +67,11 @@ def _processes_in_groups(groups: set[int]) -> list[int]:
     return found
 
 
-def test_stop_leaves_no_process_behind(kubeplane_bin_dir: Path, tmp_path: Path) -> None:
-    plane = ControlPlane(kubeplane_bin_dir, tmp_path).start()
+def test_stop_leaves_no_process_behind(kubeplane_bin_dir: Path) -> None:
+    run_dir = Path(tempfile.mkdtemp(prefix="k8sai-controlplane-"))
+    plane = ControlPlane(kubeplane_bin_dir, run_dir).start()
     groups = {c.pid for c in plane.components if c.pid is not None}
     assert len(_processes_in_groups(groups)) == len(plane.components) == 4
     plane.stop()
     assert _processes_in_groups(groups) == []
+    shutil.rmtree(run_dir)

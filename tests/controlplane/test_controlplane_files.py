@@ -43,7 +43,7 @@ def test_only_the_host_runs_node_lifecycle_and_neither_runs_volume_or_ipam_contr
 
 
 def test_apiserver_gets_quota_admission_gates_and_runtime_config(tmp_path: Path) -> None:
-    files = flags.ApiServerFiles(*(tmp_path / n for n in ("c", "k", "ca", "tok", "sa")))
+    files = flags.ApiServerFiles(*(tmp_path / n for n in ("c", "k", "ca", "tok", "sa", "pub")))
     gates = Gates({"GenericWorkload": True}, ["scheduling.k8s.io/v1beta1=true"])
     args = flags.apiserver_args(6443, flags.EtcdPorts(1, 2), "/kubeplane/t", files, gates)
     assert "--etcd-prefix=/kubeplane/t" in args

@@ -123,6 +123,8 @@ class ControlPlane:
             ControlPlaneError: the binary is missing or a component failed; everything already
                 started is stopped first.
         """
+        if self.components:
+            return self  # already started (e.g. start_control_plane() used in a `with`)
         if not self.binary.is_file():
             raise ControlPlaneError(
                 f"no kubeplane binary at {self.binary}; build it with scripts/build-kubeplane.sh"
@@ -145,8 +147,12 @@ class ControlPlane:
 
     @property
     def ready_times(self) -> dict[str, float]:
-        """Seconds from start to ready, per component name."""
-        return {c.name: c.ready_after_s for c in self.components if c.ready_after_s is not None}
+        """Seconds from each component's start to each readiness stage, keyed "name: stage"."""
+        return {
+            f"{c.name}: {what}": seconds
+            for c in self.components
+            for what, seconds in c.ready_after_s.items()
+        }
 
     def __enter__(self) -> ControlPlane:
         return self.start()
@@ -200,8 +206,8 @@ class ControlPlane:
             self._etcd_dir = _default_etcd_dir(self.run_dir)
         ports = EtcdPorts(client=free_port(), peer=free_port())
         etcd = self._launch("etcd", "etcd", flags.etcd_args(ports, self._etcd_dir))
-        probe = HttpsTarget(ports.client_url).get
-        etcd.wait_ready(lambda: probe("/health")[0] == 200, self.startup_timeout_s, "healthy")
+        probe = HttpsTarget(ports.client_url).probe("/health")
+        etcd.wait_ready(probe, self.startup_timeout_s, "healthy")
         self.etcd_url = ports.client_url
         return ports
 
@@ -278,13 +284,16 @@ class _ApiServerPlan:
         kcm = pki.new_identity("system:kube-controller-manager")
         scheduler = pki.new_identity("system:kube-scheduler")
         sa_key = directory / "service-account.key"
-        pki.write_private_key(sa_key)
+        sa_public_key = pki.write_public_key(
+            pki.write_private_key(sa_key), directory / "service-account.pub"
+        )
         files = flags.ApiServerFiles(
             tls_cert=serving.cert,
             tls_key=serving.key,
             client_ca=ca.cert,
             token_file=pki.write_token_file(directory / "tokens.csv", [admin, kcm, scheduler]),
             service_account_key=sa_key,
+            service_account_public_key=sa_public_key,
         )
         prefix = f"/kubeplane/{name}" if name == HOST else f"/kubeplane/tenant-{name}"
         return _ApiServerPlan(name, directory, prefix, ca, files, admin, kcm, scheduler)

@@ -48,13 +48,14 @@ class EtcdPorts:
 
 @dataclass(frozen=True)
 class ApiServerFiles:
-    """The files one apiserver reads: serving pair, client CA, tokens and its SA key."""
+    """The files one apiserver reads: serving pair, client CA, tokens and its SA key pair."""
 
     tls_cert: Path
     tls_key: Path
     client_ca: Path
     token_file: Path
-    service_account_key: Path
+    service_account_key: Path  # private: signs tokens (and the KCM signs legacy ones)
+    service_account_public_key: Path  # verifies tokens
 
 
 @dataclass(frozen=True)
@@ -92,7 +93,7 @@ def etcd_args(ports: EtcdPorts, data_dir: Path, quota_bytes: int = 2 * 1024**3) 
         f"--quota-backend-bytes={quota_bytes}",
         "--auto-compaction-mode=periodic",
         "--auto-compaction-retention=1h",
-        "--log-level=warn",
+        "--log-level=info",
     ]
 
 
@@ -113,7 +114,7 @@ def apiserver_args(
         f"--token-auth-file={files.token_file}",
         "--authorization-mode=Node,RBAC",
         "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
-        f"--service-account-key-file={files.service_account_key}",
+        f"--service-account-key-file={files.service_account_public_key}",
         f"--service-account-signing-key-file={files.service_account_key}",
         "--service-cluster-ip-range=10.96.0.0/16",
         f"--enable-admission-plugins={','.join(ADMISSION_PLUGINS)}",

@@ -78,6 +78,16 @@ def write_private_key(path: Path) -> ec.EllipticCurvePrivateKey:
     return key
 
 
+def write_public_key(key: ec.EllipticCurvePrivateKey, path: Path) -> Path:
+    """Write the PEM `PUBLIC KEY` of `key` (what `--service-account-key-file` reads)."""
+    path.write_bytes(
+        key.public_key().public_bytes(
+            serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
+        )
+    )
+    return path
+
+
 def _name(common_name: str) -> x509.Name:
     return x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common_name)])
 

@@ -29,7 +29,7 @@ from pathlib import Path
 
 from ...errors import OrchestratorError
 
-Probe = Callable[[], bool]
+Probe = Callable[[], str | None]  # None when ready, else why not (for the timeout message)
 
 
 class ControlPlaneError(OrchestratorError):
@@ -71,8 +71,17 @@ class HttpsTarget:
             return 0, b""
 
     def probe(self, path: str) -> Probe:
-        """A readiness probe: True once `path` answers 200."""
-        return lambda: self.get(path)[0] == 200
+        """A readiness probe: ready once `path` answers 200."""
+
+        def check() -> str | None:
+            status, body = self.get(path)
+            if status == 200:
+                return None
+            if status == 0:
+                return f"{self.url}{path}: no answer"
+            return f"{self.url}{path}: HTTP {status} {body[:200]!r}"
+
+        return check
 
 
 class Component:
@@ -97,7 +106,7 @@ class Component:
         self.name = name
         self.argv = list(argv)
         self.log_path = log_path
-        self.ready_after_s: float | None = None  # start to ready, set by wait_ready
+        self.ready_after_s: dict[str, float] = {}  # seconds from start, per wait_ready `what`
         self._clock = clock
         self._sleep = sleep
         self._popen: subprocess.Popen[bytes] | None = None
@@ -143,7 +152,7 @@ class Component:
                 log path and its tail.
         """
         deadline = self._clock() + timeout_s
-        while not probe():
+        while (why := probe()) is not None:
             if not self.running:
                 raise ControlPlaneError(
                     f"{self.name} exited before it was {what}; log {self.log_path}:\n"
@@ -151,12 +160,12 @@ class Component:
                 )
             if self._clock() > deadline:
                 raise ControlPlaneError(
-                    f"{self.name} not {what} after {timeout_s:.0f} s; raise the timeout on a "
-                    f"slow machine or read {self.log_path}:\n" + self.log_tail()
+                    f"{self.name} not {what} after {timeout_s:.0f} s ({why}); raise the "
+                    f"timeout on a slow machine or read {self.log_path}:\n" + self.log_tail()
                 )
             self._sleep(0.1)
-        self.ready_after_s = self._clock() - self._started_at
-        return self.ready_after_s
+        self.ready_after_s[what] = self._clock() - self._started_at
+        return self.ready_after_s[what]
 
     def stop(self, grace_s: float = 10.0) -> None:
         """SIGTERM the process group, SIGKILL it after `grace_s`; reaps the process."""
