@@ -1,0 +1,61 @@
+"""Find or build the `kubeplane` binary with `scripts/build-kubeplane.sh`.
+
+Example:
+    >>> bin_dir = build_kubeplane(Path("scripts/build-kubeplane.sh"))  # doctest: +SKIP
+    >>> (bin_dir / "kube-apiserver").exists()  # doctest: +SKIP
+    True
+"""
+
+from __future__ import annotations
+
+import subprocess
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from .process import ControlPlaneError
+
+NO_GO_EXIT_CODE = 3  # the build script's "no Go toolchain" exit code
+NOT_BUILT_EXIT_CODE = 4  # `--check` and no cached binary
+
+
+class KubeplaneUnavailable(ControlPlaneError):
+    """No `kubeplane` binary and no way (or no leave) to build it; the caller decides whether
+    that is fatal."""
+
+
+Runner = Callable[[Sequence[str]], "subprocess.CompletedProcess[str]"]
+
+
+def _run(argv: Sequence[str]) -> subprocess.CompletedProcess[str]:
+    # stderr (go build progress) passes through to the terminal
+    return subprocess.run(list(argv), stdout=subprocess.PIPE, text=True, check=False)
+
+
+def build_kubeplane(script: Path, *, check_only: bool = False, run: Runner = _run) -> Path:
+    """Run the build script (a no-op when the binary is cached) and return the binary dir.
+
+    With `check_only` nothing is built: a binary that is not cached yet is unavailable.
+
+    Raises:
+        KubeplaneUnavailable: the script found no `go`, or (`check_only`) no cached binary.
+        ControlPlaneError: the build failed.
+    """
+    result = run(["bash", str(script), *(["--check"] if check_only else [])])
+    lines = result.stdout.strip().splitlines()
+    if result.returncode == NO_GO_EXIT_CODE:
+        raise KubeplaneUnavailable(
+            f"{script} found no Go toolchain; install Go >= 1.26 to run the real control plane"
+        )
+    if result.returncode == NOT_BUILT_EXIT_CODE:
+        raise KubeplaneUnavailable(
+            f"kubeplane is not built; run {script} (about 20 min the first time)"
+        )
+    if result.returncode != 0 or not lines:
+        raise ControlPlaneError(
+            f"{script} failed with exit code {result.returncode}; run it by hand to see the "
+            "go build error"
+        )
+    bin_dir = Path(lines[-1])
+    if not (bin_dir / "kubeplane").is_file():
+        raise ControlPlaneError(f"{script} printed {bin_dir}, which has no kubeplane binary")
+    return bin_dir

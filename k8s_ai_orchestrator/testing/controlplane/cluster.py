@@ -1,0 +1,323 @@
+"""A real Kubernetes control plane on loopback: one etcd, a host apiserver with its controller
+manager and scheduler, and per tenant one more apiserver (own etcd prefix, own service-account
+key and tokens) with a vCluster-style controller manager and no scheduler.
+
+All components are personalities of the `kubeplane` binary (`scripts/build-kubeplane.sh`).
+
+Example:
+    >>> with start_control_plane(bin_dir, run_dir, tenants=["team-a"]) as plane:  # doctest: +SKIP
+    ...     print(plane.host.url, plane.tenants["team-a"].kubeconfig)
+    https://127.0.0.1:40123 /tmp/run/team-a/admin.kubeconfig
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from types import TracebackType
+
+from . import flags, pki
+from .flags import EtcdPorts, Gates
+from .process import Component, ControlPlaneError, HttpsTarget, free_port
+
+HOST = "host"
+_TENANT_NAME = re.compile(r"^[a-z0-9]([-a-z0-9]{0,30}[a-z0-9])?$")
+
+
+@dataclass(frozen=True)
+class ApiServer:
+    """One running apiserver as a client sees it."""
+
+    name: str  # "host" or the tenant name
+    url: str  # https://127.0.0.1:<port>
+    etcd_prefix: str
+    admin_token: str  # user "admin" in group system:masters
+    ca_file: Path  # verifies the serving certificate
+    kubeconfig: Path  # admin kubeconfig (token auth)
+
+
+def write_kubeconfig(path: Path, server: str, ca_file: Path, user: str, token: str) -> Path:
+    """Write a one-context kubeconfig (JSON, which every YAML loader reads) and return it."""
+    config = {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [
+            {
+                "name": "kubeplane",
+                "cluster": {"server": server, "certificate-authority": str(ca_file)},
+            }
+        ],
+        "users": [{"name": user, "user": {"token": token}}],
+        "contexts": [{"name": "kubeplane", "context": {"cluster": "kubeplane", "user": user}}],
+        "current-context": "kubeplane",
+    }
+    path.write_text(json.dumps(config, indent=2) + "\n")
+    path.chmod(0o600)
+    return path
+
+
+def _default_etcd_dir(run_dir: Path) -> Path:
+    shm = Path("/dev/shm")
+    parent = shm if shm.is_dir() and shm.stat().st_mode & 0o002 else run_dir
+    return Path(tempfile.mkdtemp(prefix="kubeplane-etcd-", dir=parent))
+
+
+class ControlPlane:
+    """Start and stop the control plane; see the module docstring.
+
+    Args:
+        bin_dir: directory with the `kubeplane` binary (the build script's last output line).
+        run_dir: PKI, kubeconfigs and one log file per component go here (created if needed).
+        tenants: tenant names (DNS labels); each gets its own apiserver and controller manager.
+        etcd_data_dir: etcd's data directory; default a fresh directory on /dev/shm (removed on
+            stop), or under `run_dir` without /dev/shm.
+        gates: feature gates / runtime config for the apiservers, controller managers, scheduler.
+        startup_timeout_s: per component, from its start to ready.
+        clock, sleep: injected so tests can drive time.
+    """
+
+    def __init__(
+        self,
+        bin_dir: Path,
+        run_dir: Path,
+        tenants: Sequence[str] = (),
+        *,
+        etcd_data_dir: Path | None = None,
+        gates: Gates | None = None,
+        startup_timeout_s: float = 180.0,
+        clock: Callable[[], float] = time.monotonic,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
+        bad = [name for name in tenants if not _TENANT_NAME.match(name) or name == HOST]
+        if bad or len(set(tenants)) != len(tenants):
+            raise ControlPlaneError(
+                f"tenant names {list(tenants)} must be distinct DNS labels of at most 32 "
+                f"characters and not '{HOST}' (bad: {bad})"
+            )
+        self.binary = Path(bin_dir) / "kubeplane"
+        self.run_dir = Path(run_dir)
+        self.tenant_names = tuple(tenants)
+        self.gates = gates or Gates()
+        self.startup_timeout_s = startup_timeout_s
+        self._etcd_dir = etcd_data_dir
+        self._own_etcd_dir = etcd_data_dir is None
+        self._clock = clock
+        self._sleep = sleep
+        self.components: list[Component] = []
+        self.host: ApiServer | None = None
+        self.tenants: dict[str, ApiServer] = {}
+        self.etcd_url = ""
+
+    # -- public ------------------------------------------------------------------------------
+
+    def start(self) -> ControlPlane:
+        """Start every component in dependency order and wait until each is ready.
+
+        Raises:
+            ControlPlaneError: the binary is missing or a component failed; everything already
+                started is stopped first.
+        """
+        if self.components:
+            return self  # already started (e.g. start_control_plane() used in a `with`)
+        if not self.binary.is_file():
+            raise ControlPlaneError(
+                f"no kubeplane binary at {self.binary}; build it with scripts/build-kubeplane.sh"
+            )
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        try:
+            self._start_all()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def stop(self) -> None:
+        """Stop every component, newest first, and remove an etcd directory made by start."""
+        for component in reversed(self.components):
+            component.stop()
+        if self._own_etcd_dir and self._etcd_dir is not None:
+            shutil.rmtree(self._etcd_dir, ignore_errors=True)
+            self._etcd_dir = None
+
+    @property
+    def ready_times(self) -> dict[str, float]:
+        """Seconds from each component's start to each readiness stage, keyed "name: stage"."""
+        return {
+            f"{c.name}: {what}": seconds
+            for c in self.components
+            for what, seconds in c.ready_after_s.items()
+        }
+
+    def __enter__(self) -> ControlPlane:
+        return self.start()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+    # -- startup -------------------------------------------------------------------------------
+
+    def _start_all(self) -> None:
+        ca = pki.write_ca(self.run_dir / "pki")
+        etcd = self._start_etcd()
+        names = (HOST, *self.tenant_names)
+        plans = [_ApiServerPlan.create(self.run_dir / name, name, ca) for name in names]
+        servers = [self._start_apiserver(plan, etcd) for plan in plans]
+        for plan, (component, server) in zip(plans, servers, strict=True):
+            target = HttpsTarget(server.url, server.admin_token, server.ca_file)
+            component.wait_ready(target.probe("/readyz"), self.startup_timeout_s, "ready")
+            if plan.name == HOST:
+                self.host = server
+            else:
+                self.tenants[plan.name] = server
+        controllers = [self._start_controller_manager(plan, ca) for plan in plans]
+        controllers.append(self._start_scheduler(plans[0]))
+        for component, port in controllers:
+            probe = HttpsTarget(f"https://127.0.0.1:{port}").probe("/healthz")
+            component.wait_ready(probe, self.startup_timeout_s, "healthy")
+        for component, server in servers:
+            target = HttpsTarget(server.url, server.admin_token, server.ca_file)
+            probe = target.probe("/api/v1/namespaces/default/serviceaccounts/default")
+            component.wait_ready(probe, self.startup_timeout_s, "serving ServiceAccount default")
+
+    def _launch(self, name: str, personality: str, args: Sequence[str]) -> Component:
+        component = Component(
+            name,
+            [str(self.binary), personality, *args],
+            self.run_dir / "logs" / f"{name}.log",
+            clock=self._clock,
+            sleep=self._sleep,
+        )
+        self.components.append(component.start())
+        return component
+
+    def _start_etcd(self) -> EtcdPorts:
+        if self._etcd_dir is None:
+            self._etcd_dir = _default_etcd_dir(self.run_dir)
+        ports = EtcdPorts(client=free_port(), peer=free_port())
+        etcd = self._launch("etcd", "etcd", flags.etcd_args(ports, self._etcd_dir))
+        probe = HttpsTarget(ports.client_url).probe("/health")
+        etcd.wait_ready(probe, self.startup_timeout_s, "healthy")
+        self.etcd_url = ports.client_url
+        return ports
+
+    def _start_apiserver(
+        self, plan: _ApiServerPlan, etcd: EtcdPorts
+    ) -> tuple[Component, ApiServer]:
+        port = free_port()
+        url = f"https://127.0.0.1:{port}"
+        args = flags.apiserver_args(port, etcd, plan.etcd_prefix, plan.files, self.gates)
+        component = self._launch(f"apiserver-{plan.name}", "kube-apiserver", args)
+        kubeconfig = write_kubeconfig(
+            plan.directory / "admin.kubeconfig", url, plan.ca.cert, "admin", plan.admin.token
+        )
+        for identity in (plan.controller_manager, plan.scheduler):
+            write_kubeconfig(
+                plan.directory / f"{identity.user.split(':')[-1]}.kubeconfig",
+                url,
+                plan.ca.cert,
+                identity.user,
+                identity.token,
+            )
+        server = ApiServer(
+            plan.name, url, plan.etcd_prefix, plan.admin.token, plan.ca.cert, kubeconfig
+        )
+        return component, server
+
+    def _start_controller_manager(
+        self, plan: _ApiServerPlan, ca: pki.KeyPair
+    ) -> tuple[Component, int]:
+        port = free_port()
+        files = flags.ControllerManagerFiles(
+            kubeconfig=plan.directory / "kube-controller-manager.kubeconfig",
+            ca_cert=ca.cert,
+            ca_key=ca.key,
+            service_account_key=plan.files.service_account_key,
+            cert_dir=plan.directory / "kcm-certs",
+        )
+        if plan.name == HOST:
+            args = flags.controller_manager_args(port, files, flags.HOST_CONTROLLERS, self.gates)
+        else:
+            args = flags.controller_manager_args(
+                port, files, flags.TENANT_CONTROLLERS, self.gates, node_monitor_grace_period="180s"
+            )
+        name = f"controller-manager-{plan.name}"
+        return self._launch(name, "kube-controller-manager", args), port
+
+    def _start_scheduler(self, plan: _ApiServerPlan) -> tuple[Component, int]:
+        port = free_port()
+        kubeconfig = plan.directory / "kube-scheduler.kubeconfig"
+        args = flags.scheduler_args(
+            port, kubeconfig, plan.directory / "scheduler-certs", self.gates
+        )
+        return self._launch(f"scheduler-{plan.name}", "kube-scheduler", args), port
+
+
+@dataclass(frozen=True)
+class _ApiServerPlan:
+    """Files and identities of one apiserver, written before it starts."""
+
+    name: str
+    directory: Path
+    etcd_prefix: str
+    ca: pki.KeyPair
+    files: flags.ApiServerFiles
+    admin: pki.Identity
+    controller_manager: pki.Identity
+    scheduler: pki.Identity
+
+    @staticmethod
+    def create(directory: Path, name: str, ca: pki.KeyPair) -> _ApiServerPlan:
+        directory.mkdir(parents=True, exist_ok=True)
+        serving = pki.write_serving_cert(ca, directory / "serving", ["127.0.0.1", "localhost"])
+        admin = pki.new_identity("admin", "system:masters")
+        kcm = pki.new_identity("system:kube-controller-manager")
+        scheduler = pki.new_identity("system:kube-scheduler")
+        sa_key = directory / "service-account.key"
+        sa_public_key = pki.write_public_key(
+            pki.write_private_key(sa_key), directory / "service-account.pub"
+        )
+        files = flags.ApiServerFiles(
+            tls_cert=serving.cert,
+            tls_key=serving.key,
+            client_ca=ca.cert,
+            token_file=pki.write_token_file(directory / "tokens.csv", [admin, kcm, scheduler]),
+            service_account_key=sa_key,
+            service_account_public_key=sa_public_key,
+        )
+        prefix = f"/kubeplane/{name}" if name == HOST else f"/kubeplane/tenant-{name}"
+        return _ApiServerPlan(name, directory, prefix, ca, files, admin, kcm, scheduler)
+
+
+def start_control_plane(
+    bin_dir: Path,
+    run_dir: Path,
+    tenants: Sequence[str] = (),
+    *,
+    etcd_data_dir: Path | None = None,
+    gates: Gates | None = None,
+    startup_timeout_s: float = 180.0,
+) -> ControlPlane:
+    """Start a `ControlPlane` (arguments as in its constructor) and return it, ready.
+
+    Use it as a context manager, or call `stop()`, to leave no process behind.
+    """
+    plane = ControlPlane(
+        bin_dir,
+        run_dir,
+        tenants,
+        etcd_data_dir=etcd_data_dir,
+        gates=gates,
+        startup_timeout_s=startup_timeout_s,
+    )
+    return plane.start()
