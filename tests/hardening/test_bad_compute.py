@@ -165,7 +165,7 @@ def test_size_class_table_refuses_bad_rows_with_the_class_named(raw, fragments):
 
 
 def test_a_null_size_class_in_executor_config_is_a_config_error_not_a_type_error():
-    with pytest.raises(ConfigError, match=r"size_classes: size_classes\.xl=None is not allowed"):
+    with pytest.raises(ConfigError, match=r"size_classes\.xl=None is not allowed"):
         ExecutorSettings.from_config({"size_classes": {"xl": None}})
 
 
