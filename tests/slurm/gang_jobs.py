@@ -47,12 +47,19 @@ def relaunched_model() -> str:
     return f"attempt {attempt} on {os.environ['SLURM_JOB_NODELIST']}"
 
 
+@asset(op_tags=compute(nodes=2, tasks_per_node=1, cpu=1, memory="256Mi"))
+def failing_model() -> str:
+    """Fails at once: a failed run whose events, logs and scripts must hold no secret."""
+    raise RuntimeError("training diverged")
+
+
 defs = Definitions(
-    assets=[gang_model, resumable_model, relaunched_model],
+    assets=[gang_model, resumable_model, relaunched_model, failing_model],
     jobs=[
         define_asset_job("train_gang", selection=[gang_model]),
         define_asset_job("train_resumable", selection=[resumable_model]),
         define_asset_job("train_relaunched", selection=[relaunched_model]),
+        define_asset_job("train_failing", selection=[failing_model]),
     ],
     resources={"gang": Gang(timeout_s=120)},
     executor=ai_executor,

@@ -111,3 +111,44 @@ def take_a_node_down_once_started(cluster: LocalSlurmCluster, out: Path) -> None
     job_id = (out / "started").read_text()
     nodes = cluster.run(["squeue", "-h", "-j", job_id, "-o", "%N"]).stdout.strip()
     cluster.set_node_state(expand_hostlist(nodes)[-1], "down", reason="lost in test")
+
+
+def _text_under(folder: Path) -> str:
+    return "\n".join(
+        path.read_bytes().decode("utf-8", "replace") for path in folder.rglob("*") if path.is_file()
+    )
+
+
+def test_a_failing_gang_run_over_slurmrestd_stores_its_token_nowhere(
+    cluster: LocalSlurmCluster,
+    instance: DagsterInstance,
+    dagster_home: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    token = cluster.jwt_token()
+    monkeypatch.setenv("K8S_AI_TEST_SLURM_JWT", token)
+    slurm = {
+        "transport": "rest",
+        "rest_url": cluster.rest_url,
+        "rest_user": "root",
+        "rest_token": {"env": "K8S_AI_TEST_SLURM_JWT"},
+        "workdir": str(cluster.workdir),
+        "slurm_conf": str(cluster.conf_path),
+    }
+
+    result = execute_job(
+        JOBS.get_reconstructable_job("train_failing"),
+        instance=instance,
+        run_config={"execution": {"config": {"backend": "local", "slurm": slurm}}},
+        raise_on_error=False,
+    )
+
+    assert not result.success
+    failures = [e.message or "" for e in result.all_events if e.is_step_failure]
+    assert failures, "the gang step failed on Slurm"
+    run = instance.get_run_by_id(result.run_id)
+    assert run is not None and token not in json.dumps(run.run_config)
+    events = [record.dagster_event for record in instance.all_logs(result.run_id)]
+    assert all(token not in repr(event) for event in events)
+    assert token not in _text_under(dagster_home), "run storage, event log or compute logs"
+    assert token not in _text_under(Path(cluster.workdir)), "sbatch scripts or job output"
