@@ -12,7 +12,7 @@ from k8s_ai_orchestrator.backends.slurm import CommandResult, SlurmConfig
 from k8s_ai_orchestrator.backends.slurm.cli import CliTransport
 from k8s_ai_orchestrator.backends.slurm.rest import RestTransport
 from k8s_ai_orchestrator.backends.slurm.script import batch_job
-from k8s_ai_orchestrator.errors import BackendError, SubmitError
+from k8s_ai_orchestrator.errors import BackendError, ConfigError, SubmitError
 from k8s_ai_orchestrator.gang import GangPlan, _supervise
 
 REST = SlurmConfig(
@@ -195,3 +195,9 @@ def test_the_gang_timeout_bounds_ranks_that_never_finish() -> None:
     )
 
     assert outcome.timed_out and "still running after 30s" in outcome.detail
+
+
+@pytest.mark.parametrize("field", ["partition", "account"])
+def test_a_slurm_name_with_a_trailing_newline_is_refused_in_config(field: str) -> None:
+    with pytest.raises(ConfigError, match=rf"slurm\.{field}='gpu\\n' is not a Slurm name"):
+        SlurmConfig(**{field: "gpu\n"})

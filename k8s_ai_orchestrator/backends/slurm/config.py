@@ -18,9 +18,9 @@ from typing import Any
 from ...errors import ConfigError, config_number
 
 TRANSPORTS = ("cli", "rest")
-_SLURM_WORD = re.compile(r"^[A-Za-z0-9_.,+-]+$")
+_SLURM_WORD = re.compile(r"^[A-Za-z0-9_.,+-]+\Z")
 _SSH_HOST = re.compile(r"^(?:[A-Za-z0-9_.][A-Za-z0-9_.+-]*@)?[A-Za-z0-9_\[][A-Za-z0-9_.:\[\]-]*\Z")
-_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")  # exported bash functions are not variables
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*\Z")  # exported bash functions are not variables
 _TIME_LIMIT = re.compile(r"^(?:(\d+)-)?(\d+)(?::(\d+))?(?::(\d+))?$")
 
 
