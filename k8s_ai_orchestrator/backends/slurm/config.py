@@ -20,7 +20,8 @@ from ...errors import ConfigError, config_number
 TRANSPORTS = ("cli", "rest")
 _SLURM_WORD = re.compile(r"^[A-Za-z0-9_.,+-]+\Z")
 _SSH_HOST = re.compile(r"^(?:[A-Za-z0-9_.][A-Za-z0-9_.+-]*@)?[A-Za-z0-9_\[][A-Za-z0-9_.:\[\]-]*\Z")
-_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*\Z")  # exported bash functions are not variables
+# a shell variable name (exported bash functions are not variables)
+SHELL_VAR_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*\Z")
 _TIME_LIMIT = re.compile(r"^(?:(\d+)-)?(\d+)(?::(\d+))?(?::(\d+))?$")
 
 
@@ -220,5 +221,5 @@ def job_environment(
     return {
         name: value
         for name, value in environ.items()
-        if _ENV_NAME.match(name) and not SECRET_NAME.search(name) and name != token_var
+        if SHELL_VAR_NAME.match(name) and not SECRET_NAME.search(name) and name != token_var
     }

@@ -27,12 +27,11 @@ from urllib.parse import quote
 from ...errors import SubmitError
 from ...stepenv import SLURM_FAILED_MARKER, SLURM_JOB_DIR
 from ..base import LaunchRequest
-from .config import SlurmConfig
+from .config import SHELL_VAR_NAME, SlurmConfig
 
 MiB = 1024**2
 _UNSAFE = re.compile(r"[^A-Za-z0-9_.-]")
 _GRES_TYPE = re.compile(r"^[A-Za-z0-9_.-]+\Z")
-_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*\Z")
 _SBATCH_SPECIAL = re.compile(r"""[\s"'\\#]""")  # what sbatch's #SBATCH parser reads specially
 _SBATCH_ESCAPED = re.compile(r"""(["'\\#])""")  # escaped with a backslash inside the quotes
 _SBATCH_BLANKED = re.compile(r"(het|pack)(job)", re.IGNORECASE)
@@ -181,7 +180,7 @@ def batch_job(request: LaunchRequest, config: SlurmConfig) -> BatchJob:
     env[SLURM_JOB_DIR] = str(job_dir)
     if config.slurm_conf:
         env["SLURM_CONF"] = config.slurm_conf
-    bad = sorted(name for name in env if not _ENV_NAME.match(name))
+    bad = sorted(name for name in env if not SHELL_VAR_NAME.match(name))
     if bad:
         raise SubmitError(
             f"step '{request.step_key}': environment variable names {bad} cannot be exported "
