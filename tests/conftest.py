@@ -8,6 +8,10 @@ from pathlib import Path
 import pytest
 from dagster import DagsterInstance
 
+from tests.plane_fixtures import control_plane, host, kubeplane_bin_dir, tenant
+
+__all__ = ["control_plane", "host", "kubeplane_bin_dir", "tenant"]  # the real control plane
+
 
 @pytest.fixture
 def dagster_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:

@@ -1,4 +1,6 @@
-"""A real Kubernetes v1.37.2 control plane (host + one tenant) for the whole test session.
+"""A real Kubernetes v1.37.2 control plane (host + tenants team-a, team-b) for the whole session.
+
+Imported by tests/conftest.py, so every test folder can ask for `control_plane`, `host` or `tenant`.
 
 Outside CI the tests skip when `kubeplane` is not built yet (building takes ~20 min cold). With
 CI=true a missing Go or a failed build fails them, and the fixture builds the binary itself if
@@ -23,8 +25,9 @@ from k8s_ai_orchestrator.testing.controlplane import (
     start_control_plane,
 )
 
-BUILD_SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "build-kubeplane.sh"
-TENANT = "team-a"
+BUILD_SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "build-kubeplane.sh"
+TENANTS = ("team-a", "team-b")
+TENANT = TENANTS[0]
 
 
 def _in_ci() -> bool:
@@ -48,7 +51,7 @@ def kubeplane_bin_dir() -> Path:
 def control_plane(kubeplane_bin_dir: Path) -> Iterator[ControlPlane]:
     # Not under pytest's basetemp: concurrent pytest sessions rotate it away under a live plane.
     run_dir = Path(tempfile.mkdtemp(prefix="k8sai-controlplane-"))
-    with start_control_plane(kubeplane_bin_dir, run_dir, tenants=[TENANT]) as plane:
+    with start_control_plane(kubeplane_bin_dir, run_dir, tenants=list(TENANTS)) as plane:
         yield plane
     shutil.rmtree(run_dir, ignore_errors=True)  # kept (logs) when startup failed
 
@@ -62,5 +65,5 @@ def host(control_plane: ControlPlane) -> ApiServer:
 
 @pytest.fixture
 def tenant(control_plane: ControlPlane) -> ApiServer:
-    """The apiserver of the session's one tenant."""
+    """The apiserver of the session's first tenant."""
     return control_plane.tenants[TENANT]
