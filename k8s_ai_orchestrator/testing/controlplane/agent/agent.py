@@ -1,0 +1,157 @@
+"""The node agent: the emulator's kubelet as a real client of a real API server.
+
+It registers Nodes, keeps their leases fresh, runs the containers of pods the real scheduler
+binds to them as local process groups (the emulator's `Kubelet`: RSS-enforced memory limits →
+OOMKilled 137, SIGTERM → grace → SIGKILL on deletion, restartPolicy, activeDeadlineSeconds),
+writes `pods/status` as a kubelet does (terminal phase before the final grace-0 delete) and
+serves `/containerLogs` so `pods/log` works through the apiserver.
+
+Example:
+    >>> nodes = [NodeSpec("node-a", cpu="8", memory="16Gi")]
+    >>> with NodeAgent(host_kubeconfig, nodes, workdir) as agent:  # doctest: +SKIP
+    ...     agent.node_names
+    ('node-a',)
+"""
+
+from __future__ import annotations
+
+import signal
+import threading
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from types import TracebackType
+
+from kubernetes import client, config
+
+from ...kube.kubelet import Kubelet
+from ...kube.nodes import NodeSpec
+from ...kube.store import ClusterState
+from .. import pki
+from .logserver import LogServer
+from .nodes import NodeHeartbeat, node_object
+from .remote import RemoteStore
+
+TICK_S = 0.1
+
+
+class NodeAgent:
+    """Nodes of a real cluster whose pods run as local processes; see the module docstring.
+
+    Args:
+        kubeconfig: the agent's kubeconfig (an identity that may write nodes, leases,
+            pods/status, events and delete pods).
+        nodes: the nodes to register.
+        workdir: pod directories, log files and the agent's serving certificate go here.
+    """
+
+    def __init__(self, kubeconfig: Path, nodes: Sequence[NodeSpec], workdir: Path) -> None:
+        if not nodes or len({n.name for n in nodes}) != len(nodes):
+            names = [n.name for n in nodes]
+            raise ValueError(f"a node agent needs distinct node names, got {names}")
+        self.node_names = tuple(n.name for n in nodes)
+        self.workdir = Path(workdir)
+        self.api_client = config.new_client_from_config(config_file=str(kubeconfig))
+        self._wake = threading.Event()
+        self._stop = threading.Event()
+        mine = set(self.node_names)
+        self.store = RemoteStore(self.api_client, "host", mine.__contains__, self._wake.set)
+        state = ClusterState()
+        state.stores[self.store.name] = self.store
+        self._nodes_view = state.new_store("nodes")  # what the kubelet checks for Ready
+        del state.stores["nodes"]
+        self.kubelet = Kubelet(state, self._nodes_view, self.workdir / "pods", self._wake)
+        ca = pki.write_ca(self.workdir / "pki", "k8s-ai-node-agent")
+        serving = pki.write_serving_cert(ca, self.workdir / "serving", ["127.0.0.1", "localhost"])
+        self.logs = LogServer(self._log_lookup, serving)
+        version = client.VersionApi(self.api_client).get_code().git_version
+        self._specs = {n.name: n for n in nodes}
+        self.node_objects = [node_object(n, version, self.logs.port) for n in nodes]
+        self.heartbeat = NodeHeartbeat(self.api_client, self.node_objects)
+        self._loop = threading.Thread(target=self._run, name="agent-kubelet", daemon=True)
+        self._errors: list[BaseException] = []
+
+    # -- lifecycle -----------------------------------------------------------------------------
+
+    def start(self) -> NodeAgent:
+        """Serve logs, register the nodes, start watching pods and running them."""
+        self.logs.start()
+        for node in self.node_objects:
+            self._nodes_view.put("nodes", node)
+        self.heartbeat.register()
+        self.store.start()
+        self._loop.start()
+        return self
+
+    def stop(self) -> None:
+        """Kill every container process and stop serving (the Node objects stay)."""
+        self._stop.set()
+        self._wake.set()
+        if self._loop.is_alive():
+            self._loop.join(timeout=10)
+        self.kubelet.stop()
+        self.heartbeat.stop()
+        self.store.stop()
+        self.logs.stop()
+
+    def __enter__(self) -> NodeAgent:
+        return self.start()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+    # -- what tests look at ----------------------------------------------------------------------
+
+    def processes_alive(self) -> int:
+        """Container process groups still alive on this agent's nodes."""
+        return self.kubelet.processes_alive()
+
+    @property
+    def errors(self) -> list[BaseException]:
+        """Exceptions the kubelet loop met (it goes on after each)."""
+        return list(self._errors)
+
+    def kill_container(self, namespace: str, pod: str, signum: int = signal.SIGKILL) -> None:
+        """Send a signal to a running pod's containers (a crash from outside)."""
+        for run in self.kubelet.runs.values():
+            meta = self._pod_meta(run.uid)
+            if meta is not None and (meta["namespace"], meta["name"]) == (namespace, pod):
+                for state in run.containers.values():
+                    if state.process is not None:
+                        state.process.signal_group(signum)
+        self._wake.set()
+
+    # -- internals -------------------------------------------------------------------------------
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self._wake.clear()
+            try:
+                self.kubelet.tick()
+            except Exception as error:  # noqa: BLE001 - one bad pass must not stop the node
+                self._errors.append(error)
+            self._wake.wait(TICK_S)
+
+    def _pod_meta(self, uid: str) -> dict[str, str] | None:
+        for pod in self.store.list("pods"):
+            if pod["metadata"]["uid"] == uid:
+                return dict(pod["metadata"])
+        return None
+
+    def _log_lookup(
+        self, namespace: str, name: str, container: str, previous: bool
+    ) -> tuple[Path, Callable[[], bool]] | str:
+        pods = [p for p in self.store.list("pods", namespace) if p["metadata"]["name"] == name]
+        if not pods:
+            return f'pod "{name}" in namespace "{namespace}" is not on this node'
+        uid = pods[0]["metadata"]["uid"]
+        path = self.kubelet.log_file(uid, container, previous)
+        if path is not None:
+            return path, lambda: self.kubelet.is_running(uid, container)
+        if previous:
+            return f'previous terminated container "{container}" in pod "{name}" not found'
+        return f'container "{container}" in pod "{name}" is waiting to start: ContainerCreating'

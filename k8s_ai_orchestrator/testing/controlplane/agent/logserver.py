@@ -1,0 +1,135 @@
+"""The kubelet's `/containerLogs` endpoint, so `pods/log` works through the apiserver.
+
+The apiserver proxies `GET pods/{name}/log` to `https://<node InternalIP>:<daemonEndpoints
+port>/containerLogs/{namespace}/{pod}/{container}` with the query parameters `follow`,
+`previous`, `tailLines` and `limitBytes`. This server answers from the log files the kubelet
+keeps per container run, following a running container until it exits.
+
+Example:
+    >>> parse_path("/containerLogs/default/train-0/main")
+    ('default', 'train-0', 'main')
+    >>> parse_path("/pods") is None
+    True
+"""
+
+from __future__ import annotations
+
+import ssl
+import threading
+import time
+import urllib.parse
+from collections.abc import Callable
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+from ..pki import KeyPair
+
+FOLLOW_POLL_S = 0.1
+# (namespace, pod, container, previous) → (log file, still running?) or an error text
+LogLookup = Callable[[str, str, str, bool], tuple[Path, Callable[[], bool]] | str]
+
+
+def parse_path(path: str) -> tuple[str, str, str] | None:
+    """(namespace, pod, container) of a `/containerLogs/...` path, else None."""
+    parts = path.strip("/").split("/")
+    if len(parts) != 4 or parts[0] != "containerLogs":
+        return None
+    return parts[1], parts[2], parts[3]
+
+
+def _tail(data: bytes, lines: int) -> bytes:
+    return b"".join(data.splitlines(keepends=True)[-lines:]) if lines > 0 else b""
+
+
+class LogServer:
+    """An HTTPS server on 127.0.0.1 answering `/containerLogs` from `lookup`."""
+
+    def __init__(self, lookup: LogLookup, serving: KeyPair, port: int = 0) -> None:
+        self.lookup = lookup
+        self.stopping = threading.Event()
+        handler = type("Handler", (_Handler,), {"log_server": self})
+        self._server = ThreadingHTTPServer(("127.0.0.1", port), handler)
+        self._server.daemon_threads = True
+        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        context.load_cert_chain(str(serving.cert), str(serving.key))
+        self._server.socket = context.wrap_socket(self._server.socket, server_side=True)
+        self.port = int(self._server.server_address[1])
+        self._thread = threading.Thread(
+            target=self._server.serve_forever, name="agent-logs", daemon=True
+        )
+
+    def start(self) -> LogServer:
+        """Serve in a background thread."""
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        """Stop serving; open follow streams end."""
+        self.stopping.set()
+        self._server.shutdown()
+        self._server.server_close()
+
+
+class _Handler(BaseHTTPRequestHandler):
+    log_server: LogServer
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, format: str, *args: object) -> None:  # noqa: A002 - base signature
+        """Quiet: the apiserver polls logs often."""
+
+    def do_GET(self) -> None:  # noqa: N802 - http.server's naming
+        url = urllib.parse.urlsplit(self.path)
+        target = parse_path(url.path)
+        if target is None:
+            self._send(404, b"not found")
+            return
+        query = dict(urllib.parse.parse_qsl(url.query))
+        previous = query.get("previous") in ("true", "1")
+        found = self.log_server.lookup(*target, previous)
+        if isinstance(found, str):
+            self._send(400, found.encode())
+            return
+        path, running = found
+        data = path.read_bytes()
+        size = len(data)
+        if query.get("tailLines"):
+            data = _tail(data, int(query["tailLines"]))
+        if query.get("limitBytes"):
+            data = data[: int(query["limitBytes"])]
+        if query.get("follow") not in ("true", "1") or previous:
+            self._send(200, data)
+            return
+        self._follow(path, data, size, running)
+
+    def _send(self, code: int, body: bytes) -> None:
+        self.send_response(code)
+        self.send_header("Content-Type", "text/plain")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def _follow(self, path: Path, first: bytes, offset: int, running: Callable[[], bool]) -> None:
+        self.send_response(200)
+        self.send_header("Content-Type", "text/plain")
+        self.send_header("Transfer-Encoding", "chunked")
+        self.end_headers()
+        try:
+            self._chunk(first)
+            while not self.log_server.stopping.is_set():
+                alive = running()
+                with path.open("rb") as log:
+                    log.seek(offset)
+                    fresh = log.read()
+                offset += len(fresh)
+                self._chunk(fresh)
+                if not alive:
+                    break
+                time.sleep(FOLLOW_POLL_S)
+            self.wfile.write(b"0\r\n\r\n")
+        except (BrokenPipeError, ConnectionResetError, OSError):
+            self.close_connection = True
+
+    def _chunk(self, data: bytes) -> None:
+        if data:
+            self.wfile.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")
+            self.wfile.flush()

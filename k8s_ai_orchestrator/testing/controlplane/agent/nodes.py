@@ -1,0 +1,153 @@
+"""Register the agent's nodes and keep them Ready, as a kubelet does.
+
+Each node is created with its status (capacity = allocatable, GPUs as `nvidia.com/gpu`,
+`Ready=True` and the three pressure conditions `False`, the agent's log port as
+`daemonEndpoints.kubeletEndpoint`). A lease in `kube-node-lease` is renewed every 10 s and the
+Ready condition's heartbeat every minute, so the node-lifecycle controller removes the
+`not-ready` taint the admission plugin puts on a new node and never adds `unreachable`.
+
+Example:
+    >>> obj = node_object(NodeSpec("n1", cpu="4", memory="8Gi", gpus=2), "v1.37.2", 10250)
+    >>> obj["status"]["allocatable"]["nvidia.com/gpu"], obj["status"]["nodeInfo"]["kubeletVersion"]
+    ('2', 'v1.37.2')
+"""
+
+from __future__ import annotations
+
+import threading
+from datetime import UTC, datetime
+from typing import Any
+
+from kubernetes import client
+from kubernetes.client.rest import ApiException
+
+from ...kube.nodes import NodeSpec
+
+LEASE_NAMESPACE = "kube-node-lease"
+LEASE_DURATION_S = 40
+LEASE_RENEW_S = 10.0
+STATUS_HEARTBEAT_S = 60.0
+_PRESSURE = ("MemoryPressure", "DiskPressure", "PIDPressure")
+
+
+def _now() -> str:
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _conditions() -> list[dict[str, str]]:
+    stamp = _now()
+    ready = {
+        "type": "Ready",
+        "status": "True",
+        "reason": "KubeletReady",
+        "message": "kubelet is posting ready status",
+    }
+    pressure = [
+        {"type": kind, "status": "False", "reason": f"KubeletHasNo{kind}", "message": "ok"}
+        for kind in _PRESSURE
+    ]
+    return [
+        {**c, "lastHeartbeatTime": stamp, "lastTransitionTime": stamp} for c in (*pressure, ready)
+    ]
+
+
+def node_object(spec: NodeSpec, version: str, log_port: int) -> dict[str, Any]:
+    """The Node this agent registers for `spec` (status included, as a kubelet sends it)."""
+    emulated = spec.to_object()
+    capacity = {**emulated["status"]["capacity"], "ephemeral-storage": "100Gi"}
+    info = {**emulated["status"]["nodeInfo"], "kubeletVersion": version, "osImage": "k8s-ai"}
+    info.update(kubeProxyVersion="", containerRuntimeVersion="k8s-ai-agent://1.0")
+    return {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {"name": spec.name, "labels": emulated["metadata"]["labels"]},
+        "spec": emulated["spec"],
+        "status": {
+            "capacity": capacity,
+            "allocatable": dict(capacity),
+            "conditions": _conditions(),
+            "addresses": emulated["status"]["addresses"],
+            "daemonEndpoints": {"kubeletEndpoint": {"Port": log_port}},
+            "nodeInfo": info,
+        },
+    }
+
+
+class NodeHeartbeat:
+    """Registers nodes, then renews their leases and Ready heartbeats until stopped."""
+
+    def __init__(self, api_client: client.ApiClient, nodes: list[dict[str, Any]]) -> None:
+        self.core = client.CoreV1Api(api_client)
+        self.leases = client.CoordinationV1Api(api_client)
+        self.nodes = nodes
+        self.paused: set[str] = set()  # node names whose heartbeats stopped (a lost node)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="agent-heartbeat", daemon=True)
+
+    def register(self) -> None:
+        """Create each node (replacing a stale one of the same name) and its lease."""
+        for node in self.nodes:
+            name = node["metadata"]["name"]
+            try:
+                self.core.create_node(node)
+            except ApiException as error:
+                if error.status != 409:
+                    raise
+                self.core.delete_node(name)
+                self.core.create_node(node)
+            self._renew(name, create=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        """Stop renewing (the nodes stay registered)."""
+        self._stop.set()
+
+    def _run(self) -> None:
+        since_status = 0.0
+        while not self._stop.wait(LEASE_RENEW_S):
+            since_status += LEASE_RENEW_S
+            for node in self.nodes:
+                name = node["metadata"]["name"]
+                if name in self.paused:
+                    continue
+                try:
+                    self._renew(name)
+                    if since_status >= STATUS_HEARTBEAT_S:
+                        self._heartbeat(name)
+                except (ApiException, OSError):
+                    continue  # the next round tries again, as a kubelet does
+            if since_status >= STATUS_HEARTBEAT_S:
+                since_status = 0.0
+
+    def _renew(self, name: str, create: bool = False) -> None:
+        now = datetime.now(UTC)
+        metadata: dict[str, Any] = {"name": name, "namespace": LEASE_NAMESPACE}
+        body = {
+            "metadata": metadata,
+            "spec": {
+                "holderIdentity": name,
+                "leaseDurationSeconds": LEASE_DURATION_S,
+                "renewTime": now.strftime("%Y-%m-%dT%H:%M:%S.%fZ"),
+            },
+        }
+        if create:
+            node = self.core.read_node(name)
+            metadata["ownerReferences"] = [
+                {"apiVersion": "v1", "kind": "Node", "name": name, "uid": node.metadata.uid}
+            ]
+            try:
+                self.leases.create_namespaced_lease(LEASE_NAMESPACE, body)
+                return
+            except ApiException as error:
+                if error.status != 409:
+                    raise
+        self.leases.patch_namespaced_lease(name, LEASE_NAMESPACE, {"spec": body["spec"]})
+
+    def _heartbeat(self, name: str) -> None:
+        stamp = _now()
+        conditions = [{"type": kind, "lastHeartbeatTime": stamp} for kind in (*_PRESSURE, "Ready")]
+        self.core.patch_node_status(
+            name,
+            {"status": {"conditions": conditions}},
+            _content_type="application/strategic-merge-patch+json",
+        )

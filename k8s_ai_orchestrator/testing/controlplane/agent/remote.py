@@ -1,0 +1,255 @@
+"""The emulator's kubelet store interface, served by a real API server.
+
+The emulator's `Kubelet` reads and writes a `Store`. `RemoteStore` gives it the same small
+surface over a real apiserver, the way a kubelet talks to one:
+
+- `list("pods")` is a watch-fed cache of the pods bound to this agent's nodes (one list+watch
+  of all pods, relisted when the watch expires), so the kubelet loop costs no requests;
+- `put("pods", pod)` writes `pods/status` (a strategic merge patch, so conditions others
+  added, such as DisruptionTarget, are kept) only when the
+  status differs from what was last sent, and, once a pod being deleted is terminal, sends
+  the final `DELETE` with grace 0 and a UID precondition — whatever finalizers it still has;
+- `get("secrets" | "configmaps", ...)` reads through to the API (environment resolution);
+- events are created, and their count bumped, in the pod's namespace.
+
+Example:
+    >>> store = RemoteStore(api_client, "host", lambda node: node == "node-a")  # doctest: +SKIP
+    >>> store.start(); store.list("pods")  # doctest: +SKIP
+    []
+"""
+
+from __future__ import annotations
+
+import copy
+import threading
+import time
+from collections.abc import Callable
+
+from kubernetes import client, watch
+from kubernetes.client.rest import ApiException
+
+from ...kube.lifecycle import is_terminal
+from ...kube.store import ClusterState, Obj, Store
+
+_RELIST_BACKOFF_S = 0.5
+_STRATEGIC = "application/strategic-merge-patch+json"
+
+
+class RemoteStore(Store):
+    """See the module docstring.
+
+    Args:
+        api_client: a client of the apiserver (the agent's identity).
+        name: how the kubelet names this store in pod directories ("host").
+        is_mine: whether a node name is one of this agent's nodes.
+        on_change: called after the pod cache changed (wakes the kubelet loop).
+    """
+
+    def __init__(
+        self,
+        api_client: client.ApiClient,
+        name: str,
+        is_mine: Callable[[str], bool],
+        on_change: Callable[[], None] | None = None,
+    ) -> None:
+        super().__init__(name, ClusterState())  # the kubelet's view; objects live in the API
+        self.api_client = api_client
+        self.core = client.CoreV1Api(api_client)
+        self._is_mine = is_mine
+        self._on_change = on_change or (lambda: None)
+        self._lock = threading.Lock()
+        self._pods: dict[str, Obj] = {}  # uid → pod
+        self._sent: dict[str, Obj] = {}  # uid → the status last written
+        self._final_deleted: set[str] = set()
+        self._events: dict[tuple[str, str], Obj] = {}
+        self._stop = threading.Event()
+        self._synced = threading.Event()
+        self._watcher: watch.Watch | None = None
+        self._thread = threading.Thread(target=self._watch_pods, name="agent-pods", daemon=True)
+        self.requests = 0  # writes and reads this store sent (not the watch)
+
+    # -- lifecycle -----------------------------------------------------------------------------
+
+    def start(self, timeout_s: float = 30.0) -> None:
+        """Start the pod watch and wait for the first list."""
+        self._thread.start()
+        if not self._synced.wait(timeout_s):
+            raise TimeoutError(f"the pod list of {self.name} did not arrive in {timeout_s}s")
+
+    def stop(self) -> None:
+        """Stop the watch."""
+        self._stop.set()
+        if self._watcher is not None:
+            self._watcher.stop()
+
+    # -- the Store surface the kubelet uses ------------------------------------------------------
+
+    def list(self, resource: str, namespace: str | None = None) -> list[Obj]:
+        """Cached pods bound to this agent's nodes (the only list the kubelet makes)."""
+        if resource != "pods":
+            raise ValueError(f"RemoteStore lists only pods, not {resource}")
+        with self._lock:
+            pods = [copy.deepcopy(p) for p in self._pods.values()]
+        return [p for p in pods if namespace is None or p["metadata"]["namespace"] == namespace]
+
+    def get(self, resource: str, namespace: str, name: str) -> Obj | None:
+        """A secret or configmap from the API, an event from this agent's own, else None."""
+        if resource == "events":
+            return copy.deepcopy(self._events.get((namespace, name)))
+        readers = {
+            "secrets": self.core.read_namespaced_secret,
+            "configmaps": self.core.read_namespaced_config_map,
+        }
+        if resource not in readers:
+            raise ValueError(f"RemoteStore reads secrets, configmaps and events, not {resource}")
+        self.requests += 1
+        try:
+            found = readers[resource](name, namespace)
+        except ApiException as error:
+            if error.status == 404:
+                return None
+            raise
+        return dict(self.api_client.sanitize_for_serialization(found))
+
+    def put(self, resource: str, obj: Obj) -> Obj:
+        """Write a pod's status (and finish its deletion) or record an event."""
+        if resource == "events":
+            return self._put_event(obj)
+        if resource != "pods":
+            raise ValueError(f"RemoteStore writes pods and events, not {resource}")
+        meta = obj["metadata"]
+        uid = meta["uid"]
+        if self._sent.get(uid) != obj.get("status"):
+            self._patch_status(obj)
+        if meta.get("deletionTimestamp") and is_terminal(obj):
+            self._final_delete(obj)
+        return obj
+
+    def remove(
+        self, resource: str, namespace: str, name: str, final: Obj | None = None
+    ) -> Obj | None:
+        """Finish a pod's deletion: its terminal status, then DELETE with grace 0 (UID-bound)."""
+        if resource != "pods" or final is None:
+            raise ValueError("RemoteStore removes only pods it was given")
+        return self.put("pods", final)
+
+    # -- writes --------------------------------------------------------------------------------
+
+    def _patch_status(self, pod: Obj) -> None:
+        meta = pod["metadata"]
+        status = copy.deepcopy(pod.get("status") or {})
+        self.requests += 1
+        try:
+            answer = self.core.patch_namespaced_pod_status(
+                meta["name"],
+                meta["namespace"],
+                {"status": status},
+                _content_type=_STRATEGIC,  # conditions merge by type, as a kubelet's patch
+            )
+        except ApiException as error:
+            if error.status in (404, 409):
+                return  # gone, or replaced by a new pod of the same name: nothing to report
+            raise
+        self._sent[meta["uid"]] = status
+        self._remember(self.api_client.sanitize_for_serialization(answer))
+
+    def _final_delete(self, pod: Obj) -> None:
+        meta = pod["metadata"]
+        if meta["uid"] in self._final_deleted:
+            return
+        self._final_deleted.add(meta["uid"])
+        options = client.V1DeleteOptions(
+            grace_period_seconds=0, preconditions=client.V1Preconditions(uid=meta["uid"])
+        )
+        self.requests += 1
+        try:
+            self.core.delete_namespaced_pod(meta["name"], meta["namespace"], body=options)
+        except ApiException as error:
+            if error.status not in (404, 409):
+                raise
+
+    def _put_event(self, event: Obj) -> Obj:
+        meta = event["metadata"]
+        key = (meta["namespace"], meta["name"])
+        body = {k: v for k, v in event.items() if k != "metadata"}
+        body["metadata"] = {"name": meta["name"], "namespace": meta["namespace"]}
+        body["involvedObject"] = {
+            k: v for k, v in event["involvedObject"].items() if k != "resourceVersion"
+        }
+        self.requests += 1
+        try:
+            if key in self._events:
+                self.core.patch_namespaced_event(
+                    meta["name"],
+                    meta["namespace"],
+                    {"count": event["count"], "lastTimestamp": event["lastTimestamp"]},
+                )
+            else:
+                self.core.create_namespaced_event(meta["namespace"], body)
+        except ApiException as error:
+            if error.status not in (404, 409, 422):
+                raise
+        self._events[key] = copy.deepcopy(event)
+        return event
+
+    # -- the pod cache ---------------------------------------------------------------------------
+
+    def _remember(self, pod: Obj) -> None:
+        uid = pod["metadata"]["uid"]
+        with self._lock:
+            known = self._pods.get(uid)
+            if known is not None and _rv(known) > _rv(pod):
+                return  # an older answer than the watch already delivered
+            if self._is_mine((pod.get("spec") or {}).get("nodeName") or ""):
+                self._pods[uid] = pod
+            else:
+                self._pods.pop(uid, None)
+        self._on_change()
+
+    def _forget(self, pod: Obj) -> None:
+        uid = pod["metadata"]["uid"]
+        with self._lock:
+            self._pods.pop(uid, None)
+        self._sent.pop(uid, None)
+        self._final_deleted.discard(uid)
+        self._on_change()
+
+    def _watch_pods(self) -> None:
+        while not self._stop.is_set():
+            try:
+                self._list_then_watch()
+            except Exception:  # noqa: BLE001 - a dropped watch relists, as a kubelet's reflector
+                time.sleep(_RELIST_BACKOFF_S)
+
+    def _list_then_watch(self) -> None:
+        listed = self.core.list_pod_for_all_namespaces()
+        pods = self.api_client.sanitize_for_serialization(listed.items)
+        with self._lock:
+            self._pods = {
+                p["metadata"]["uid"]: p
+                for p in pods
+                if self._is_mine((p.get("spec") or {}).get("nodeName") or "")
+            }
+        self._synced.set()
+        self._on_change()
+        self._watcher = watch.Watch()
+        stream = self._watcher.stream(
+            self.core.list_pod_for_all_namespaces,
+            resource_version=listed.metadata.resource_version,
+            allow_watch_bookmarks=True,
+            timeout_seconds=300,
+        )
+        for event in stream:
+            if self._stop.is_set():
+                return
+            kind, pod = event["type"], event["raw_object"]
+            if kind == "DELETED":
+                self._forget(pod)
+            elif kind in ("ADDED", "MODIFIED"):
+                self._remember(pod)
+            elif kind == "ERROR":
+                return  # expired: relist
+
+
+def _rv(obj: Obj) -> int:
+    return int(obj["metadata"].get("resourceVersion") or 0)
