@@ -21,17 +21,15 @@ Example:
 from __future__ import annotations
 
 import copy
-import threading
-import time
 from collections.abc import Callable
 
-from kubernetes import client, watch
+from kubernetes import client
 from kubernetes.client.rest import ApiException
 
 from ...kube.lifecycle import is_terminal
 from ...kube.store import ClusterState, Obj, Store
+from ..informer import Informer
 
-_RELIST_BACKOFF_S = 0.5
 _STRATEGIC = "application/strategic-merge-patch+json"
 
 
@@ -55,32 +53,26 @@ class RemoteStore(Store):
         super().__init__(name, ClusterState())  # the kubelet's view; objects live in the API
         self.api_client = api_client
         self.core = client.CoreV1Api(api_client)
-        self._is_mine = is_mine
-        self._on_change = on_change or (lambda: None)
-        self._lock = threading.Lock()
-        self._pods: dict[str, Obj] = {}  # uid → pod
+        self.pods = Informer(
+            api_client,
+            self.core.list_pod_for_all_namespaces,
+            on_change,
+            keep=lambda pod: is_mine((pod.get("spec") or {}).get("nodeName") or ""),
+        )
         self._sent: dict[str, Obj] = {}  # uid → the status last written
         self._final_deleted: set[str] = set()
         self._events: dict[tuple[str, str], Obj] = {}
-        self._stop = threading.Event()
-        self._synced = threading.Event()
-        self._watcher: watch.Watch | None = None
-        self._thread = threading.Thread(target=self._watch_pods, name="agent-pods", daemon=True)
         self.requests = 0  # writes and reads this store sent (not the watch)
 
     # -- lifecycle -----------------------------------------------------------------------------
 
     def start(self, timeout_s: float = 30.0) -> None:
         """Start the pod watch and wait for the first list."""
-        self._thread.start()
-        if not self._synced.wait(timeout_s):
-            raise TimeoutError(f"the pod list of {self.name} did not arrive in {timeout_s}s")
+        self.pods.start(timeout_s)
 
     def stop(self) -> None:
         """Stop the watch."""
-        self._stop.set()
-        if self._watcher is not None:
-            self._watcher.stop()
+        self.pods.stop()
 
     # -- the Store surface the kubelet uses ------------------------------------------------------
 
@@ -88,8 +80,7 @@ class RemoteStore(Store):
         """Cached pods bound to this agent's nodes (the only list the kubelet makes)."""
         if resource != "pods":
             raise ValueError(f"RemoteStore lists only pods, not {resource}")
-        with self._lock:
-            pods = [copy.deepcopy(p) for p in self._pods.values()]
+        pods = self.pods.items()
         return [p for p in pods if namespace is None or p["metadata"]["namespace"] == namespace]
 
     def get(self, resource: str, namespace: str, name: str) -> Obj | None:
@@ -151,7 +142,7 @@ class RemoteStore(Store):
                 return  # gone, or replaced by a new pod of the same name: nothing to report
             raise
         self._sent[meta["uid"]] = status
-        self._remember(self.api_client.sanitize_for_serialization(answer))
+        self.pods.update(self.api_client.sanitize_for_serialization(answer))
 
     def _final_delete(self, pod: Obj) -> None:
         meta = pod["metadata"]
@@ -191,65 +182,3 @@ class RemoteStore(Store):
                 raise
         self._events[key] = copy.deepcopy(event)
         return event
-
-    # -- the pod cache ---------------------------------------------------------------------------
-
-    def _remember(self, pod: Obj) -> None:
-        uid = pod["metadata"]["uid"]
-        with self._lock:
-            known = self._pods.get(uid)
-            if known is not None and _rv(known) > _rv(pod):
-                return  # an older answer than the watch already delivered
-            if self._is_mine((pod.get("spec") or {}).get("nodeName") or ""):
-                self._pods[uid] = pod
-            else:
-                self._pods.pop(uid, None)
-        self._on_change()
-
-    def _forget(self, pod: Obj) -> None:
-        uid = pod["metadata"]["uid"]
-        with self._lock:
-            self._pods.pop(uid, None)
-        self._sent.pop(uid, None)
-        self._final_deleted.discard(uid)
-        self._on_change()
-
-    def _watch_pods(self) -> None:
-        while not self._stop.is_set():
-            try:
-                self._list_then_watch()
-            except Exception:  # noqa: BLE001 - a dropped watch relists, as a kubelet's reflector
-                time.sleep(_RELIST_BACKOFF_S)
-
-    def _list_then_watch(self) -> None:
-        listed = self.core.list_pod_for_all_namespaces()
-        pods = self.api_client.sanitize_for_serialization(listed.items)
-        with self._lock:
-            self._pods = {
-                p["metadata"]["uid"]: p
-                for p in pods
-                if self._is_mine((p.get("spec") or {}).get("nodeName") or "")
-            }
-        self._synced.set()
-        self._on_change()
-        self._watcher = watch.Watch()
-        stream = self._watcher.stream(
-            self.core.list_pod_for_all_namespaces,
-            resource_version=listed.metadata.resource_version,
-            allow_watch_bookmarks=True,
-            timeout_seconds=300,
-        )
-        for event in stream:
-            if self._stop.is_set():
-                return
-            kind, pod = event["type"], event["raw_object"]
-            if kind == "DELETED":
-                self._forget(pod)
-            elif kind in ("ADDED", "MODIFIED"):
-                self._remember(pod)
-            elif kind == "ERROR":
-                return  # expired: relist
-
-
-def _rv(obj: Obj) -> int:
-    return int(obj["metadata"].get("resourceVersion") or 0)
