@@ -62,7 +62,7 @@ class NodeAgent:
         self.kubelet = Kubelet(state, self._nodes_view, self.workdir / "pods", self._wake)
         ca = pki.write_ca(self.workdir / "pki", "k8s-ai-node-agent")
         serving = pki.write_serving_cert(ca, self.workdir / "serving", ["127.0.0.1", "localhost"])
-        self.logs = LogServer(self._log_lookup, serving)
+        self.logs = LogServer(self.log_lookup, serving)
         version = client.VersionApi(self.api_client).get_code().git_version
         self._specs = {n.name: n for n in nodes}
         self.node_objects = [node_object(n, version, self.logs.port) for n in nodes]
@@ -142,7 +142,7 @@ class NodeAgent:
                 return dict(pod["metadata"])
         return None
 
-    def _log_lookup(
+    def log_lookup(
         self, namespace: str, name: str, container: str, previous: bool
     ) -> tuple[Path, Callable[[], bool]] | str:
         pods = [p for p in self.store.list("pods", namespace) if p["metadata"]["name"] == name]

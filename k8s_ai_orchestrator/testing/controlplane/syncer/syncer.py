@@ -1,0 +1,309 @@
+"""A vCluster-style syncer between one tenant apiserver and the host.
+
+What it does, as vCluster does with our recommended values (`helm/vcluster-values.yaml`):
+
+- host namespace `vcluster-<tenant>` with the secret `vc-<tenant>` (key `config`: the tenant's
+  kubeconfig; labels `app=vcluster`, `vcluster-name=<tenant>`);
+- nodes from the host: every host node appears in the tenant with its labels, taints and
+  status, its kubelet endpoint pointing at this syncer's log proxy;
+- pods to the host: a tenant pod (the tenant has no scheduler) becomes a host pod named
+  `<name>-x-<namespace>-x-<tenant>` in `vcluster-<tenant>`, with the secrets and config maps it
+  reads and its PriorityClass copied; when the host scheduler places it, the tenant pod is bound
+  to the same node, and the host pod's status flows back;
+- deletion both ways: a tenant delete deletes the host pod with the same grace period; when the
+  host pod is gone (finished deletion, eviction, preemption) its last status is copied and the
+  tenant pod's deletion is completed (grace 0), which is what a kubelet would do.
+
+Jobs stay in the tenant, where the tenant's controller manager runs them.
+
+Example:
+    >>> syncer = TenantSyncer(host, tenant, "team-a", kubeconfig, logs, work)  # doctest: +SKIP
+    >>> syncer.start(); syncer.host_namespace  # doctest: +SKIP
+    'vcluster-team-a'
+"""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+from typing import Any
+
+from kubernetes import client
+from kubernetes.client.rest import ApiException
+
+from ...kube.lifecycle import is_terminal
+from .. import pki
+from ..agent.logserver import LogLookup, LogServer
+from ..informer import Informer, Obj
+from . import translate
+from .nodes import NodeSync
+
+TICK_S = 0.5
+_STRATEGIC = "application/strategic-merge-patch+json"
+
+
+def _ignore(*codes: int) -> Any:
+    """A context manager that swallows ApiExceptions with the given statuses."""
+
+    class _Ignore:
+        def __enter__(self) -> None:
+            return None
+
+        def __exit__(self, kind: Any, error: Any, tb: Any) -> bool:
+            return isinstance(error, ApiException) and error.status in codes
+
+    return _Ignore()
+
+
+class TenantSyncer:
+    """See the module docstring.
+
+    Args:
+        host_api, tenant_api: admin clients of the host and the tenant apiserver.
+        tenant: the tenant (vCluster) name.
+        tenant_kubeconfig: the kubeconfig stored in `vc-<tenant>`.
+        host_logs: the node agent's log lookup, by host namespace and pod name.
+        workdir: the log proxy's serving certificate goes here.
+    """
+
+    def __init__(
+        self,
+        host_api: client.ApiClient,
+        tenant_api: client.ApiClient,
+        tenant: str,
+        tenant_kubeconfig: Path,
+        host_logs: LogLookup,
+        workdir: Path,
+    ) -> None:
+        self.tenant = tenant
+        self.host_namespace = f"vcluster-{tenant}"
+        self.tenant_kubeconfig = Path(tenant_kubeconfig)
+        self.host_api, self.tenant_api = host_api, tenant_api
+        self.host = client.CoreV1Api(host_api)
+        self.virtual = client.CoreV1Api(tenant_api)
+        self._wake = threading.Event()
+        self._stop = threading.Event()
+        self.host_pods = Informer(
+            host_api,
+            self.host.list_namespaced_pod,
+            self._wake.set,
+            namespace=self.host_namespace,
+            label_selector=f"{translate.MANAGED_BY}={tenant}",
+        )
+        self.tenant_pods = Informer(
+            tenant_api, self.virtual.list_pod_for_all_namespaces, self._wake.set
+        )
+        self.host_nodes = Informer(host_api, self.host.list_node, self._wake.set)
+        ca = pki.write_ca(Path(workdir) / "pki", f"k8s-ai-syncer-{tenant}")
+        serving = pki.write_serving_cert(ca, Path(workdir) / "serving", ["127.0.0.1"])
+        self._host_logs = host_logs
+        self.logs = LogServer(self._tenant_logs, serving)
+        self.nodes = NodeSync(self.virtual, self.logs.port)
+        self._copied: dict[str, Obj] = {}  # tenant pod uid → the status last copied
+        self._gone: set[str] = set()  # tenant pod uids whose host pod is gone
+        self._synced_classes: set[str] = set()
+        self.errors: list[BaseException] = []
+        self._loop = threading.Thread(target=self._run, name=f"syncer-{tenant}", daemon=True)
+
+    # -- lifecycle -----------------------------------------------------------------------------
+
+    def start(self) -> TenantSyncer:
+        """Create the host namespace and secret, start the watches, the log proxy and the loop."""
+        self._publish_secret()
+        self.logs.start()
+        for informer in (self.host_nodes, self.host_pods, self.tenant_pods):
+            informer.start()
+        self._loop.start()
+        return self
+
+    def stop(self) -> None:
+        """Stop the loop, the watches and the log proxy."""
+        self._stop.set()
+        self._wake.set()
+        if self._loop.is_alive():
+            self._loop.join(timeout=10)
+        for informer in (self.host_nodes, self.host_pods, self.tenant_pods):
+            informer.stop()
+        self.logs.stop()
+
+    def _publish_secret(self) -> None:
+        with _ignore(409):
+            self.host.create_namespace({"metadata": {"name": self.host_namespace}})
+        labels = {"app": "vcluster", "vcluster-name": self.tenant}
+        secret = {
+            "metadata": {
+                "name": f"vc-{self.tenant}",
+                "namespace": self.host_namespace,
+                "labels": labels,
+            },
+            "stringData": {"config": self.tenant_kubeconfig.read_text()},
+        }
+        try:
+            self.host.create_namespaced_secret(self.host_namespace, secret)
+        except ApiException as error:
+            if error.status != 409:
+                raise
+            self.host.replace_namespaced_secret(f"vc-{self.tenant}", self.host_namespace, secret)
+
+    # -- the loop ------------------------------------------------------------------------------
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self._wake.clear()
+            try:
+                self.reconcile()
+            except Exception as error:  # noqa: BLE001 - the next pass retries
+                self.errors.append(error)
+            self._wake.wait(TICK_S)
+
+    def reconcile(self) -> None:
+        """One pass: nodes, every tenant pod, then host pods whose tenant pod is gone."""
+        self.nodes.sync(self.host_nodes.items())
+        virtual = {self._host_name(p): p for p in self.tenant_pods.items()}
+        for pod in virtual.values():
+            self._sync_pod(pod)
+        for pod in self.host_pods.items():
+            owner = virtual.get(pod["metadata"]["name"])
+            uid = (pod["metadata"].get("annotations") or {}).get(translate.OBJECT_UID)
+            if owner is None or owner["metadata"]["uid"] != uid:
+                self._delete_host(pod, None)
+
+    def _sync_pod(self, vpod: Obj) -> None:
+        meta = vpod["metadata"]
+        uid = meta["uid"]
+        name = self._host_name(vpod)
+        tomb = self.host_pods.pop_tombstone(self.host_namespace, name)
+        if tomb is not None and _owner_uid(tomb) == uid:
+            self._copy_status(vpod, tomb)
+            self._gone.add(uid)
+        hpod = self.host_pods.get(self.host_namespace, name)
+        if hpod is not None and _owner_uid(hpod) != uid:
+            return  # a host pod of an older tenant pod of the same name: removed by reconcile
+        if hpod is None:
+            if uid in self._gone or meta.get("deletionTimestamp"):
+                self._finish_tenant_delete(vpod)
+            elif not is_terminal(vpod) and not (vpod.get("spec") or {}).get("nodeName"):
+                self._create_host(vpod)
+            return
+        node = (hpod.get("spec") or {}).get("nodeName")
+        if node and not vpod["spec"].get("nodeName"):
+            self._bind(vpod, node)
+        self._copy_status(vpod, hpod)
+        if meta.get("deletionTimestamp") and not hpod["metadata"].get("deletionTimestamp"):
+            self._delete_host(hpod, meta.get("deletionGracePeriodSeconds"))
+
+    def _host_name(self, vpod: Obj) -> str:
+        meta = vpod["metadata"]
+        return translate.host_name(meta["name"], meta["namespace"], self.tenant)
+
+    # -- writes --------------------------------------------------------------------------------
+
+    def _create_host(self, vpod: Obj) -> None:
+        namespace = vpod["metadata"]["namespace"]
+        for kind, name in sorted(translate.referenced(vpod)):
+            self._copy_object(kind, namespace, name)
+        priority = vpod["spec"].get("priorityClassName")
+        if priority:
+            self._copy_priority_class(priority)
+        body = translate.host_pod(vpod, self.tenant, self.host_namespace, priority_synced=True)
+        try:
+            created = self.host.create_namespaced_pod(self.host_namespace, body)
+        except ApiException as error:
+            if error.status == 409:
+                return  # created by an earlier pass; the watch brings it
+            raise
+        self.host_pods.update(self.host_api.sanitize_for_serialization(created))
+
+    def _copy_object(self, kind: str, namespace: str, name: str) -> None:
+        read = (
+            self.virtual.read_namespaced_secret
+            if kind == "Secret"
+            else self.virtual.read_namespaced_config_map
+        )
+        try:
+            obj = self.tenant_api.sanitize_for_serialization(read(name, namespace))
+        except ApiException as error:
+            if error.status == 404:
+                return  # the agent reports CreateContainerConfigError, as a kubelet would
+            raise
+        body = translate.host_copy(obj, kind, self.tenant, self.host_namespace)
+        create = (
+            self.host.create_namespaced_secret
+            if kind == "Secret"
+            else self.host.create_namespaced_config_map
+        )
+        with _ignore(409):
+            create(self.host_namespace, body)
+
+    def _copy_priority_class(self, name: str) -> None:
+        if name in self._synced_classes:
+            return
+        scheduling = client.SchedulingV1Api(self.tenant_api)
+        try:
+            found = scheduling.read_priority_class(name)
+        except ApiException as error:
+            if error.status == 404:
+                return
+            raise
+        host_name = translate.host_priority_class(name, self.host_namespace, self.tenant)
+        body = {
+            "metadata": {"name": host_name, "labels": {translate.MANAGED_BY: self.tenant}},
+            "value": found.value,
+            "preemptionPolicy": found.preemption_policy or "PreemptLowerPriority",
+            "description": f"{name} of vCluster {self.tenant}",
+        }
+        with _ignore(409):
+            client.SchedulingV1Api(self.host_api).create_priority_class(body)
+        self._synced_classes.add(name)
+
+    def _bind(self, vpod: Obj, node: str) -> None:
+        meta = vpod["metadata"]
+        body = {
+            "apiVersion": "v1",
+            "kind": "Binding",
+            "metadata": {"name": meta["name"], "namespace": meta["namespace"]},
+            "target": {"apiVersion": "v1", "kind": "Node", "name": node},
+        }
+        with _ignore(404, 409):
+            self.virtual.create_namespaced_pod_binding(
+                meta["name"], meta["namespace"], body, _preload_content=False
+            )
+
+    def _copy_status(self, vpod: Obj, hpod: Obj) -> None:
+        meta = vpod["metadata"]
+        status = translate.tenant_status(hpod)
+        if not status or self._copied.get(meta["uid"]) == status:
+            return
+        with _ignore(404, 409):
+            self.virtual.patch_namespaced_pod_status(
+                meta["name"], meta["namespace"], {"status": status}, _content_type=_STRATEGIC
+            )
+            self._copied[meta["uid"]] = status
+
+    def _delete_host(self, hpod: Obj, grace: int | None) -> None:
+        meta = hpod["metadata"]
+        options = client.V1DeleteOptions(
+            grace_period_seconds=grace, preconditions=client.V1Preconditions(uid=meta["uid"])
+        )
+        with _ignore(404, 409):
+            self.host.delete_namespaced_pod(meta["name"], meta["namespace"], body=options)
+
+    def _finish_tenant_delete(self, vpod: Obj) -> None:
+        meta = vpod["metadata"]
+        if meta.get("deletionTimestamp") and meta.get("deletionGracePeriodSeconds") == 0:
+            return  # already finished; only finalizers hold it
+        options = client.V1DeleteOptions(
+            grace_period_seconds=0, preconditions=client.V1Preconditions(uid=meta["uid"])
+        )
+        with _ignore(404, 409):
+            self.virtual.delete_namespaced_pod(meta["name"], meta["namespace"], body=options)
+
+    # -- logs ----------------------------------------------------------------------------------
+
+    def _tenant_logs(self, namespace: str, name: str, container: str, previous: bool) -> Any:
+        host = translate.host_name(name, namespace, self.tenant)
+        return self._host_logs(self.host_namespace, host, container, previous)
+
+
+def _owner_uid(hpod: Obj) -> str | None:
+    return (hpod["metadata"].get("annotations") or {}).get(translate.OBJECT_UID)
