@@ -8,9 +8,17 @@ from pathlib import Path
 import pytest
 from dagster import DagsterInstance
 
-from tests.plane_fixtures import control_plane, host, kubeplane_bin_dir, tenant
+from tests.plane_fixtures import (
+    control_plane,
+    host,
+    kubeplane_bin_dir,
+    plane_with_nodes,
+    real_kube,
+    tenant,
+)
 
-__all__ = ["control_plane", "host", "kubeplane_bin_dir", "tenant"]  # the real control plane
+# the real control plane
+__all__ = ["control_plane", "host", "kubeplane_bin_dir", "plane_with_nodes", "real_kube", "tenant"]
 
 
 @pytest.fixture

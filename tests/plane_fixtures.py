@@ -16,6 +16,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from kubernetes import client
 
 from k8s_ai_orchestrator.testing.controlplane import (
     ApiServer,
@@ -24,6 +25,8 @@ from k8s_ai_orchestrator.testing.controlplane import (
     build_kubeplane,
     start_control_plane,
 )
+from k8s_ai_orchestrator.testing.controlplane.agent import NodeSpec
+from k8s_ai_orchestrator.testing.controlplane.kube import RealKube
 
 BUILD_SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "build-kubeplane.sh"
 TENANTS = ("team-a", "team-b")
@@ -67,3 +70,46 @@ def host(control_plane: ControlPlane) -> ApiServer:
 def tenant(control_plane: ControlPlane) -> ApiServer:
     """The apiserver of the session's first tenant."""
     return control_plane.tenants[TENANT]
+
+
+# The host's nodes on the real plane: what the Kubernetes suites need between them (an xl step
+# fits big-1 only; GPU steps need gpu-1's taint toleration).
+PLANE_NODES = (
+    NodeSpec(name="big-1", cpu="96", memory="768Gi"),
+    NodeSpec(
+        name="gpu-1",
+        cpu="32",
+        memory="256Gi",
+        gpus=4,
+        taints=({"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"},),
+    ),
+)
+# The tenant chart's PriorityClasses (helm/k8s-ai-tenant), plus one above them.
+PRIORITY_CLASSES = (
+    ("k8s-ai-standard", 100000, "PreemptLowerPriority"),
+    ("k8s-ai-preemptible", 1000, "Never"),
+    ("urgent", 1000000, "PreemptLowerPriority"),
+)
+
+
+@pytest.fixture(scope="session")
+def plane_with_nodes(control_plane: ControlPlane) -> Iterator[RealKube]:
+    """The session control plane with the node agent, tenant syncers and PriorityClasses."""
+    work = Path(tempfile.mkdtemp(prefix="k8sai-nodes-"))
+    with RealKube(control_plane, PLANE_NODES, work) as kube:
+        for tenant_name in TENANTS:
+            scheduling = client.SchedulingV1Api(kube.tenant(tenant_name).api_client())
+            for name, value, policy in PRIORITY_CLASSES:
+                body = {"metadata": {"name": name}, "value": value, "preemptionPolicy": policy}
+                scheduling.create_priority_class(body)
+        for tenant_name in TENANTS:
+            core = client.CoreV1Api(kube.tenant(tenant_name).api_client())
+            kube.wait_for(lambda c=core: len(c.list_node().items) == len(PLANE_NODES), 60)
+        yield kube
+    shutil.rmtree(work, ignore_errors=True)
+
+
+@pytest.fixture
+def real_kube(plane_with_nodes: RealKube) -> RealKube:
+    """The real plane with nodes, showing only what the test creates."""
+    return plane_with_nodes.fresh()

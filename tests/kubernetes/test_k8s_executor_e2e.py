@@ -23,9 +23,13 @@ ROOT = Path(__file__).parents[2]
 HERE = Path(__file__).parent
 
 
-@pytest.fixture
-def cluster(dagster_home: Path) -> Iterator[Any]:
-    """A host with one node big enough for an xl step and one GPU node, two tenants."""
+@pytest.fixture(params=["emulator", "control-plane"])
+def cluster(request: pytest.FixtureRequest, dagster_home: Path) -> Iterator[Any]:
+    """A host with one node big enough for an xl step and one GPU node, two tenants: the
+    emulator, or the real v1.37 control plane with the node agent and tenant syncers."""
+    if request.param == "control-plane":
+        yield request.getfixturevalue("real_kube")
+        return
     kube = pytest.importorskip("k8s_ai_orchestrator.testing.kube")
     gpu_taint = {"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}
     nodes = [

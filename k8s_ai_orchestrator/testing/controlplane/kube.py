@@ -9,7 +9,8 @@ surface (`tenant(name).kubeconfig_path`, `api_client()`, `pods`, `jobs`, `events
 looks empty to each test.
 
 Example:
-    >>> with RealKube(plane, [NodeSpec("big-1", cpu="96", memory="768Gi")], work) as kube:  # doctest: +SKIP
+    >>> nodes = [NodeSpec("big-1", cpu="96", memory="768Gi")]
+    >>> with RealKube(plane, nodes, work) as kube:  # doctest: +SKIP
     ...     view = kube.fresh()
     ...     view.jobs("team-a", "default")
     []
