@@ -14,6 +14,7 @@ from tests.plane_fixtures import (
     kubeplane_bin_dir,
     plane_with_nodes,
     real_kube,
+    summary_line,
     tenant,
 )
 
@@ -42,3 +43,8 @@ def test_out(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     out.mkdir()
     monkeypatch.setenv("TEST_OUT", str(out))
     return out
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    """Say which Kubernetes API server the Kubernetes suites ran against."""
+    terminalreporter.write_line(summary_line())

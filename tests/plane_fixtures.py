@@ -16,7 +16,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from kubernetes import client
+from kubernetes import client, config
 
 from k8s_ai_orchestrator.testing.controlplane import (
     ApiServer,
@@ -31,6 +31,7 @@ from k8s_ai_orchestrator.testing.controlplane.kube import RealKube
 BUILD_SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "build-kubeplane.sh"
 TENANTS = ("team-a", "team-b")
 TENANT = TENANTS[0]
+STARTED: list[str] = []  # the version each real control plane of this session reported
 
 
 def _in_ci() -> bool:
@@ -55,6 +56,9 @@ def control_plane(kubeplane_bin_dir: Path) -> Iterator[ControlPlane]:
     # Not under pytest's basetemp: concurrent pytest sessions rotate it away under a live plane.
     run_dir = Path(tempfile.mkdtemp(prefix="k8sai-controlplane-"))
     with start_control_plane(kubeplane_bin_dir, run_dir, tenants=list(TENANTS)) as plane:
+        assert plane.host is not None
+        with config.new_client_from_config(config_file=str(plane.host.kubeconfig)) as api:
+            STARTED.append(client.VersionApi(api).get_code().git_version)
         yield plane
     shutil.rmtree(run_dir, ignore_errors=True)  # kept (logs) when startup failed
 
@@ -113,3 +117,13 @@ def plane_with_nodes(control_plane: ControlPlane) -> Iterator[RealKube]:
 def real_kube(plane_with_nodes: RealKube) -> RealKube:
     """The real plane with nodes, showing only what the test creates."""
     return plane_with_nodes.fresh()
+
+
+def summary_line() -> str:
+    """What the test output says about the Kubernetes API the suites ran against."""
+    if not STARTED:
+        return "Kubernetes: the in-repo emulator only (the real control plane was not started)"
+    return (
+        f"Kubernetes: the emulator and a real control plane, kube-apiserver {STARTED[0]} "
+        f"(host + tenants {', '.join(TENANTS)}; nodes from the node agent)"
+    )
