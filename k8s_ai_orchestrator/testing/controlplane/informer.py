@@ -5,9 +5,10 @@ or expires, keeps the last state of each deleted object (its tombstone) until as
 and calls `on_change` after every change so a control loop can run at once.
 
 Example:
-    >>> from kubernetes import client
-    >>> pods = Informer(api_client, client.CoreV1Api(api_client).list_pod_for_all_namespaces)
-    >>> pods.start(); pods.get("default", "web-0")  # doctest: +SKIP
+    >>> key_of({"metadata": {"namespace": "default", "name": "web-0"}})
+    ('default', 'web-0')
+    >>> core = client.CoreV1Api(api_client)  # doctest: +SKIP
+    >>> pods = Informer(api_client, core.list_pod_for_all_namespaces).start()  # doctest: +SKIP
 """
 
 from __future__ import annotations
