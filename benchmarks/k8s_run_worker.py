@@ -1,0 +1,153 @@
+"""One Dagster run worker for `bench_k8s_executors`: N sleeping ops through one executor.
+
+Run as a child process so its CPU time is its own:
+`python -m benchmarks.k8s_run_worker --executor ai|dagster-k8s --config CONFIG.json --out OUT`.
+
+It counts every Kubernetes API request this process sends (the official client's REST layer),
+by kind: create/delete, log streams, status reads (GET, LIST and each WATCH stream) and other;
+it records when each step's Job was created; the ops record when they started and ended. All
+of it goes to OUT as JSON.
+"""
+
+
+import argparse
+import json
+import os
+import threading
+import time
+import urllib.parse
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+from dagster import (
+    DagsterInstance,
+    Definitions,
+    In,
+    Nothing,
+    OpExecutionContext,
+    execute_job,
+    job,
+    op,
+)
+from dagster._core.definitions.reconstruct import ReconstructableRepository
+from dagster_k8s import k8s_job_executor
+from kubernetes.client import rest
+
+from k8s_ai_orchestrator import ai_executor
+
+STEPS = int(os.environ.get("BENCH_STEPS", "4"))
+STEP_SECONDS = float(os.environ.get("BENCH_STEP_SECONDS", "2"))
+MARKS = os.environ.get("BENCH_MARKS", "")
+
+
+@op
+def sleeper(context: OpExecutionContext) -> None:
+    """Sleeps BENCH_STEP_SECONDS; writes its start and end times under BENCH_MARKS."""
+    started = time.time()
+    time.sleep(STEP_SECONDS)
+    mark = Path(MARKS) / f"{context.op_handle.name}.json"
+    mark.write_text(json.dumps({"started": started, "ended": time.time()}))
+
+
+@op(ins={"after": In(Nothing)})
+def gather() -> None:
+    """Waits for the fan-out."""
+
+
+def _fan_out(name: str, executor: Any) -> Any:
+    @job(name=name, executor_def=executor)
+    def fan_out() -> None:
+        gather(after=[sleeper.alias(f"step_{i}")() for i in range(STEPS)])
+
+    return fan_out
+
+
+defs = Definitions(
+    jobs=[_fan_out("fan_out_ai", ai_executor), _fan_out("fan_out_dagster_k8s", k8s_job_executor)]
+)
+
+
+class RequestCounter:
+    """Counts this process's Kubernetes API requests; records Job creation times."""
+
+    def __init__(self) -> None:
+        self.kinds: Counter[str] = Counter()
+        self.created: dict[str, float] = {}  # step key → when its Job was created
+        self._lock = threading.Lock()
+        self._request = rest.RESTClientObject.request
+
+    def install(self) -> None:
+        counter = self
+        original = self._request
+
+        def request(client: Any, method: str, url: str, *args: Any, **kwargs: Any) -> Any:
+            counter.count(method, url, kwargs.get("query_params"))
+            answer = original(client, method, url, *args, **kwargs)
+            if method == "POST" and url.rstrip("/").endswith("/jobs"):
+                counter.job_created(kwargs.get("body"))
+            return answer
+
+        rest.RESTClientObject.request = request  # type: ignore[method-assign]
+
+    def count(self, method: str, url: str, query: Any) -> None:
+        parsed = urllib.parse.urlsplit(url)
+        if method in ("POST", "DELETE"):
+            kind = "create/delete"
+        elif parsed.path.endswith("/log"):
+            kind = "log streams"
+        elif method == "GET":
+            kind = "status reads"
+        else:
+            kind = "other"
+        with self._lock:
+            self.kinds[kind] += 1
+
+    def job_created(self, body: Any) -> None:
+        meta = body.get("metadata") if isinstance(body, dict) else getattr(body, "metadata", None)
+        if meta is None:
+            return
+        labels = (meta.get("labels") if isinstance(meta, dict) else meta.labels) or {}
+        notes = (meta.get("annotations") if isinstance(meta, dict) else meta.annotations) or {}
+        step = notes.get("k8s-ai/step-key") or labels.get("dagster/op")
+        if step:
+            with self._lock:
+                self.created[str(step)] = time.time()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--executor", choices=("ai", "dagster-k8s"), required=True)
+    parser.add_argument("--config", type=Path, required=True, help="executor config (JSON)")
+    parser.add_argument("--out", type=Path, required=True)
+    args = parser.parse_args()
+    counter = RequestCounter()
+    counter.install()
+    repo = ReconstructableRepository.for_module(
+        "benchmarks.k8s_run_worker", "defs", working_directory=os.getcwd()
+    )
+    name = "fan_out_ai" if args.executor == "ai" else "fan_out_dagster_k8s"
+    config = json.loads(args.config.read_text())
+    started = time.time()
+    with DagsterInstance.get() as instance:
+        result = execute_job(
+            repo.get_reconstructable_job(name),
+            instance=instance,
+            run_config={"execution": {"config": config}},
+        )
+    marks = {p.stem: json.loads(p.read_text()) for p in Path(MARKS).glob("*.json")}
+    args.out.write_text(
+        json.dumps(
+            {
+                "success": result.success,
+                "wall_s": time.time() - started,
+                "requests": dict(counter.kinds),
+                "created": counter.created,
+                "marks": marks,
+            }
+        )
+    )
+
+
+if __name__ == "__main__":
+    main()
