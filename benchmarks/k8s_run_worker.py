@@ -9,7 +9,6 @@ it records when each step's Job was created; the ops record when they started an
 of it goes to OUT as JSON.
 """
 
-
 import argparse
 import json
 import os
