@@ -32,10 +32,11 @@ from ...errors import BackendError, ConfigError, SubmitError
 from ..base import FailureReason, JobHandle, LaunchRequest, ResourceUsage, StepState, StepStatus
 from .api import ApiRetry, api_message
 from .config import KubernetesConfig, TenantConfig
+from .gangs import gang_status, pending_pod, pod_index, read_gang_room, running_count
 from .jobs import build_job, config_problems, job_name, manifest_problems, run_selector
 from .logs import LogFollower, read_tail
 from .pending import PendingExplainer
-from .preflight import Preflight
+from .preflight import Preflight, step_needs
 from .status import deleted_pod_status, pod_name, pod_status
 from .tenants import TenantConnections
 from .watch import PodWatch
@@ -61,6 +62,10 @@ class _Attempt:
     cancelled: bool = False
     log_tail: str = ""
     follower: LogFollower | None = None
+    waiting_manifest: dict[str, Any] | None = None  # a gang not created yet: no room
+    partial_since: float | None = None  # a gang's first pod Running, not all of them yet
+    final_hint: StepStatus | None = None  # why a gang waits for room
+    room_checked_at: float = 0.0
 
 
 class KubernetesBackend:
@@ -122,13 +127,36 @@ class KubernetesBackend:
         request, settings, manifest, api_client = self._prepare(request)
         tenant = str(request.tenant)
         watch = self._watch_for(tenant, settings.namespace, request.run_id, api_client)
-        self._create(request, settings.namespace, manifest, BatchV1Api(api_client))
+        attempt = _Attempt(request, tenant, settings.namespace, watch, self._clock())
+        if request.spec.is_gang and not self._gang_has_room(attempt, api_client):
+            attempt.waiting_manifest = manifest  # created by status() once there is room
+        else:
+            self._create(request, settings.namespace, manifest, BatchV1Api(api_client))
         name = job_name(request)
         with self._lock:
-            self._attempts[name] = _Attempt(
-                request, tenant, settings.namespace, watch, submitted_at=self._clock()
-            )
+            self._attempts[name] = attempt
         return JobHandle(self.name, name, request.step_key, tenant, settings.namespace)
+
+    def _gang_has_room(self, attempt: _Attempt, api_client: ApiClient) -> bool:
+        """Guard admission: room for every pod of the gang now; else a Pending reason."""
+        spec = attempt.request.spec
+        classes = self.config.priority_classes
+        room = read_gang_room(
+            CoreV1Api(api_client),
+            self._retry,
+            tenant=attempt.tenant,
+            namespace=attempt.namespace,
+            needs=step_needs(spec),
+            needed=spec.nodes,
+            node_labels={self.config.gpu_type_label: spec.gpu_type} if spec.gpu_type else {},
+            reclaimable_class=None if spec.preemptible else classes.preemptible,
+        )
+        attempt.final_hint = StepStatus.pending(
+            "WaitingForGangRoom",
+            f"gang of {spec.nodes} pods not created yet: {room.describe()}; it is created "
+            "when every pod can start at once (gang_admission: guard)",
+        )
+        return room.enough
 
     def _prepare(
         self, request: LaunchRequest
@@ -174,6 +202,8 @@ class KubernetesBackend:
             return attempt.final
         if attempt.cancelled:
             return self._finish(attempt, StepStatus.failed(FailureReason.CANCELLED, "cancelled"))
+        if attempt.request.spec.is_gang:
+            return self._gang_status(handle, attempt)
         pods = attempt.watch.pods(handle.job_id)
         pod = pods[-1] if pods else None
         gone = attempt.watch.deleted(handle.job_id) if pod is None else None
@@ -246,9 +276,9 @@ class KubernetesBackend:
         spec = attempt.request.spec
         node = attempt.final.node if attempt.final else None
         return ResourceUsage(
-            cpu_seconds=spec.cpu * wall,
-            memory_gib_seconds=spec.memory_bytes / _GiB * wall,
-            gpu_seconds=spec.gpu * wall,
+            cpu_seconds=spec.total_cpu * wall,
+            memory_gib_seconds=spec.memory_bytes * spec.nodes / _GiB * wall,
+            gpu_seconds=spec.gpu * spec.nodes * wall,
             wall_seconds=wall,
             nodes=(node,) if node else (),
         )
@@ -329,11 +359,74 @@ class KubernetesBackend:
                 f"{manifest['metadata']['name']} in namespace '{namespace}' ({message}); {fix}"
             ) from None
 
+    def _gang_status(self, handle: JobHandle, attempt: _Attempt) -> StepStatus:
+        """A gang's state from all its pods, with guard admission and its all-running timeout."""
+        if attempt.waiting_manifest is not None and not self._admit_gang(attempt):
+            return self._past_timeout(handle, attempt, attempt.final_hint or StepStatus.pending())
+        pods = attempt.watch.pods(handle.job_id)
+        nodes = attempt.request.spec.nodes
+        current = gang_status(pods, attempt.watch.deleted_pods(handle.job_id), nodes)
+        running = running_count(pods)
+        if current.state == StepState.PENDING and running:
+            current = self._partial_gang(handle, attempt, pods, running)
+        elif current.state == StepState.PENDING:
+            current = self._explain_pending(handle, attempt, pending_pod(pods))
+        elif current.state == StepState.RUNNING and attempt.started_at is None:
+            attempt.started_at = self._clock()
+        if current.is_terminal:
+            leader = next((p for p in pods if pod_index(p) == 0), None)
+            return self._finish(attempt, current, leader, pod_gone=leader is None)
+        return current
+
+    def _admit_gang(self, attempt: _Attempt) -> bool:
+        """Create a waiting gang's Job once every pod has room (checked every events interval)."""
+        now = self._clock()
+        if now - attempt.room_checked_at < self.config.pending_events_interval_s:
+            return False
+        attempt.room_checked_at = now
+        api_client = self._tenants.client(attempt.tenant, attempt.request.step_key)
+        if not self._gang_has_room(attempt, api_client):
+            return False
+        manifest, attempt.waiting_manifest = attempt.waiting_manifest, None
+        self._create(attempt.request, attempt.namespace, manifest or {}, BatchV1Api(api_client))
+        return True
+
+    def _partial_gang(
+        self, handle: JobHandle, attempt: _Attempt, pods: list[Any], running: int
+    ) -> StepStatus:
+        """Some pods run, not all: wait up to all_running_timeout_s, then delete the gang."""
+        nodes, now = attempt.request.spec.nodes, self._clock()
+        if attempt.partial_since is None:
+            attempt.partial_since = now
+        waiting = pending_pod(pods)
+        last = self._pending.explain(handle, attempt.namespace, waiting, self._core(attempt))
+        why = f"{last.reason}: {last.message}" if last.reason else "no reason reported yet"
+        limit = self.config.tenant(attempt.tenant).gang_admission.all_running_timeout_s
+        if now - attempt.partial_since <= limit:
+            return StepStatus.pending(
+                "GangPartiallyRunning", f"{running} of {nodes} gang pods running; {why}"
+            )
+        self._delete_job(attempt.tenant, attempt.namespace, handle.job_id, handle.step_key)
+        return StepStatus.failed(
+            FailureReason.UNSCHEDULABLE,
+            f"gang step '{handle.step_key}' in tenant '{attempt.tenant}': only {running} of "
+            f"{nodes} pods were running {limit:g}s after the first one started (waiting pod: "
+            f"{why}); the whole gang was deleted so that a partial gang holds no GPUs; free "
+            f"room for {nodes} pods or raise kubernetes.tenants.{attempt.tenant}."
+            "gang_admission.all_running_timeout_s",
+        )
+
+    def _core(self, attempt: _Attempt) -> CoreV1Api:
+        return CoreV1Api(self._tenants.client(attempt.tenant, attempt.request.step_key))
+
     def _explain_pending(
         self, handle: JobHandle, attempt: _Attempt, pod: Mapping[str, Any] | None
     ) -> StepStatus:
-        core = CoreV1Api(self._tenants.client(attempt.tenant, handle.step_key))
-        status = self._pending.explain(handle, attempt.namespace, pod, core)
+        status = self._pending.explain(handle, attempt.namespace, pod, self._core(attempt))
+        return self._past_timeout(handle, attempt, status)
+
+    def _past_timeout(self, handle: JobHandle, attempt: _Attempt, status: StepStatus) -> StepStatus:
+        """`status`, or the step's failure once it has been Pending longer than its timeout."""
         timeout = attempt.request.spec.timeout_s
         waited = self._clock() - attempt.submitted_at
         if timeout is None or waited <= timeout:
@@ -390,11 +483,16 @@ class KubernetesBackend:
         self._retry.call(f"delete Job {name}", tenant, delete)
 
     def _pod_name(self, handle: JobHandle, attempt: _Attempt) -> str | None:
+        """The pod whose log is the step's: the only one, or a gang's leader (index 0)."""
         pods = attempt.watch.pods(handle.job_id)
+        if attempt.request.spec.is_gang:
+            gone = attempt.watch.deleted_pods(handle.job_id)
+            leaders = [p for p in [*pods, *gone] if pod_index(p) == 0]
+            return pod_name(leaders[0]) if leaders else None
         if pods:
             return pod_name(pods[-1])
-        gone = attempt.watch.deleted(handle.job_id)
-        return pod_name(gone) if gone is not None else None
+        last = attempt.watch.deleted(handle.job_id)
+        return pod_name(last) if last is not None else None
 
 
 def _pod_finished(pod: Mapping[str, Any]) -> bool:

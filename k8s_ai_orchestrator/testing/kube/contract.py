@@ -255,6 +255,71 @@ def check_unschedulable_pod_is_explained(target: ContractTarget) -> None:
     core.delete_namespaced_pod("contract-huge", ns, grace_period_seconds=0)
 
 
+def check_indexed_job_pods_know_their_index(target: ContractTarget) -> None:
+    """An Indexed Job's pods carry their completion index (annotation, label, env) and are
+    named by the controller (`<job>-<index>-<suffix>`) whatever name the template has."""
+    code = "import os; print('index', os.environ['JOB_COMPLETION_INDEX'])"
+    body = target.job(
+        "contract-indexed", code, completion_mode="Indexed", completions=2, parallelism=2
+    )
+    body.spec.template.metadata = client.V1ObjectMeta(name="ignored")  # as dagster-k8s sets
+    target.batch().create_namespaced_job(target.namespace, body)
+    job = target.wait(lambda: _finished(target, "contract-indexed"))
+    assert job.status.completed_indexes == "0-1" and job.status.succeeded == 2
+    pods = target.core().list_namespaced_pod(
+        target.namespace, label_selector="job-name=contract-indexed"
+    )
+    key = "batch.kubernetes.io/job-completion-index"
+    for pod in pods.items:
+        index = pod.metadata.annotations[key]
+        assert pod.metadata.labels[key] == index
+        assert pod.metadata.name.startswith(f"contract-indexed-{index}-")
+        log = target.core().read_namespaced_pod_log(pod.metadata.name, target.namespace)
+        assert log.strip() == f"index {index}"
+
+
+def check_required_pod_anti_affinity(target: ContractTarget) -> None:
+    """Pods with required anti-affinity on kubernetes.io/hostname take one node each; one
+    more than the nodes stays Pending with "didn't match pod anti-affinity rules"."""
+    core, ns = target.core(), target.namespace
+    nodes = [n for n in core.list_node().items if not (n.spec and n.spec.unschedulable)]
+    term = client.V1PodAffinityTerm(
+        label_selector=client.V1LabelSelector(match_labels={"contract": "spread"}),
+        topology_key="kubernetes.io/hostname",
+    )
+    affinity = client.V1Affinity(
+        pod_anti_affinity=client.V1PodAntiAffinity(
+            required_during_scheduling_ignored_during_execution=[term]
+        )
+    )
+    names = [f"contract-spread-{i}" for i in range(len(nodes) + 1)]
+    for name in names:
+        pod = target.pod(name, "import time; time.sleep(600)")
+        pod.metadata.labels = {"contract": "spread"}
+        pod.spec.affinity = affinity
+        core.create_namespaced_pod(ns, pod)
+
+    def placed() -> list[str | None] | None:
+        found = [core.read_namespaced_pod(name, ns).spec.node_name for name in names]
+        return found if len([n for n in found if n]) == len(nodes) else None
+
+    bound = [node for node in target.wait(placed) if node]
+    assert len(set(bound)) == len(nodes)
+
+    def explained() -> list[str]:
+        events = core.list_namespaced_event(ns, field_selector="involvedObject.kind=Pod")
+        return [
+            e.message
+            for e in events.items
+            if e.reason == "FailedScheduling" and e.involved_object.name in names
+        ]
+
+    message = target.wait(explained)[0]
+    assert "didn't match pod anti-affinity rules" in message, message
+    for name in names:
+        core.delete_namespaced_pod(name, ns, grace_period_seconds=0)
+
+
 CHECKS: tuple[Callable[[ContractTarget], None], ...] = (
     check_pod_runs_and_logs,
     check_objects_deserialize_strictly,
@@ -264,4 +329,6 @@ CHECKS: tuple[Callable[[ContractTarget], None], ...] = (
     check_watch_resume_and_expiry,
     check_bad_input_answers,
     check_unschedulable_pod_is_explained,
+    check_indexed_job_pods_know_their_index,
+    check_required_pod_anti_affinity,
 )
