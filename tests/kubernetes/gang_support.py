@@ -3,7 +3,8 @@
 `GangTarget` is what a gang test needs of a cluster: a backend config for its tenants, its
 pods and a way to place a blocking pod. `emulated_gang_target` builds one on the emulator
 (2 nodes × 4 fake GPUs); a real control plane with a node agent is a second builder with
-the same fields, added to `GANG_TARGETS` (the tests are parametrised over them).
+the same fields, added to `GANG_TARGETS`, over which the `gang_target` fixture of
+tests/kubernetes/conftest.py is parametrised.
 
 The rank functions live at module level so the ranks can import them (`Gang.run` pickles
 by reference).
@@ -24,7 +25,8 @@ from typing import Any
 from k8s_support import NAMESPACE, TENANTS, install_priority_classes, sync_nodes_from_host
 from kubernetes.client import CoreV1Api
 
-from k8s_ai_orchestrator.backends.base import LaunchRequest
+from k8s_ai_orchestrator.backends.base import JobHandle, LaunchRequest, StepStatus
+from k8s_ai_orchestrator.backends.kubernetes import KubernetesBackend, KubernetesConfig
 from k8s_ai_orchestrator.spec import resolve_spec
 from k8s_ai_orchestrator.stepenv import step_env
 
@@ -40,6 +42,7 @@ class GangTarget:
     config: Callable[..., dict[str, Any]]  # the backend's `kubernetes` section (overrides)
     core: Callable[[str], CoreV1Api]  # a tenant's CoreV1Api
     pods: Callable[[str], list[dict[str, Any]]]  # a tenant's pods (API JSON)
+    jobs: Callable[[str], list[dict[str, Any]]]  # a tenant's Jobs (API JSON)
     wait_for: Callable[..., Any]  # wait_for(predicate, timeout=...)
     processes_alive: Callable[[], int]  # pod processes still running (0 when all ended)
 
@@ -77,6 +80,7 @@ def emulated_gang_target(workdir: Path) -> Iterator[GangTarget]:
             config=config,
             core=lambda tenant: CoreV1Api(emu.tenant(tenant).api_client()),
             pods=lambda tenant: emu.pods(tenant, NAMESPACE),
+            jobs=lambda tenant: emu.jobs(tenant, NAMESPACE),
             wait_for=emu.wait_for,
             processes_alive=emu.processes_alive,
         )
@@ -144,3 +148,64 @@ def fail_on_rank(bad_rank: int, out_dir: str, sleep_s: float) -> None:
 
 def sleep_rank(seconds: float) -> None:
     time.sleep(seconds)
+
+
+def gpu_pod(name: str, node: str, priority_class: str, gpus: int = 4) -> dict[str, Any]:
+    """A pod of `priority_class` that holds `gpus` GPUs of `node` until deleted."""
+    return {
+        "metadata": {"name": name},
+        "spec": {
+            "priorityClassName": priority_class,
+            "nodeSelector": {"kubernetes.io/hostname": node},
+            "restartPolicy": "Never",
+            "terminationGracePeriodSeconds": 1,
+            "containers": [
+                {
+                    "name": "main",
+                    "image": "k8s-ai-test:latest",
+                    "command": [sys.executable, "-c", "import time; time.sleep(600)"],
+                    "resources": {
+                        "requests": {"nvidia.com/gpu": str(gpus)},
+                        "limits": {"nvidia.com/gpu": str(gpus)},
+                    },
+                }
+            ],
+        },
+    }
+
+
+def make_backend(target: GangTarget, clock: Any = time.monotonic, **overrides: Any) -> Any:
+    """A Kubernetes backend on the target's tenants; `overrides` go into its config."""
+    return KubernetesBackend(
+        KubernetesConfig.from_dict(target.config(**overrides)),
+        allowed_tenants=TENANTS,
+        default_tenant="team-a",
+        clock=clock,
+        sleep=lambda s: None,
+    )
+
+
+def wait_status(
+    target: GangTarget, backend: KubernetesBackend, handle: JobHandle, predicate: Any
+) -> StepStatus:
+    """Poll `status()` until `predicate(status)` holds; the last status on timeout."""
+    seen: list[StepStatus] = []
+
+    def check() -> bool:
+        seen.append(backend.status(handle))
+        return bool(predicate(seen[-1]))
+
+    try:
+        target.wait_for(check, timeout=60)
+    except TimeoutError:
+        raise AssertionError(f"last status: {seen[-1] if seen else None}") from None
+    return seen[-1]
+
+
+def job_pods(target: GangTarget, handle: JobHandle) -> list[dict[str, Any]]:
+    """The pods of the attempt's Job."""
+    return [
+        p
+        for p in target.pods(str(handle.tenant))
+        if p["metadata"]["labels"].get("k8s-ai/job") == handle.job_id
+    ]

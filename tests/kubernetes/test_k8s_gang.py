@@ -13,69 +13,31 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from gang_support import GANG_TARGETS, GangTarget, gang_step, run_gang_code
-from k8s_support import NAMESPACE, TENANTS
+from gang_support import (
+    GangTarget,
+    gang_step,
+    gpu_pod,
+    job_pods,
+    make_backend,
+    run_gang_code,
+    wait_status,
+)
+from k8s_support import NAMESPACE
 
-from k8s_ai_orchestrator.backends.base import FailureReason, JobHandle, StepState, StepStatus
-from k8s_ai_orchestrator.backends.kubernetes import KubernetesBackend, KubernetesConfig
+from k8s_ai_orchestrator.backends.base import FailureReason, JobHandle, StepState
+from k8s_ai_orchestrator.backends.kubernetes import KubernetesBackend
 from k8s_ai_orchestrator.backends.kubernetes.gangs import pod_index
-from tests.support import FakeClock
-
-
-@pytest.fixture(scope="module", params=sorted(GANG_TARGETS))
-def target(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Any:
-    with GANG_TARGETS[request.param](tmp_path_factory.mktemp("gangs")) as built:
-        yield built
 
 
 @pytest.fixture
-def clock() -> FakeClock:
-    return FakeClock()
-
-
-def make_backend(target: GangTarget, clock: Any = time.monotonic, **overrides: Any) -> Any:
-    return KubernetesBackend(
-        KubernetesConfig.from_dict(target.config(**overrides)),
-        allowed_tenants=TENANTS,
-        default_tenant="team-a",
-        clock=clock,
-        sleep=lambda s: None,
-    )
-
-
-@pytest.fixture
-def backend(target: GangTarget) -> Iterator[KubernetesBackend]:
-    built = make_backend(target)
+def backend(gang_target: GangTarget) -> Iterator[KubernetesBackend]:
+    built = make_backend(gang_target)
     yield built
     built.close()
 
 
-def wait_status(
-    target: GangTarget, backend: KubernetesBackend, handle: JobHandle, predicate: Any
-) -> StepStatus:
-    seen: list[StepStatus] = []
-
-    def check() -> bool:
-        seen.append(backend.status(handle))
-        return bool(predicate(seen[-1]))
-
-    try:
-        target.wait_for(check, timeout=60)
-    except TimeoutError:
-        raise AssertionError(f"last status: {seen[-1] if seen else None}") from None
-    return seen[-1]
-
-
-def job_pods(target: GangTarget, handle: JobHandle) -> list[dict[str, Any]]:
-    return [
-        p
-        for p in target.pods(str(handle.tenant))
-        if p["metadata"]["labels"].get("k8s-ai/job") == handle.job_id
-    ]
-
-
 def test_gang_runs_one_pod_per_node_and_every_rank_sees_the_slurm_environment(
-    target: GangTarget, backend: KubernetesBackend, tmp_path: Path
+    gang_target: GangTarget, backend: KubernetesBackend, tmp_path: Path
 ) -> None:
     request = gang_step(
         run_gang_code("record_rank", str(tmp_path)),
@@ -84,10 +46,10 @@ def test_gang_runs_one_pod_per_node_and_every_rank_sees_the_slurm_environment(
         gpus_per_node=2,
     )
     handle = backend.submit(request)
-    status = wait_status(target, backend, handle, lambda s: s.is_terminal)
+    status = wait_status(gang_target, backend, handle, lambda s: s.is_terminal)
 
     assert status.state == StepState.SUCCEEDED, (status, backend.logs(handle))
-    pods = job_pods(target, handle)
+    pods = job_pods(gang_target, handle)
     assert len({p["spec"]["nodeName"] for p in pods}) == 2
     for pod in pods:
         assert pod["spec"]["containers"][0]["resources"]["requests"]["nvidia.com/gpu"] == "2"
@@ -108,76 +70,54 @@ def test_gang_runs_one_pod_per_node_and_every_rank_sees_the_slurm_environment(
 
 
 def test_a_failing_rank_fails_the_gang_with_its_traceback_and_stops_the_other_ranks(
-    target: GangTarget, backend: KubernetesBackend, tmp_path: Path
+    gang_target: GangTarget, backend: KubernetesBackend, tmp_path: Path
 ) -> None:
     request = gang_step(
         run_gang_code("fail_on_rank", 3, str(tmp_path), 120), run_id="fails", tasks_per_node=2
     )
     started = time.monotonic()
     handle = backend.submit(request)
-    status = wait_status(target, backend, handle, lambda s: s.is_terminal)
+    status = wait_status(gang_target, backend, handle, lambda s: s.is_terminal)
 
     assert status.state == StepState.FAILED and status.reason == FailureReason.ERROR
     log = backend.logs(handle)
     assert "GangError: gang rank 3 of 4 failed on node-" in log
     assert "ValueError: rank 3 broke" in log and "Traceback" in log
-    target.wait_for(
-        lambda: not [p for p in job_pods(target, handle) if p["status"].get("phase") == "Running"],
-        timeout=30,
-    )
+    gang_target.wait_for(lambda: not running_pods(gang_target, handle), timeout=30)
     assert time.monotonic() - started < 60  # the sleeping ranks were stopped, not waited for
 
 
+def running_pods(gang_target: GangTarget, handle: JobHandle) -> list[Any]:
+    return [p for p in job_pods(gang_target, handle) if p["status"].get("phase") == "Running"]
+
+
 def test_a_preempted_worker_pod_fails_the_whole_gang_as_preempted(
-    target: GangTarget, backend: KubernetesBackend
+    gang_target: GangTarget, backend: KubernetesBackend
 ) -> None:
     handle = backend.submit(
         gang_step(run_gang_code("sleep_rank", 120), run_id="preempted", gpus_per_node=4)
     )
-    wait_status(target, backend, handle, lambda s: s.state == StepState.RUNNING)
-    worker = next(p for p in job_pods(target, handle) if pod_index(p) == 1)
+    wait_status(gang_target, backend, handle, lambda s: s.state == StepState.RUNNING)
+    worker = next(p for p in job_pods(gang_target, handle) if pod_index(p) == 1)
     node = worker["spec"]["nodeName"]
-    target.core("team-b").create_namespaced_pod(NAMESPACE, urgent_pod("urgent-1", node))
+    gang_target.core("team-b").create_namespaced_pod(NAMESPACE, gpu_pod("urgent-1", node, "urgent"))
 
-    status = wait_status(target, backend, handle, lambda s: s.is_terminal)
+    status = wait_status(gang_target, backend, handle, lambda s: s.is_terminal)
 
     assert status.reason == FailureReason.PREEMPTED, status
     assert status.message.startswith(f"gang pod 1 of 2 ({worker['metadata']['name']} on {node})")
     assert "PreemptionByScheduler" in status.message
-    target.wait_for(lambda: not job_pods(target, handle), timeout=30)
-    target.core("team-b").delete_namespaced_pod("urgent-1", NAMESPACE, grace_period_seconds=0)
+    gang_target.wait_for(lambda: not job_pods(gang_target, handle), timeout=30)
+    gang_target.core("team-b").delete_namespaced_pod("urgent-1", NAMESPACE, grace_period_seconds=0)
 
 
-def urgent_pod(name: str, node: str) -> dict[str, Any]:
-    """A pod of the highest priority class that needs every GPU of `node`."""
-    import sys
-
-    return {
-        "metadata": {"name": name},
-        "spec": {
-            "priorityClassName": "urgent",
-            "nodeSelector": {"kubernetes.io/hostname": node},
-            "restartPolicy": "Never",
-            "containers": [
-                {
-                    "name": "main",
-                    "image": "k8s-ai-test:latest",
-                    "command": [sys.executable, "-c", "import time; time.sleep(600)"],
-                    "resources": {
-                        "requests": {"nvidia.com/gpu": "4"},
-                        "limits": {"nvidia.com/gpu": "4"},
-                    },
-                }
-            ],
-        },
-    }
-
-
-def test_cancelling_a_gang_leaves_no_pods(target: GangTarget, backend: KubernetesBackend) -> None:
+def test_cancelling_a_gang_leaves_no_pods(
+    gang_target: GangTarget, backend: KubernetesBackend
+) -> None:
     handle = backend.submit(gang_step(run_gang_code("sleep_rank", 120), run_id="cancelled"))
-    wait_status(target, backend, handle, lambda s: s.state == StepState.RUNNING)
+    wait_status(gang_target, backend, handle, lambda s: s.state == StepState.RUNNING)
 
     backend.cancel(handle)
 
-    target.wait_for(lambda: not job_pods(target, handle), timeout=30)
+    gang_target.wait_for(lambda: not job_pods(gang_target, handle), timeout=30)
     assert backend.status(handle).reason == FailureReason.CANCELLED

@@ -36,6 +36,7 @@ from .gangs import gang_status, pending_pod, pod_index, read_gang_room, running_
 from .jobs import build_job, config_problems, job_name, manifest_problems, run_selector
 from .logs import LogFollower, read_tail
 from .pending import PendingExplainer
+from .preemption import who_preempted
 from .preflight import Preflight, step_needs
 from .status import deleted_pod_status, pod_name, pod_status
 from .tenants import TenantConnections
@@ -218,8 +219,16 @@ class KubernetesBackend:
         elif current.state == StepState.RUNNING and attempt.started_at is None:
             attempt.started_at = self._clock()
         if current.is_terminal:
+            victim = pod or gone
+            if current.reason == FailureReason.PREEMPTED and victim is not None:
+                current = self._name_preemptor(attempt, current, pod_name(victim))
             return self._finish(attempt, current, pod, pod_gone=gone is not None)
         return current
+
+    def _name_preemptor(self, attempt: _Attempt, status: StepStatus, victim: str) -> StepStatus:
+        """The status with the step (or pod) that preempted it, from the scheduler's event."""
+        who = who_preempted(self._core(attempt), attempt.namespace, victim)
+        return replace(status, message=f"{status.message}; {who}") if who else status
 
     def logs(self, handle: JobHandle, tail_lines: int | None = None) -> str:
         """The attempt's log (last `tail_lines` lines); one API request."""

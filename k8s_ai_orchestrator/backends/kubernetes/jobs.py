@@ -57,7 +57,10 @@ MANAGED_BY = {"app.kubernetes.io/managed-by": "k8s-ai-orchestrator"}
 GPU_RESOURCE = "nvidia.com/gpu"
 HOSTNAME_LABEL = "kubernetes.io/hostname"
 # Entry point of every pod of a gang (`-c`, not `-m`: the package imports the module itself).
-GANG_POD_MAIN = "import sys; from k8s_ai_orchestrator.gangpods import pod_main; sys.exit(pod_main(sys.argv[1:]))"
+GANG_POD_MAIN = (
+    "import sys; from k8s_ai_orchestrator.gangpods import pod_main; "
+    "sys.exit(pod_main(sys.argv[1:]))"
+)
 
 # Keys of `LaunchRequest.labels` read as dagster-k8s step tags rather than turned into labels.
 DAGSTER_K8S_TAG_KEYS = (USER_DEFINED_K8S_CONFIG_KEY, K8S_RESOURCE_REQUIREMENTS_KEY)

@@ -12,6 +12,7 @@ Example:
 
 from __future__ import annotations
 
+import functools
 import json
 import time
 from collections.abc import Callable
@@ -274,15 +275,16 @@ def check_indexed_job_pods_know_their_index(target: ContractTarget) -> None:
         index = pod.metadata.annotations[key]
         assert pod.metadata.labels[key] == index
         assert pod.metadata.name.startswith(f"contract-indexed-{index}-")
-        log = target.core().read_namespaced_pod_log(pod.metadata.name, target.namespace)
-        assert log.strip() == f"index {index}"
+        log = target.core().read_namespaced_pod_log(
+            pod.metadata.name, target.namespace, _preload_content=False
+        )
+        assert log.data.decode() == f"index {index}\n"
 
 
 def check_required_pod_anti_affinity(target: ContractTarget) -> None:
-    """Pods with required anti-affinity on kubernetes.io/hostname take one node each; one
-    more than the nodes stays Pending with "didn't match pod anti-affinity rules"."""
+    """Pods with required anti-affinity on kubernetes.io/hostname take one node each; the
+    first that finds no free node stays Pending with "didn't match pod anti-affinity rules"."""
     core, ns = target.core(), target.namespace
-    nodes = [n for n in core.list_node().items if not (n.spec and n.spec.unschedulable)]
     term = client.V1PodAffinityTerm(
         label_selector=client.V1LabelSelector(match_labels={"contract": "spread"}),
         topology_key="kubernetes.io/hostname",
@@ -292,32 +294,28 @@ def check_required_pod_anti_affinity(target: ContractTarget) -> None:
             required_during_scheduling_ignored_during_execution=[term]
         )
     )
-    names = [f"contract-spread-{i}" for i in range(len(nodes) + 1)]
-    for name in names:
+
+    def placed_or_refused(name: str) -> tuple[str | None, str | None] | None:
+        node = core.read_namespaced_pod(name, ns).spec.node_name
+        events = core.list_namespaced_event(ns, field_selector=f"involvedObject.name={name}")
+        refused = [e.message for e in events.items if e.reason == "FailedScheduling"]
+        return (node, None) if node else ((None, refused[0]) if refused else None)
+
+    bound: list[str] = []
+    for index in range(20):
+        name = f"contract-spread-{index}"
         pod = target.pod(name, "import time; time.sleep(600)")
         pod.metadata.labels = {"contract": "spread"}
         pod.spec.affinity = affinity
         core.create_namespaced_pod(ns, pod)
-
-    def placed() -> list[str | None] | None:
-        found = [core.read_namespaced_pod(name, ns).spec.node_name for name in names]
-        return found if len([n for n in found if n]) == len(nodes) else None
-
-    bound = [node for node in target.wait(placed) if node]
-    assert len(set(bound)) == len(nodes)
-
-    def explained() -> list[str]:
-        events = core.list_namespaced_event(ns, field_selector="involvedObject.kind=Pod")
-        return [
-            e.message
-            for e in events.items
-            if e.reason == "FailedScheduling" and e.involved_object.name in names
-        ]
-
-    message = target.wait(explained)[0]
-    assert "didn't match pod anti-affinity rules" in message, message
-    for name in names:
-        core.delete_namespaced_pod(name, ns, grace_period_seconds=0)
+        node, refusal = target.wait(functools.partial(placed_or_refused, name))
+        if node is None:
+            break
+        bound.append(node)
+    assert bound and len(set(bound)) == len(bound), bound
+    assert "didn't match pod anti-affinity rules" in str(refusal), refusal
+    for created in range(index + 1):
+        core.delete_namespaced_pod(f"contract-spread-{created}", ns, grace_period_seconds=0)
 
 
 CHECKS: tuple[Callable[[ContractTarget], None], ...] = (
