@@ -37,8 +37,8 @@ def who_preempted(core: CoreV1Api, namespace: str, victim: str) -> str | None:
         ).items
     except ApiException:
         return None
-    found = [preemptor_uid(e.message or "") for e in events if e.reason == "Preempted"]
-    found = [f for f in found if f is not None]
+    parsed = [preemptor_uid(e.message or "") for e in events if e.reason == "Preempted"]
+    found = [pair for pair in parsed if pair is not None]
     if not found:
         return None
     uid, node = found[-1]
