@@ -168,6 +168,11 @@ CONFIG_SCHEMA = {
     "local": _opt(LOCAL_SCHEMA, "Local capacity and what to do with oversize steps."),
     "kubernetes": _opt(KUBERNETES_SCHEMA, "Tenants and job settings."),
     "slurm": _opt(SLURM_SCHEMA, "Slurm transport and job settings."),
+    "gang_backend": _opt(
+        Noneable(String),
+        "Where multi-node steps run: slurm, kubernetes or local (default: slurm when a slurm "
+        "section is given, else backend).",
+    ),
     "default_tenant": _opt(Noneable(String), "Tenant of steps that name none."),
     "allowed_tenants": _opt(Noneable(Array(String)), "Tenants this run may reach."),
     "oom_escalation": _opt(

@@ -45,6 +45,7 @@ class GangTarget:
     jobs: Callable[[str], list[dict[str, Any]]]  # a tenant's Jobs (API JSON)
     wait_for: Callable[..., Any]  # wait_for(predicate, timeout=...)
     processes_alive: Callable[[], int]  # pod processes still running (0 when all ended)
+    evict: Callable[[str, str], None]  # evict(tenant, pod name) through the Eviction API
 
 
 @contextmanager
@@ -83,6 +84,7 @@ def emulated_gang_target(workdir: Path) -> Iterator[GangTarget]:
             jobs=lambda tenant: emu.jobs(tenant, NAMESPACE),
             wait_for=emu.wait_for,
             processes_alive=emu.processes_alive,
+            evict=lambda tenant, pod: emu.evict_pod(tenant, NAMESPACE, pod),
         )
 
 
