@@ -88,7 +88,8 @@ class ExecutorSettings:
         if gang_backend in ("slurm", "kubernetes") and raw.get(gang_backend) is None:
             raise ConfigError(
                 f"executor config: gang_backend={gang_backend!r} but there is no {gang_backend} "
-                f"section: add executor config {gang_backend}: {{...}} (see docs/slurm-and-gangs.md)"
+                f"section: add executor config {gang_backend}: {{...}} "
+                "(see docs/slurm-and-gangs.md)"
             )
         table = _size_table(raw.get("size_classes"))
         allowed = raw.get("allowed_tenants")

@@ -25,19 +25,20 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
-from kubernetes.client import ApiClient, BatchV1Api, CoreV1Api
+from kubernetes.client import ApiClient, CoreV1Api
 from kubernetes.client.exceptions import ApiException
 
 from ...errors import BackendError, ConfigError, SubmitError
 from ..base import FailureReason, JobHandle, LaunchRequest, ResourceUsage, StepState, StepStatus
 from .api import ApiRetry, api_message
 from .config import KubernetesConfig, TenantConfig
-from .gangs import gang_status, pending_pod, pod_index, read_gang_room, running_count
+from .gangs import GangGuard, gang_status, pending_pod, pod_index, running_count
+from .jobapi import JobApi
 from .jobs import build_job, config_problems, job_name, manifest_problems, run_selector
 from .logs import LogFollower, read_tail
 from .pending import PendingExplainer
 from .preemption import who_preempted
-from .preflight import Preflight, step_needs
+from .preflight import Preflight
 from .status import deleted_pod_status, pod_name, pod_status
 from .tenants import TenantConnections
 from .watch import PodWatch
@@ -65,7 +66,7 @@ class _Attempt:
     follower: LogFollower | None = None
     waiting_manifest: dict[str, Any] | None = None  # a gang not created yet: no room
     partial_since: float | None = None  # a gang's first pod Running, not all of them yet
-    final_hint: StepStatus | None = None  # why a gang waits for room
+    final_hint: StepStatus | None = None  # why a gang's Job waits for room (not created)
     room_checked_at: float = 0.0
 
 
@@ -104,6 +105,8 @@ class KubernetesBackend:
             retries=config.api_retries, sleep=sleep, server_of=self._tenants.server
         )
         self._preflight = Preflight(config, self._retry)
+        self._jobs = JobApi(self._tenants, self._retry)
+        self._guard = GangGuard(config, self._retry)
         self._pending = PendingExplainer(config.pending_events_interval_s, clock)
         self._watches: dict[tuple[str, str, str], PodWatch] = {}
         self._attempts: dict[str, _Attempt] = {}
@@ -129,35 +132,18 @@ class KubernetesBackend:
         tenant = str(request.tenant)
         watch = self._watch_for(tenant, settings.namespace, request.run_id, api_client)
         attempt = _Attempt(request, tenant, settings.namespace, watch, self._clock())
-        if request.spec.is_gang and not self._gang_has_room(attempt, api_client):
+        if request.spec.is_gang:
+            attempt.final_hint = self._guard.waiting_for_room(
+                CoreV1Api(api_client), tenant, settings.namespace, request.spec
+            )
+        if attempt.final_hint is not None:
             attempt.waiting_manifest = manifest  # created by status() once there is room
         else:
-            self._create(request, settings.namespace, manifest, BatchV1Api(api_client))
+            self._jobs.create(request, settings.namespace, manifest)
         name = job_name(request)
         with self._lock:
             self._attempts[name] = attempt
         return JobHandle(self.name, name, request.step_key, tenant, settings.namespace)
-
-    def _gang_has_room(self, attempt: _Attempt, api_client: ApiClient) -> bool:
-        """Guard admission: room for every pod of the gang now; else a Pending reason."""
-        spec = attempt.request.spec
-        classes = self.config.priority_classes
-        room = read_gang_room(
-            CoreV1Api(api_client),
-            self._retry,
-            tenant=attempt.tenant,
-            namespace=attempt.namespace,
-            needs=step_needs(spec),
-            needed=spec.nodes,
-            node_labels={self.config.gpu_type_label: spec.gpu_type} if spec.gpu_type else {},
-            reclaimable_class=None if spec.preemptible else classes.preemptible,
-        )
-        attempt.final_hint = StepStatus.pending(
-            "WaitingForGangRoom",
-            f"gang of {spec.nodes} pods not created yet: {room.describe()}; it is created "
-            "when every pod can start at once (gang_admission: guard)",
-        )
-        return room.enough
 
     def _prepare(
         self, request: LaunchRequest
@@ -273,7 +259,7 @@ class KubernetesBackend:
         tenant = handle.tenant or (attempt.tenant if attempt else None)
         if tenant is None or handle.namespace is None:
             return
-        self._delete_job(tenant, handle.namespace, handle.job_id, handle.step_key)
+        self._jobs.delete(tenant, handle.namespace, handle.job_id, handle.step_key)
 
     def usage(self, handle: JobHandle) -> ResourceUsage:
         """Requested resources × seconds the attempt has run (so far)."""
@@ -339,35 +325,6 @@ class KubernetesBackend:
                 self._watches[key] = watch
         return watch
 
-    def _create(
-        self, request: LaunchRequest, namespace: str, manifest: dict[str, Any], batch: BatchV1Api
-    ) -> None:
-        tries = 0
-
-        def create() -> None:
-            nonlocal tries
-            tries += 1
-            try:
-                batch.create_namespaced_job(namespace, manifest)
-            except ApiException as error:
-                if error.status == 409:
-                    return  # an earlier try of this call was applied; the Job exists
-                raise
-
-        try:
-            self._retry.call("create Job", str(request.tenant), create)
-        except ApiException as error:
-            message = api_message(error)
-            fix = (
-                "raise the quota in the tenant's vCluster values (policies.resourceQuota)"
-                if "exceeded quota" in message
-                else "check the executor config and the step's dagster-k8s/config tag"
-            )
-            raise SubmitError(
-                f"step '{request.step_key}': tenant '{request.tenant}' refused Job "
-                f"{manifest['metadata']['name']} in namespace '{namespace}' ({message}); {fix}"
-            ) from None
-
     def _gang_status(self, handle: JobHandle, attempt: _Attempt) -> StepStatus:
         """A gang's state from all its pods, with guard admission and its all-running timeout."""
         if attempt.waiting_manifest is not None and not self._admit_gang(attempt):
@@ -393,11 +350,13 @@ class KubernetesBackend:
         if now - attempt.room_checked_at < self.config.pending_events_interval_s:
             return False
         attempt.room_checked_at = now
-        api_client = self._tenants.client(attempt.tenant, attempt.request.step_key)
-        if not self._gang_has_room(attempt, api_client):
+        attempt.final_hint = self._guard.waiting_for_room(
+            self._core(attempt), attempt.tenant, attempt.namespace, attempt.request.spec
+        )
+        if attempt.final_hint is not None:
             return False
         manifest, attempt.waiting_manifest = attempt.waiting_manifest, None
-        self._create(attempt.request, attempt.namespace, manifest or {}, BatchV1Api(api_client))
+        self._jobs.create(attempt.request, attempt.namespace, manifest or {})
         return True
 
     def _partial_gang(
@@ -410,20 +369,17 @@ class KubernetesBackend:
         waiting = pending_pod(pods)
         last = self._pending.explain(handle, attempt.namespace, waiting, self._core(attempt))
         why = f"{last.reason}: {last.message}" if last.reason else "no reason reported yet"
-        limit = self.config.tenant(attempt.tenant).gang_admission.all_running_timeout_s
-        if now - attempt.partial_since <= limit:
-            return StepStatus.pending(
-                "GangPartiallyRunning", f"{running} of {nodes} gang pods running; {why}"
-            )
-        self._delete_job(attempt.tenant, attempt.namespace, handle.job_id, handle.step_key)
-        return StepStatus.failed(
-            FailureReason.UNSCHEDULABLE,
-            f"gang step '{handle.step_key}' in tenant '{attempt.tenant}': only {running} of "
-            f"{nodes} pods were running {limit:g}s after the first one started (waiting pod: "
-            f"{why}); the whole gang was deleted so that a partial gang holds no GPUs; free "
-            f"room for {nodes} pods or raise kubernetes.tenants.{attempt.tenant}."
-            "gang_admission.all_running_timeout_s",
+        status = self._guard.partial(
+            handle.step_key,
+            attempt.tenant,
+            nodes=nodes,
+            running=running,
+            waited_s=now - attempt.partial_since,
+            why=why,
         )
+        if status.is_terminal:
+            self._jobs.delete(attempt.tenant, attempt.namespace, handle.job_id, handle.step_key)
+        return status
 
     def _core(self, attempt: _Attempt) -> CoreV1Api:
         return CoreV1Api(self._tenants.client(attempt.tenant, attempt.request.step_key))
@@ -469,7 +425,7 @@ class KubernetesBackend:
         stuck = pod is not None and not _pod_finished(pod)
         never_started = pod is None and not pod_gone
         if status.state == StepState.FAILED and not attempt.cancelled and (stuck or never_started):
-            self._delete_job(
+            self._jobs.delete(
                 attempt.tenant,
                 attempt.namespace,
                 job_name(attempt.request),
@@ -478,18 +434,6 @@ class KubernetesBackend:
         attempt.final = status
         self._pending.forget(job_name(attempt.request))
         return status
-
-    def _delete_job(self, tenant: str, namespace: str, name: str, step: str) -> None:
-        batch = BatchV1Api(self._tenants.client(tenant, step))
-
-        def delete() -> None:
-            try:
-                batch.delete_namespaced_job(name, namespace, propagation_policy="Background")
-            except ApiException as error:
-                if error.status != 404:
-                    raise
-
-        self._retry.call(f"delete Job {name}", tenant, delete)
 
     def _pod_name(self, handle: JobHandle, attempt: _Attempt) -> str | None:
         """The pod whose log is the step's: the only one, or a gang's leader (index 0)."""

@@ -26,7 +26,11 @@ from typing import Any
 from kubernetes.client.exceptions import ApiException
 from kubernetes.utils import parse_quantity
 
+from ...spec import ComputeSpec
 from ..base import RELAUNCH_REASONS, FailureReason, StepState, StepStatus
+from .api import ApiRetry
+from .config import KubernetesConfig
+from .preflight import step_needs
 from .status import deleted_pod_status, pod_name, pod_status
 
 INDEX_KEY = "batch.kubernetes.io/job-completion-index"
@@ -201,3 +205,59 @@ def read_gang_room(
         node_labels=node_labels,
         reclaimable_class=reclaimable_class,
     )
+
+
+class GangGuard:
+    """The executor's own all-or-nothing admission (`gang_admission.mode: guard`).
+
+    Example:
+        >>> guard = GangGuard(KubernetesConfig.from_dict(
+        ...     {"tenants": {"t": {"kubeconfig": "/k"}}}), ApiRetry())
+        >>> guard.partial("train", "t", nodes=2, running=1, waited_s=10, why="-").reason
+        'GangPartiallyRunning'
+    """
+
+    def __init__(self, config: KubernetesConfig, retry: ApiRetry) -> None:
+        self._config = config
+        self._retry = retry
+
+    def waiting_for_room(
+        self, core: Any, tenant: str, namespace: str, spec: ComputeSpec
+    ) -> StepStatus | None:
+        """None when every pod of the gang fits now, else why its Job waits (Pending)."""
+        classes = self._config.priority_classes
+        room = read_gang_room(
+            core,
+            self._retry,
+            tenant=tenant,
+            namespace=namespace,
+            needs=step_needs(spec),
+            needed=spec.nodes,
+            node_labels={self._config.gpu_type_label: spec.gpu_type} if spec.gpu_type else {},
+            reclaimable_class=None if spec.preemptible else classes.preemptible,
+        )
+        if room.enough:
+            return None
+        return StepStatus.pending(
+            "WaitingForGangRoom",
+            f"gang of {spec.nodes} pods not created yet: {room.describe()}; it is created "
+            "when every pod can start at once (gang_admission: guard)",
+        )
+
+    def partial(
+        self, step: str, tenant: str, *, nodes: int, running: int, waited_s: float, why: str
+    ) -> StepStatus:
+        """Pending while some pods run and the others may still come; a failure (delete the
+        gang) once they have not for `all_running_timeout_s`."""
+        limit = self._config.tenant(tenant).gang_admission.all_running_timeout_s
+        if waited_s <= limit:
+            return StepStatus.pending(
+                "GangPartiallyRunning", f"{running} of {nodes} gang pods running; {why}"
+            )
+        return StepStatus.failed(
+            FailureReason.UNSCHEDULABLE,
+            f"gang step '{step}' in tenant '{tenant}': only {running} of {nodes} pods were "
+            f"running {limit:g}s after the first one started (waiting pod: {why}); the whole "
+            f"gang was deleted so that a partial gang holds no GPUs; free room for {nodes} pods "
+            f"or raise kubernetes.tenants.{tenant}.gang_admission.all_running_timeout_s",
+        )
