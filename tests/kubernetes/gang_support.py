@@ -126,7 +126,7 @@ def run_gang_code(function: str, *args: Any) -> str:
     return (
         "import json, gang_support\n"
         "from k8s_ai_orchestrator.gang import Gang\n"
-        f"result = Gang(straggler_timeout_s=30).run(gang_support.{function}, *{args!r})\n"
+        f"result = Gang(straggler_timeout_s=120).run(gang_support.{function}, *{args!r})\n"
         "print('RESULT', json.dumps(result), flush=True)\n"
     )
 
@@ -198,7 +198,7 @@ def wait_status(
         return bool(predicate(seen[-1]))
 
     try:
-        target.wait_for(check, timeout=60)
+        target.wait_for(check, timeout=240)
     except TimeoutError:
         raise AssertionError(f"last status: {seen[-1] if seen else None}") from None
     return seen[-1]

@@ -28,7 +28,7 @@ def train(context: OpExecutionContext, checkpoints: CheckpointStore, gang: Gang)
     if os.environ.get("K8S_AI_ATTEMPT", "0") == "0":
         ckpt.save({"epoch": 5})
         Path(os.environ["EVICT_MARKER"]).write_text(context.run_id)
-        gang.run(hold, 120)
+        gang.run(hold, 600)
     return {"resumed_from": resumed, "world_size": gang.run(world_size)}
 
 
@@ -41,6 +41,6 @@ defs = Definitions(
     jobs=[gang_job],
     resources={
         "checkpoints": CheckpointStore(root=os.environ.get("CHECKPOINT_ROOT", "memory://gang")),
-        "gang": Gang(straggler_timeout_s=30),
+        "gang": Gang(straggler_timeout_s=120),
     },
 )

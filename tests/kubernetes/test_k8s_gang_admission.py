@@ -40,7 +40,7 @@ def backend(gang_target: GangTarget) -> Iterator[KubernetesBackend]:
 def release(gang_target: GangTarget, tenant: str, name: str) -> None:
     gang_target.core(tenant).delete_namespaced_pod(name, NAMESPACE, grace_period_seconds=0)
     gang_target.wait_for(
-        lambda: name not in [p["metadata"]["name"] for p in gang_target.pods(tenant)], timeout=30
+        lambda: name not in [p["metadata"]["name"] for p in gang_target.pods(tenant)], timeout=120
     )
 
 
@@ -51,7 +51,7 @@ def test_a_gang_is_created_only_when_every_pod_has_room(
         NAMESPACE, gpu_pod("holds-node-b", "node-b", "k8s-ai-standard")
     )
     gang_target.wait_for(
-        lambda: any(p["spec"].get("nodeName") for p in gang_target.pods("team-a")), timeout=30
+        lambda: any(p["spec"].get("nodeName") for p in gang_target.pods("team-a")), timeout=120
     )
     handle = backend.submit(
         gang_step(run_gang_code("sleep_rank", 0), run_id="waits", gpus_per_node=4)
@@ -99,7 +99,7 @@ def test_a_gang_that_only_partly_runs_is_deleted_after_its_all_running_timeout(
         assert "raise kubernetes.tenants.team-a.gang_admission.all_running_timeout_s" in (
             status.message
         )
-        gang_target.wait_for(lambda: not job_pods(gang_target, handle), timeout=30)
+        gang_target.wait_for(lambda: not job_pods(gang_target, handle), timeout=120)
     finally:
         backend.close()
         release(gang_target, "team-b", "team-b-holds-node-b")

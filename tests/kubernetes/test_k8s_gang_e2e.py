@@ -130,5 +130,5 @@ def test_an_evicted_worker_pod_relaunches_the_whole_gang_from_its_checkpoint(
         lambda: (
             not [p for p in gang_target.pods("team-a") if p["status"].get("phase") == "Running"]
         ),
-        timeout=30,
+        timeout=120,
     )
