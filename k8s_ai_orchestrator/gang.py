@@ -3,9 +3,10 @@
 Under Slurm (the step runs inside its gang allocation) the ranks are started with one bounded
 `srun`; on Kubernetes (the step runs in pod 0 of its gang Job) each pod starts its node's ranks
 (see `gangpods`); under the local backend they are `nodes × tasks_per_node` local processes,
-so the same asset runs on a laptop. Each rank runs `python -m k8s_ai_orchestrator.gang <payload dir>`: it
-loads the pickled function and arguments, sets RANK, WORLD_SIZE, LOCAL_RANK, NODE_RANK,
-MASTER_ADDR and MASTER_PORT, calls the function and writes its result or traceback to a file.
+so the same asset runs on a laptop. Each rank runs
+`python -m k8s_ai_orchestrator.gang <payload dir>`: it loads the pickled function and
+arguments, sets RANK, WORLD_SIZE, LOCAL_RANK, NODE_RANK, MASTER_ADDR and MASTER_PORT, calls
+the function and writes its result or traceback to a file.
 
 The function is pickled by reference, so it must be importable: define it at module level in
 a module the step can import (not in `__main__`, not a lambda or closure).
