@@ -68,6 +68,35 @@ def test_a_gang_is_created_only_when_every_pod_has_room(
     )
 
 
+def test_a_gang_waits_until_its_quota_has_room_for_every_pod(
+    gang_target: GangTarget, backend: KubernetesBackend
+) -> None:
+    core = gang_target.core("team-b")
+    core.create_namespaced_resource_quota(
+        NAMESPACE, {"metadata": {"name": "compute"}, "spec": {"hard": {"requests.cpu": "2"}}}
+    )
+    holder = gpu_pod("holds-cpu", "node-a", "k8s-ai-standard", gpus=0)
+    holder["spec"]["containers"][0]["resources"] = {"requests": {"cpu": "1"}}
+    core.create_namespaced_pod(NAMESPACE, holder)
+    try:
+        handle = backend.submit(
+            gang_step(run_gang_code("sleep_rank", 0), run_id="quota", tenant="team-b", cpu=1)
+        )
+
+        status = backend.status(handle)
+
+        assert (status.state, status.reason) == (StepState.PENDING, "WaitingForGangRoom")
+        assert "ResourceQuota 'compute' has requests.cpu=1 left, the gang's 2 pods need 2" in (
+            status.message
+        )
+        release(gang_target, "team-b", "holds-cpu")
+        assert wait_status(gang_target, backend, handle, lambda s: s.is_terminal).state == (
+            StepState.SUCCEEDED
+        )
+    finally:
+        core.delete_namespaced_resource_quota("compute", NAMESPACE)
+
+
 def test_a_gang_that_only_partly_runs_is_deleted_after_its_all_running_timeout(
     gang_target: GangTarget,
 ) -> None:

@@ -30,7 +30,7 @@ from ...spec import ComputeSpec
 from ..base import RELAUNCH_REASONS, FailureReason, StepState, StepStatus
 from .api import ApiRetry
 from .config import KubernetesConfig
-from .preflight import step_needs
+from .preflight import QUOTA_KEYS, step_needs
 from .status import deleted_pod_status, pod_name, pod_status
 
 INDEX_KEY = "batch.kubernetes.io/job-completion-index"
@@ -236,13 +236,35 @@ class GangGuard:
             node_labels={self._config.gpu_type_label: spec.gpu_type} if spec.gpu_type else {},
             reclaimable_class=None if spec.preemptible else classes.preemptible,
         )
-        if room.enough:
+        short = None if room.enough else room.describe()
+        short = short or self._quota_short(core, tenant, namespace, spec)
+        if short is None:
             return None
         return StepStatus.pending(
             "WaitingForGangRoom",
-            f"gang of {spec.nodes} pods not created yet: {room.describe()}; it is created "
-            "when every pod can start at once (gang_admission: guard)",
+            f"gang of {spec.nodes} pods not created yet: {short}; it is created when every "
+            "pod can start at once (gang_admission: guard)",
         )
+
+    def _quota_short(self, core: Any, tenant: str, namespace: str, spec: ComputeSpec) -> str | None:
+        """What a ResourceQuota has left that is less than the whole gang asks, if any."""
+        quotas = self._retry.call(
+            "read resource quotas", tenant, lambda: core.list_namespaced_resource_quota(namespace)
+        ).items
+        needs = {kind: value * spec.nodes for kind, value in step_needs(spec).items()}
+        for quota in quotas:
+            hard = (quota.status and quota.status.hard) or quota.spec.hard or {}
+            used = (quota.status and quota.status.used) or {}
+            for key, kind in QUOTA_KEYS.items():
+                if key not in hard or not needs[kind]:
+                    continue
+                left = parse_quantity(hard[key]) - parse_quantity(used.get(key, "0"))
+                if needs[kind] > left:
+                    return (
+                        f"ResourceQuota '{quota.metadata.name}' has {key}={left.normalize():f} "
+                        f"left, the gang's {spec.nodes} pods need {needs[kind].normalize():f}"
+                    )
+        return None
 
     def partial(
         self, step: str, tenant: str, *, nodes: int, running: int, waited_s: float, why: str

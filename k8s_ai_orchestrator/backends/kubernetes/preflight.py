@@ -35,7 +35,7 @@ from .jobs import GPU_RESOURCE
 _LOG = logging.getLogger(__name__)
 
 # Quota keys compared with the step's requests, and the values reading them.
-_QUOTA_KEYS = {
+QUOTA_KEYS = {
     "requests.cpu": "cpu",
     "cpu": "cpu",
     "requests.memory": "memory",
@@ -154,7 +154,7 @@ class Preflight:
         for quota in quotas.items:
             hard: Mapping[str, str] = (quota.status and quota.status.hard) or quota.spec.hard or {}
             used: Mapping[str, str] = (quota.status and quota.status.used) or {}
-            for key, kind in _QUOTA_KEYS.items():
+            for key, kind in QUOTA_KEYS.items():
                 if key not in hard or not needs[kind]:
                     continue
                 limit = parse_quantity(hard[key])
