@@ -6,7 +6,8 @@ every epoch the ranks average their gradients. With torch installed this is
 (rank 0 serves, the others connect), so the example runs anywhere in seconds.
 
 On the local backend the two "nodes" are two local processes; with a `slurm:` executor config
-the step is one 2-node Slurm job and the ranks start with `srun`.
+the step is one 2-node Slurm job and the ranks start with `srun`; with `gang_backend:
+kubernetes` it is one Indexed Job with a pod per node on the tenant (docs/slurm-and-gangs.md).
 """
 
 import json

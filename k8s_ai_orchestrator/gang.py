@@ -1,10 +1,12 @@
 """`Gang`: run one function on every rank of a multi-node step and get rank 0's result.
 
 Under Slurm (the step runs inside its gang allocation) the ranks are started with one bounded
-`srun`; under the local backend they are `nodes × tasks_per_node` local processes, so the same
-asset runs on a laptop. Each rank runs `python -m k8s_ai_orchestrator.gang <payload dir>`: it
-loads the pickled function and arguments, sets RANK, WORLD_SIZE, LOCAL_RANK, NODE_RANK,
-MASTER_ADDR and MASTER_PORT, calls the function and writes its result or traceback to a file.
+`srun`; on Kubernetes (the step runs in pod 0 of its gang Job) each pod starts its node's ranks
+(see `gangpods`); under the local backend they are `nodes × tasks_per_node` local processes,
+so the same asset runs on a laptop. Each rank runs
+`python -m k8s_ai_orchestrator.gang <payload dir>`: it loads the pickled function and
+arguments, sets RANK, WORLD_SIZE, LOCAL_RANK, NODE_RANK, MASTER_ADDR and MASTER_PORT, calls
+the function and writes its result or traceback to a file.
 
 The function is pickled by reference, so it must be importable: define it at module level in
 a module the step can import (not in `__main__`, not a lambda or closure).
@@ -44,7 +46,8 @@ from dagster import ConfigurableResource
 from pydantic import Field
 
 from .errors import GangError
-from .stepenv import CPUS, SLURM_FAILED_MARKER, SLURM_JOB_DIR, StepEnv
+from .gangpods import GangCall, lead_call, leader_address
+from .stepenv import CPUS, GANG_DIR, NODE_NAME, SLURM_FAILED_MARKER, SLURM_JOB_DIR, StepEnv
 
 PAYLOAD = "payload.pkl"
 META = "meta.pkl"
@@ -54,7 +57,7 @@ META = "meta.pkl"
 class GangPlan:
     """Where and how the ranks of one `Gang.run` call start."""
 
-    mode: str  # "local" or "slurm"
+    mode: str  # "local", "slurm" or "kubernetes"
     nodes: int
     tasks_per_node: int
     gpus_per_node: int
@@ -110,7 +113,7 @@ class Gang(ConfigurableResource):  # type: ignore[misc]
         env = os.environ
         step = StepEnv.current(env)
         plan = GangPlan(
-            mode=_mode(step.backend, env),
+            mode=_mode(step, env),
             nodes=step.nodes,
             tasks_per_node=step.tasks_per_node,
             gpus_per_node=step.gpus_per_node,
@@ -145,6 +148,8 @@ class Gang(ConfigurableResource):  # type: ignore[misc]
             )
 
     def _base_dir(self, plan: GangPlan, env: Mapping[str, str]) -> Path:
+        if plan.mode == "kubernetes":  # the directory the worker pods watch
+            return Path(env[GANG_DIR])
         if self.workdir:
             return Path(self.workdir)
         if env.get(SLURM_JOB_DIR):
@@ -165,8 +170,16 @@ def _mark_job_failed(job_dir: Path, error: GangError) -> None:
         (job_dir / SLURM_FAILED_MARKER).write_text(f"{first_line}\n")
 
 
-def _mode(backend: str, env: Mapping[str, str]) -> str:
-    if backend != "slurm":
+def _mode(step: StepEnv, env: Mapping[str, str]) -> str:
+    if step.backend == "kubernetes" and step.nodes > 1:
+        if not env.get(GANG_DIR):
+            raise GangError(
+                f"K8S_AI_BACKEND=kubernetes with {step.nodes} nodes but {GANG_DIR} is not set: "
+                "Gang.run must be called inside the step's own gang Job (a step launched by "
+                "ai_executor's kubernetes backend)"
+            )
+        return "kubernetes"
+    if step.backend != "slurm":
         return "local"
     if "SLURM_JOB_ID" not in env:
         raise GangError(
@@ -183,7 +196,7 @@ def run_gang(plan: GangPlan, fn: Callable[..., Any], args: tuple[Any, ...], base
     try:
         _write_payload(directory, fn, args)
         argv = [plan.python, "-m", "k8s_ai_orchestrator.gang", str(directory)]
-        launch = launch_srun if plan.mode == "slurm" else launch_local
+        launch = {"slurm": launch_srun, "kubernetes": launch_pods}.get(plan.mode, launch_local)
         return _collect(plan, directory, launch(plan, directory, _free_port(), argv))
     finally:
         shutil.rmtree(directory, ignore_errors=True)
@@ -341,6 +354,23 @@ def _stop(procs: Sequence[subprocess.Popen[bytes]], grace_s: float) -> None:
             proc.wait(timeout=grace_s)
 
 
+def launch_pods(plan: GangPlan, directory: Path, port: int, argv: Sequence[str]) -> LaunchOutcome:
+    """Publish the call to the gang's worker pods and run node 0's ranks in this (the leader)
+    pod; a failing rank or a timeout stops the ranks on every pod (see `gangpods`)."""
+    call = GangCall(
+        directory,
+        plan.world_size,
+        plan.tasks_per_node,
+        leader_address(os.environ),
+        port,
+        tuple(argv),
+    )
+    code, timed_out, detail = lead_call(
+        call, timeout_s=plan.timeout_s, straggler_timeout_s=plan.straggler_timeout_s
+    )
+    return LaunchOutcome(code, timed_out, detail)
+
+
 def launch_srun(
     plan: GangPlan, directory: Path, port: int, argv: Sequence[str], *, kill_grace_s: float = 5.0
 ) -> LaunchOutcome:
@@ -405,7 +435,7 @@ def rank_main(directory: Path) -> int:
     sys.path[:] = meta["sys_path"] + [p for p in sys.path if p not in meta["sys_path"]]
     with contextlib.suppress(OSError):  # a node without the step's directory keeps its own
         os.chdir(meta["cwd"])
-    node = os.environ.get("SLURMD_NODENAME") or socket.gethostname()
+    node = os.environ.get("SLURMD_NODENAME") or os.environ.get(NODE_NAME) or socket.gethostname()
     record: dict[str, Any] = {"ok": True, "value": None, "node": node}
     try:
         fn, args = pickle.loads((directory / PAYLOAD).read_bytes())

@@ -23,6 +23,11 @@ MEMORY_BYTES = "K8S_AI_MEMORY_BYTES"  # per node
 GRACE_PERIOD_S = "K8S_AI_GRACE_PERIOD_S"  # SIGTERM/SIGUSR2 → SIGKILL
 # how many more times the executor relaunches this step after a preemption (its budget left)
 PREEMPTION_RELAUNCHES_LEFT = "K8S_AI_PREEMPTION_RELAUNCHES_LEFT"
+# Kubernetes gangs: the attempt's directory under kubernetes.gang_workdir (every pod mounts
+# it), and the pod's IP and node from the Downward API.
+GANG_DIR = "K8S_AI_GANG_DIR"
+POD_IP = "K8S_AI_POD_IP"
+NODE_NAME = "K8S_AI_NODE_NAME"
 SLURM_JOB_DIR = "K8S_AI_SLURM_JOB_DIR"  # a Slurm attempt's directory in the shared workdir
 # A file in SLURM_JOB_DIR saying the step failed although its process exits 0 (Gang.run writes
 # it when a rank failed); the batch script then exits 1, so sacct shows the job FAILED.

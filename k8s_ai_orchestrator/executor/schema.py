@@ -52,6 +52,17 @@ TENANT_SCHEMA = Shape(
         "image": _opt(Noneable(String), "Image of this tenant's steps (overrides `image`)."),
         "service_account": _opt(Noneable(String), "Service account of this tenant's steps."),
         "allowed_sizes": _opt(Noneable(Array(String)), "Size classes this tenant accepts."),
+        "gang_admission": _opt(
+            Shape(
+                {
+                    "mode": _opt(String, "guard (workload and kueue: not available yet)."),
+                    "all_running_timeout_s": _opt(
+                        Float, "Cancel a gang not all Running this long after its first pod."
+                    ),
+                }
+            ),
+            "All-or-nothing admission of multi-node steps.",
+        ),
     },
     description="Exactly one of kubeconfig, or vcluster + host_namespace.",
 )
@@ -93,6 +104,9 @@ KUBERNETES_SCHEMA = Shape(
         "watch_timeout_s": _opt(Int, "Server-side timeout of one watch request; >= 1 (300)."),
         "pending_events_interval_s": _opt(Float, "Min s between event reads; >= 0 (5.0)."),
         "api_retries": _opt(Int, "Retries of a transient API error; >= 0 (4)."),
+        "gang_workdir": _opt(
+            Noneable(String), "Absolute directory every pod of a multi-node step mounts."
+        ),
     }
 )
 
@@ -154,6 +168,11 @@ CONFIG_SCHEMA = {
     "local": _opt(LOCAL_SCHEMA, "Local capacity and what to do with oversize steps."),
     "kubernetes": _opt(KUBERNETES_SCHEMA, "Tenants and job settings."),
     "slurm": _opt(SLURM_SCHEMA, "Slurm transport and job settings."),
+    "gang_backend": _opt(
+        Noneable(String),
+        "Where multi-node steps run: slurm, kubernetes or local (default: slurm when a slurm "
+        "section is given, else backend).",
+    ),
     "default_tenant": _opt(Noneable(String), "Tenant of steps that name none."),
     "allowed_tenants": _opt(Noneable(Array(String)), "Tenants this run may reach."),
     "oom_escalation": _opt(

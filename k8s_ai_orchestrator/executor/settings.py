@@ -43,6 +43,7 @@ class ExecutorSettings:
     grace_period_s: float = 30.0  # SIGTERM → SIGKILL, for the checkpoint save
     poll_interval_s: float = 0.1
     max_concurrent: int | None = None  # steps in flight at once; None = unlimited
+    gang_backend: str | None = None  # multi-node steps: slurm | kubernetes | local; None = auto
 
     @classmethod
     def from_config(cls, raw: Mapping[str, Any]) -> ExecutorSettings:
@@ -77,6 +78,19 @@ class ExecutorSettings:
             raise ConfigError(
                 f"executor config: local.oversize={local['oversize']!r}; use run_alone or fail"
             )
+        gang_backend = raw.get("gang_backend")
+        if gang_backend is not None and gang_backend not in BACKENDS:
+            raise ConfigError(
+                f"executor config: gang_backend={gang_backend!r}; use one of {BACKENDS} (where "
+                "multi-node steps run), or remove it: then they go to Slurm when a slurm section "
+                "is given, else to the default backend"
+            )
+        if gang_backend in ("slurm", "kubernetes") and raw.get(gang_backend) is None:
+            raise ConfigError(
+                f"executor config: gang_backend={gang_backend!r} but there is no {gang_backend} "
+                f"section: add executor config {gang_backend}: {{...}} "
+                "(see docs/slurm-and-gangs.md)"
+            )
         table = _size_table(raw.get("size_classes"))
         allowed = raw.get("allowed_tenants")
         default_tenant = raw.get("default_tenant")
@@ -97,6 +111,7 @@ class ExecutorSettings:
             allowed_tenants=tuple(allowed) if allowed is not None else None,
             relaunch=_relaunch_policy(raw),
             max_concurrent=_max_concurrent(raw.get("max_concurrent")),
+            gang_backend=gang_backend,
             grace_period_s=float(config_number(raw.get("grace_period_s", 30.0), "grace_period_s")),
             poll_interval_s=float(
                 config_number(raw.get("poll_interval_s", 0.1), "poll_interval_s", above=True)
@@ -127,9 +142,20 @@ oom_escalation.max_memory to at least 8Gi or give the step less with compute(mem
             )
 
     def backend_for(self, spec: ComputeSpec) -> str:
-        """Which backend a step goes to: its own choice, Slurm for gangs, else the default."""
+        """Which backend a step goes to: its own choice; for a gang `gang_backend`, else Slurm
+        when configured; else the default.
+
+        Example:
+            >>> from k8s_ai_orchestrator.spec import resolve_spec
+            >>> settings = ExecutorSettings.from_config(
+            ...     {"slurm": {}, "kubernetes": {}, "gang_backend": "kubernetes"})
+            >>> settings.backend_for(resolve_spec({"nodes": 2}))
+            'kubernetes'
+        """
         if spec.backend:
             return spec.backend
+        if spec.is_gang and self.gang_backend is not None:
+            return self.gang_backend
         if spec.is_gang and self.slurm is not None:
             return "slurm"
         return self.backend

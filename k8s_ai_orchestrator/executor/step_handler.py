@@ -278,7 +278,8 @@ class AIStepHandler(StepHandler):
             return None
         live.record_relaunch(reason, decision.memory_bytes)
         step_context = self._step_context(key)
-        self._event(step_context, f"Relaunching: {decision.message}", live.history_metadata())
+        why = f" ({status.message})" if status.message else ""
+        self._event(step_context, f"Relaunching: {decision.message}{why}", live.history_metadata())
         message = error.message if error else status.message
         retry_error = SerializableErrorInfo(
             message=f"{reason}: {message}", stack=[], cls_name=reason

@@ -6,6 +6,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from gang_support import GANG_TARGETS, GangTarget
 from k8s_support import (
     TENANTS,
     install_priority_classes,
@@ -47,3 +48,12 @@ def backend(emulator: Any, clock: FakeClock) -> Iterator[KubernetesBackend]:
     )
     yield backend
     backend.close()
+
+
+@pytest.fixture(scope="module", params=sorted(GANG_TARGETS))
+def gang_target(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[GangTarget]:
+    """A cluster for the gang tests, one per module and target (gang_support.GANG_TARGETS)."""
+    with GANG_TARGETS[request.param](tmp_path_factory.mktemp("gangs")) as built:
+        yield built

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -166,9 +167,16 @@ def test_a_step_without_an_image_is_refused_with_the_key_to_set() -> None:
         build_job(request({"size": "xs"}), bare.tenant("team-a"), bare)
 
 
-def test_multi_node_steps_are_refused_and_sent_to_slurm() -> None:
-    with pytest.raises(SubmitError, match="slurm backend"):
+def test_a_multi_node_step_needs_a_gang_workdir_every_pod_mounts() -> None:
+    with pytest.raises(ConfigError, match="step 'mosaic'.*set kubernetes.gang_workdir"):
         build_job(request({"nodes": 2, "gpu": 8}), CONFIG.tenant("team-a"), CONFIG)
+
+
+def test_a_multi_node_step_is_one_indexed_job_with_one_pod_per_node() -> None:
+    config = replace(CONFIG, gang_workdir="/shared/k8s_ai")
+    fields = {"nodes": 2, "tasks_per_node": 4, "cpu": 2, "memory": "64Gi", "gpus_per_node": 4}
+    manifest = build_job(request(fields), config.tenant("team-a"), config)
+    assert_matches_golden("job_gang_2x4", manifest)
 
 
 def test_a_malformed_dagster_k8s_config_tag_names_the_step_and_the_tag() -> None:

@@ -25,16 +25,19 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
-from kubernetes.client import ApiClient, BatchV1Api, CoreV1Api
+from kubernetes.client import ApiClient, CoreV1Api
 from kubernetes.client.exceptions import ApiException
 
 from ...errors import BackendError, ConfigError, SubmitError
 from ..base import FailureReason, JobHandle, LaunchRequest, ResourceUsage, StepState, StepStatus
 from .api import ApiRetry, api_message
 from .config import KubernetesConfig, TenantConfig
+from .gangs import GangGuard, gang_status, pending_pod, pod_index, running_count
+from .jobapi import JobApi
 from .jobs import build_job, config_problems, job_name, manifest_problems, run_selector
 from .logs import LogFollower, read_tail
 from .pending import PendingExplainer
+from .preemption import who_preempted
 from .preflight import Preflight
 from .status import deleted_pod_status, pod_name, pod_status
 from .tenants import TenantConnections
@@ -61,6 +64,10 @@ class _Attempt:
     cancelled: bool = False
     log_tail: str = ""
     follower: LogFollower | None = None
+    waiting_manifest: dict[str, Any] | None = None  # a gang not created yet: no room
+    partial_since: float | None = None  # a gang's first pod Running, not all of them yet
+    final_hint: StepStatus | None = None  # why a gang's Job waits for room (not created)
+    room_checked_at: float = 0.0
 
 
 class KubernetesBackend:
@@ -98,6 +105,8 @@ class KubernetesBackend:
             retries=config.api_retries, sleep=sleep, server_of=self._tenants.server
         )
         self._preflight = Preflight(config, self._retry)
+        self._jobs = JobApi(self._tenants, self._retry)
+        self._guard = GangGuard(config, self._retry)
         self._pending = PendingExplainer(config.pending_events_interval_s, clock)
         self._watches: dict[tuple[str, str, str], PodWatch] = {}
         self._attempts: dict[str, _Attempt] = {}
@@ -122,12 +131,18 @@ class KubernetesBackend:
         request, settings, manifest, api_client = self._prepare(request)
         tenant = str(request.tenant)
         watch = self._watch_for(tenant, settings.namespace, request.run_id, api_client)
-        self._create(request, settings.namespace, manifest, BatchV1Api(api_client))
+        attempt = _Attempt(request, tenant, settings.namespace, watch, self._clock())
+        if request.spec.is_gang:
+            attempt.final_hint = self._guard.waiting_for_room(
+                CoreV1Api(api_client), tenant, settings.namespace, request.spec
+            )
+        if attempt.final_hint is not None:
+            attempt.waiting_manifest = manifest  # created by status() once there is room
+        else:
+            self._jobs.create(request, settings.namespace, manifest)
         name = job_name(request)
         with self._lock:
-            self._attempts[name] = _Attempt(
-                request, tenant, settings.namespace, watch, submitted_at=self._clock()
-            )
+            self._attempts[name] = attempt
         return JobHandle(self.name, name, request.step_key, tenant, settings.namespace)
 
     def _prepare(
@@ -174,6 +189,8 @@ class KubernetesBackend:
             return attempt.final
         if attempt.cancelled:
             return self._finish(attempt, StepStatus.failed(FailureReason.CANCELLED, "cancelled"))
+        if attempt.request.spec.is_gang:
+            return self._gang_status(handle, attempt)
         pods = attempt.watch.pods(handle.job_id)
         pod = pods[-1] if pods else None
         gone = attempt.watch.deleted(handle.job_id) if pod is None else None
@@ -188,8 +205,16 @@ class KubernetesBackend:
         elif current.state == StepState.RUNNING and attempt.started_at is None:
             attempt.started_at = self._clock()
         if current.is_terminal:
+            victim = pod or gone
+            if current.reason == FailureReason.PREEMPTED and victim is not None:
+                current = self._name_preemptor(attempt, current, pod_name(victim))
             return self._finish(attempt, current, pod, pod_gone=gone is not None)
         return current
+
+    def _name_preemptor(self, attempt: _Attempt, status: StepStatus, victim: str) -> StepStatus:
+        """The status with the step (or pod) that preempted it, from the scheduler's event."""
+        who = who_preempted(self._core(attempt), attempt.namespace, victim)
+        return replace(status, message=f"{status.message}; {who}") if who else status
 
     def logs(self, handle: JobHandle, tail_lines: int | None = None) -> str:
         """The attempt's log (last `tail_lines` lines); one API request."""
@@ -234,7 +259,7 @@ class KubernetesBackend:
         tenant = handle.tenant or (attempt.tenant if attempt else None)
         if tenant is None or handle.namespace is None:
             return
-        self._delete_job(tenant, handle.namespace, handle.job_id, handle.step_key)
+        self._jobs.delete(tenant, handle.namespace, handle.job_id, handle.step_key)
 
     def usage(self, handle: JobHandle) -> ResourceUsage:
         """Requested resources × seconds the attempt has run (so far)."""
@@ -246,9 +271,9 @@ class KubernetesBackend:
         spec = attempt.request.spec
         node = attempt.final.node if attempt.final else None
         return ResourceUsage(
-            cpu_seconds=spec.cpu * wall,
-            memory_gib_seconds=spec.memory_bytes / _GiB * wall,
-            gpu_seconds=spec.gpu * wall,
+            cpu_seconds=spec.total_cpu * wall,
+            memory_gib_seconds=spec.memory_bytes * spec.nodes / _GiB * wall,
+            gpu_seconds=spec.gpu * spec.nodes * wall,
             wall_seconds=wall,
             nodes=(node,) if node else (),
         )
@@ -300,40 +325,73 @@ class KubernetesBackend:
                 self._watches[key] = watch
         return watch
 
-    def _create(
-        self, request: LaunchRequest, namespace: str, manifest: dict[str, Any], batch: BatchV1Api
-    ) -> None:
-        tries = 0
+    def _gang_status(self, handle: JobHandle, attempt: _Attempt) -> StepStatus:
+        """A gang's state from all its pods, with guard admission and its all-running timeout."""
+        if attempt.waiting_manifest is not None and not self._admit_gang(attempt):
+            return self._past_timeout(handle, attempt, attempt.final_hint or StepStatus.pending())
+        pods = attempt.watch.pods(handle.job_id)
+        nodes = attempt.request.spec.nodes
+        current = gang_status(pods, attempt.watch.deleted_pods(handle.job_id), nodes)
+        running = running_count(pods)
+        if current.state == StepState.PENDING and running:
+            current = self._partial_gang(handle, attempt, pods, running)
+        elif current.state == StepState.PENDING:
+            current = self._explain_pending(handle, attempt, pending_pod(pods))
+        elif current.state == StepState.RUNNING and attempt.started_at is None:
+            attempt.started_at = self._clock()
+        if current.is_terminal:
+            leader = next((p for p in pods if pod_index(p) == 0), None)
+            return self._finish(attempt, current, leader, pod_gone=leader is None)
+        return current
 
-        def create() -> None:
-            nonlocal tries
-            tries += 1
-            try:
-                batch.create_namespaced_job(namespace, manifest)
-            except ApiException as error:
-                if error.status == 409:
-                    return  # an earlier try of this call was applied; the Job exists
-                raise
+    def _admit_gang(self, attempt: _Attempt) -> bool:
+        """Create a waiting gang's Job once every pod has room (checked every events interval)."""
+        now = self._clock()
+        if now - attempt.room_checked_at < self.config.pending_events_interval_s:
+            return False
+        attempt.room_checked_at = now
+        attempt.final_hint = self._guard.waiting_for_room(
+            self._core(attempt), attempt.tenant, attempt.namespace, attempt.request.spec
+        )
+        if attempt.final_hint is not None:
+            return False
+        manifest, attempt.waiting_manifest = attempt.waiting_manifest, None
+        self._jobs.create(attempt.request, attempt.namespace, manifest or {})
+        return True
 
-        try:
-            self._retry.call("create Job", str(request.tenant), create)
-        except ApiException as error:
-            message = api_message(error)
-            fix = (
-                "raise the quota in the tenant's vCluster values (policies.resourceQuota)"
-                if "exceeded quota" in message
-                else "check the executor config and the step's dagster-k8s/config tag"
-            )
-            raise SubmitError(
-                f"step '{request.step_key}': tenant '{request.tenant}' refused Job "
-                f"{manifest['metadata']['name']} in namespace '{namespace}' ({message}); {fix}"
-            ) from None
+    def _partial_gang(
+        self, handle: JobHandle, attempt: _Attempt, pods: list[Any], running: int
+    ) -> StepStatus:
+        """Some pods run, not all: wait up to all_running_timeout_s, then delete the gang."""
+        nodes, now = attempt.request.spec.nodes, self._clock()
+        if attempt.partial_since is None:
+            attempt.partial_since = now
+        waiting = pending_pod(pods)
+        last = self._pending.explain(handle, attempt.namespace, waiting, self._core(attempt))
+        why = f"{last.reason}: {last.message}" if last.reason else "no reason reported yet"
+        status = self._guard.partial(
+            handle.step_key,
+            attempt.tenant,
+            nodes=nodes,
+            running=running,
+            waited_s=now - attempt.partial_since,
+            why=why,
+        )
+        if status.is_terminal:
+            self._jobs.delete(attempt.tenant, attempt.namespace, handle.job_id, handle.step_key)
+        return status
+
+    def _core(self, attempt: _Attempt) -> CoreV1Api:
+        return CoreV1Api(self._tenants.client(attempt.tenant, attempt.request.step_key))
 
     def _explain_pending(
         self, handle: JobHandle, attempt: _Attempt, pod: Mapping[str, Any] | None
     ) -> StepStatus:
-        core = CoreV1Api(self._tenants.client(attempt.tenant, handle.step_key))
-        status = self._pending.explain(handle, attempt.namespace, pod, core)
+        status = self._pending.explain(handle, attempt.namespace, pod, self._core(attempt))
+        return self._past_timeout(handle, attempt, status)
+
+    def _past_timeout(self, handle: JobHandle, attempt: _Attempt, status: StepStatus) -> StepStatus:
+        """`status`, or the step's failure once it has been Pending longer than its timeout."""
         timeout = attempt.request.spec.timeout_s
         waited = self._clock() - attempt.submitted_at
         if timeout is None or waited <= timeout:
@@ -367,7 +425,7 @@ class KubernetesBackend:
         stuck = pod is not None and not _pod_finished(pod)
         never_started = pod is None and not pod_gone
         if status.state == StepState.FAILED and not attempt.cancelled and (stuck or never_started):
-            self._delete_job(
+            self._jobs.delete(
                 attempt.tenant,
                 attempt.namespace,
                 job_name(attempt.request),
@@ -377,24 +435,17 @@ class KubernetesBackend:
         self._pending.forget(job_name(attempt.request))
         return status
 
-    def _delete_job(self, tenant: str, namespace: str, name: str, step: str) -> None:
-        batch = BatchV1Api(self._tenants.client(tenant, step))
-
-        def delete() -> None:
-            try:
-                batch.delete_namespaced_job(name, namespace, propagation_policy="Background")
-            except ApiException as error:
-                if error.status != 404:
-                    raise
-
-        self._retry.call(f"delete Job {name}", tenant, delete)
-
     def _pod_name(self, handle: JobHandle, attempt: _Attempt) -> str | None:
+        """The pod whose log is the step's: the only one, or a gang's leader (index 0)."""
         pods = attempt.watch.pods(handle.job_id)
+        if attempt.request.spec.is_gang:
+            gone = attempt.watch.deleted_pods(handle.job_id)
+            leaders = [p for p in [*pods, *gone] if pod_index(p) == 0]
+            return pod_name(leaders[0]) if leaders else None
         if pods:
             return pod_name(pods[-1])
-        gone = attempt.watch.deleted(handle.job_id)
-        return pod_name(gone) if gone is not None else None
+        last = attempt.watch.deleted(handle.job_id)
+        return pod_name(last) if last is not None else None
 
 
 def _pod_finished(pod: Mapping[str, Any]) -> bool:

@@ -43,6 +43,55 @@ class PriorityClasses:
     preemptible: str = "k8s-ai-preemptible"
 
 
+GANG_ADMISSION_MODES = ("guard", "workload", "kueue")
+# Modes that need an API the real control plane brings; refused until issue #13 adds them.
+_GANG_MODES_NOT_YET = {
+    "workload": "the Kubernetes gang-scheduling API (Workload / PodGroup)",
+    "kueue": "Kueue (a ClusterQueue per tenant, the queue-name label on the Jobs)",
+}
+
+
+@dataclass(frozen=True)
+class GangAdmission:
+    """How a tenant admits multi-node gangs all-or-nothing (`gang_admission` in its config).
+
+    `guard`, the executor's own: the Job is created only when the tenant's nodes and quota
+    have room for every pod, and the whole gang is deleted when not all its pods run within
+    `all_running_timeout_s` of the first one, so a partial gang never holds GPUs.
+
+    Example:
+        >>> GangAdmission.from_dict({"all_running_timeout_s": 120}, "kubernetes.tenants.t")
+        GangAdmission(mode='guard', all_running_timeout_s=120.0)
+    """
+
+    mode: str = "guard"
+    all_running_timeout_s: float = 300.0  # first pod Running → every pod Running, or cancel
+
+    @classmethod
+    def from_dict(cls, raw: Mapping[str, Any] | None, where: str) -> GangAdmission:
+        where = f"{where}.gang_admission"
+        raw = dict(raw or {})
+        _check_keys(raw, {"mode", "all_running_timeout_s"}, where)
+        mode = raw.get("mode", "guard")
+        if mode not in GANG_ADMISSION_MODES:
+            raise ConfigError(
+                f"{where}.mode={mode!r} is not one of {', '.join(GANG_ADMISSION_MODES)}; use "
+                "guard (the executor's own all-or-nothing admission)"
+            )
+        if mode in _GANG_MODES_NOT_YET:
+            raise ConfigError(
+                f"{where}.mode={mode!r} is not available yet: admission through "
+                f"{_GANG_MODES_NOT_YET[mode]} comes with issue #13 on the real control plane; "
+                "use mode: guard until then"
+            )
+        timeout = config_number(
+            raw.get("all_running_timeout_s", cls.all_running_timeout_s),
+            f"{where}.all_running_timeout_s",
+            above=True,
+        )
+        return cls(mode=mode, all_running_timeout_s=float(timeout))
+
+
 @dataclass(frozen=True)
 class TenantConfig:
     """How to reach one tenant's API and where its steps run.
@@ -62,6 +111,7 @@ class TenantConfig:
     image: str | None = None  # overrides the backend-wide image
     service_account: str | None = None  # overrides the backend-wide service account
     allowed_sizes: tuple[str, ...] | None = None  # size classes this tenant accepts
+    gang_admission: GangAdmission = field(default_factory=GangAdmission)  # multi-node steps
 
     @classmethod
     def from_dict(cls, name: str, raw: Mapping[str, Any]) -> TenantConfig:
@@ -94,6 +144,7 @@ class TenantConfig:
             image=_opt_str(raw, "image", where),
             service_account=_opt_str(raw, "service_account", where),
             allowed_sizes=tuple(_str_list(sizes, f"{where}.allowed_sizes")) if sizes else None,
+            gang_admission=GangAdmission.from_dict(raw.get("gang_admission"), where),
         )
 
 
@@ -123,6 +174,7 @@ class KubernetesConfig:
     watch_timeout_s: int = 300  # server-side timeout of one watch request
     pending_events_interval_s: float = 5.0  # min seconds between event reads of a Pending step
     api_retries: int = 4  # retries of a transient API error (429, 5xx, connection reset)
+    gang_workdir: str | None = None  # absolute path every pod of a gang mounts (payloads)
 
     @classmethod
     def from_dict(cls, raw: Mapping[str, Any] | None) -> KubernetesConfig:
@@ -168,6 +220,7 @@ class KubernetesConfig:
                 or defaults.command_prefix
             ),
             python=_opt_str(raw, "python", "kubernetes") or defaults.python,
+            gang_workdir=_gang_workdir(raw.get("gang_workdir")),
             **_numbers(raw, defaults),
         )
 
@@ -224,6 +277,19 @@ def _env_vars(value: Any) -> tuple[str, ...]:
                 "kubernetes.env_secrets"
             )
     return entries
+
+
+def _gang_workdir(value: Any) -> str | None:
+    """`gang_workdir`: an absolute path (each pod resolves it on its own filesystem)."""
+    if value is None:
+        return None
+    if not isinstance(value, str) or not value.startswith("/"):
+        raise ConfigError(
+            f"kubernetes.gang_workdir={value!r} is not an absolute path: give the directory "
+            "where every pod of a gang mounts the same volume (a ReadWriteMany volume in "
+            "kubernetes.volumes and kubernetes.volume_mounts), e.g. /shared/k8s_ai"
+        )
+    return value
 
 
 def _refuse_kubeconfig_contents(value: Any, where: str) -> None:

@@ -35,6 +35,7 @@ from dagster_k8s.utils import sanitize_k8s_label
 from kubernetes.client import ApiClient, Configuration, V1SecurityContext
 
 from ...errors import ConfigError, SubmitError
+from ...stepenv import GANG_DIR, NODE_NAME, POD_IP
 from ..base import LaunchRequest, cpu_quantity
 from .config import KubernetesConfig, TenantConfig
 from .names import (
@@ -54,6 +55,12 @@ ATTEMPT_LABEL = f"{LABEL_PREFIX}/attempt"
 JOB_LABEL = f"{LABEL_PREFIX}/job"
 MANAGED_BY = {"app.kubernetes.io/managed-by": "k8s-ai-orchestrator"}
 GPU_RESOURCE = "nvidia.com/gpu"
+HOSTNAME_LABEL = "kubernetes.io/hostname"
+# Entry point of every pod of a gang (`-c`, not `-m`: the package imports the module itself).
+GANG_POD_MAIN = (
+    "import sys; from k8s_ai_orchestrator.gangpods import pod_main; "
+    "sys.exit(pod_main(sys.argv[1:]))"
+)
 
 # Keys of `LaunchRequest.labels` read as dagster-k8s step tags rather than turned into labels.
 DAGSTER_K8S_TAG_KEYS = (USER_DEFINED_K8S_CONFIG_KEY, K8S_RESOURCE_REQUIREMENTS_KEY)
@@ -165,11 +172,6 @@ def _labels(request: LaunchRequest, name: str, config: KubernetesConfig) -> dict
 
 def _apply_spec(manifest: dict[str, Any], request: LaunchRequest, config: KubernetesConfig) -> None:
     spec = request.spec
-    if spec.is_gang:
-        raise SubmitError(
-            f"step '{request.step_key}': {spec.describe()} is a multi-node gang; the "
-            "kubernetes backend runs single-pod steps; gang steps go to the slurm backend"
-        )
     job_spec = manifest["spec"]
     job_spec["backoffLimit"] = 0
     job_spec["podFailurePolicy"] = {
@@ -185,7 +187,8 @@ def _apply_spec(manifest: dict[str, Any], request: LaunchRequest, config: Kubern
     container["resources"] = resources
     requests = {**(resources.get("requests") or {})}
     limits = {**(resources.get("limits") or {})}
-    requests.update({"cpu": cpu_quantity(spec.cpu), "memory": spec.memory_quantity})
+    pod_cpu = spec.cpu * spec.tasks_per_node  # a gang's pod holds every rank of its node
+    requests.update({"cpu": cpu_quantity(pod_cpu), "memory": spec.memory_quantity})
     limits["memory"] = spec.memory_quantity
     limits.pop("cpu", None)
     if spec.gpu:
@@ -193,6 +196,48 @@ def _apply_spec(manifest: dict[str, Any], request: LaunchRequest, config: Kubern
         requests[GPU_RESOURCE] = str(spec.gpu)
         _place_on_gpus(pod, request, config)
     resources["requests"], resources["limits"] = requests, limits
+    if spec.is_gang:
+        _lay_out_gang(manifest, request, config)
+
+
+def gang_dir(request: LaunchRequest, config: KubernetesConfig) -> str:
+    """The attempt's directory under `kubernetes.gang_workdir`, which every pod mounts."""
+    return f"{str(config.gang_workdir).rstrip('/')}/{job_name(request)}"
+
+
+def _lay_out_gang(
+    manifest: dict[str, Any], request: LaunchRequest, config: KubernetesConfig
+) -> None:
+    """One Indexed Job, one pod per node: index 0 runs the step, the others its ranks."""
+    if config.gang_workdir is None:
+        raise ConfigError(
+            f"step '{request.step_key}' ({request.spec.describe()}) is a multi-node gang: set "
+            "kubernetes.gang_workdir to a directory every pod of the gang mounts (a "
+            "ReadWriteMany volume in kubernetes.volumes and kubernetes.volume_mounts), where "
+            "Gang.run leaves its payload and the ranks their results"
+        )
+    nodes, name = request.spec.nodes, job_name(request)
+    job_spec = manifest["spec"]
+    job_spec.update(completionMode="Indexed", completions=nodes, parallelism=nodes)
+    pod = job_spec["template"]["spec"]
+    affinity = pod.get("affinity") or {}
+    anti = affinity.setdefault("podAntiAffinity", {})
+    anti.setdefault("requiredDuringSchedulingIgnoredDuringExecution", []).append(
+        {
+            "labelSelector": {"matchLabels": {JOB_LABEL: name}},
+            "topologyKey": HOSTNAME_LABEL,
+        }
+    )
+    pod["affinity"] = affinity
+    container = pod["containers"][0]
+    container["args"] = [config.python, "-c", GANG_POD_MAIN, "--", *container["args"]]
+    container.setdefault("env", []).extend(
+        [
+            {"name": GANG_DIR, "value": gang_dir(request, config)},
+            {"name": POD_IP, "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
+            {"name": NODE_NAME, "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}},
+        ]
+    )
 
 
 def _place_on_gpus(pod: dict[str, Any], request: LaunchRequest, config: KubernetesConfig) -> None:

@@ -35,7 +35,7 @@ from .jobs import GPU_RESOURCE
 _LOG = logging.getLogger(__name__)
 
 # Quota keys compared with the step's requests, and the values reading them.
-_QUOTA_KEYS = {
+QUOTA_KEYS = {
     "requests.cpu": "cpu",
     "cpu": "cpu",
     "requests.memory": "memory",
@@ -46,9 +46,9 @@ _QUOTA_KEYS = {
 
 
 def step_needs(spec: ComputeSpec) -> dict[str, Decimal]:
-    """What one pod of the step requests, by resource kind."""
+    """What one pod of the step requests, by resource kind (a gang's pod: one node's ranks)."""
     return {
-        "cpu": Decimal(str(spec.cpu)),
+        "cpu": Decimal(str(spec.cpu)) * spec.tasks_per_node,
         "memory": Decimal(spec.memory_bytes),
         "gpu": Decimal(spec.gpu),
     }
@@ -83,7 +83,15 @@ class Preflight:
         if (tenant.name, priority_class) not in self._checked:
             self._check_priority_class(request.step_key, priority_class, tenant, api_client)
             self._checked.add((tenant.name, priority_class))
-        fit_key = (tenant.name, spec.cpu, spec.memory_bytes, spec.gpu, spec.gpu_type)
+        fit_key = (
+            tenant.name,
+            spec.cpu,
+            spec.memory_bytes,
+            spec.gpu,
+            spec.gpu_type,
+            spec.nodes,
+            spec.tasks_per_node,
+        )
         if fit_key not in self._checked:
             self._check_quota(request.step_key, spec, tenant, api_client)
             self._check_nodes(request.step_key, spec, tenant, api_client)
@@ -142,11 +150,11 @@ class Preflight:
             tenant.name,
             lambda: core.list_namespaced_resource_quota(tenant.namespace),
         )
-        needs = step_needs(spec)
+        needs = {kind: value * spec.nodes for kind, value in step_needs(spec).items()}
         for quota in quotas.items:
             hard: Mapping[str, str] = (quota.status and quota.status.hard) or quota.spec.hard or {}
             used: Mapping[str, str] = (quota.status and quota.status.used) or {}
-            for key, kind in _QUOTA_KEYS.items():
+            for key, kind in QUOTA_KEYS.items():
                 if key not in hard or not needs[kind]:
                     continue
                 limit = parse_quantity(hard[key])
@@ -192,11 +200,22 @@ class Preflight:
             return
         needs = step_needs(spec)
         largest: dict[str, Decimal] = {kind: Decimal(0) for kind in needs}
+        fitting = []
         for node in candidates:
             free = _allocatable(node.status.allocatable or {})
             if all(free[kind] >= needs[kind] for kind in needs):
-                return
+                fitting.append(node.metadata.name)
             largest = {kind: max(largest[kind], free[kind]) for kind in needs}
+        if len(fitting) >= spec.nodes:
+            return
+        if fitting:
+            raise SubmitError(
+                f"step '{step}' ({spec.describe()}) can never run in tenant '{tenant.name}': "
+                f"its gang needs {spec.nodes} schedulable nodes with room for one pod each, and "
+                f"only {len(fitting)} node(s) have enough allocatable resources "
+                f"({', '.join(sorted(fitting))}); lower compute(nodes=...) to {len(fitting)} or "
+                "add nodes to the host cluster's pool (and sync them into the vCluster)"
+            )
         short = [k for k in needs if needs[k] > largest[k]] or list(needs)
         where = f" with {self._config.gpu_type_label}={spec.gpu_type}" if selector else ""
         raise SubmitError(

@@ -65,6 +65,7 @@ class PodWatch:
         self._lock = threading.Condition()
         self._pods: dict[str, Pod] = {}
         self._deleted: dict[str, Pod] = {}
+        self._gone: dict[str, dict[str, Pod]] = {}  # job → pod name → its last state
         self._synced = threading.Event()
         self._response: Any = None
         self._thread = threading.Thread(
@@ -93,6 +94,11 @@ class PodWatch:
         """The last state of a Job's pod that was deleted, if one was."""
         with self._lock:
             return self._deleted.get(job)
+
+    def deleted_pods(self, job: str) -> list[Pod]:
+        """The last state of every deleted pod of a Job (a gang has several)."""
+        with self._lock:
+            return list(self._gone.get(job, {}).values())
 
     def wait_for_change(self, timeout: float) -> None:
         """Block until any pod changes or `timeout` seconds pass."""
@@ -150,6 +156,7 @@ class PodWatch:
             for name, pod in self._pods.items():
                 if name not in fresh:
                     self._deleted[_job_of(pod)] = pod
+                self._gone.setdefault(_job_of(pod), {})[name] = pod
             self._pods = fresh
             self._lock.notify_all()
         self._synced.set()
@@ -191,6 +198,7 @@ class PodWatch:
             if kind == "DELETED":
                 self._pods.pop(name, None)
                 self._deleted[_job_of(pod)] = pod
+                self._gone.setdefault(_job_of(pod), {})[name] = pod
             else:
                 self._pods[name] = pod
             self._lock.notify_all()

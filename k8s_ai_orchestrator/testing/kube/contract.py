@@ -12,6 +12,7 @@ Example:
 
 from __future__ import annotations
 
+import functools
 import json
 import time
 from collections.abc import Callable
@@ -255,6 +256,68 @@ def check_unschedulable_pod_is_explained(target: ContractTarget) -> None:
     core.delete_namespaced_pod("contract-huge", ns, grace_period_seconds=0)
 
 
+def check_indexed_job_pods_know_their_index(target: ContractTarget) -> None:
+    """An Indexed Job's pods carry their completion index (annotation, label, env) and are
+    named by the controller (`<job>-<index>-<suffix>`) whatever name the template has."""
+    code = "import os; print('index', os.environ['JOB_COMPLETION_INDEX'])"
+    body = target.job(
+        "contract-indexed", code, completion_mode="Indexed", completions=2, parallelism=2
+    )
+    body.spec.template.metadata = client.V1ObjectMeta(name="ignored")  # as dagster-k8s sets
+    target.batch().create_namespaced_job(target.namespace, body)
+    job = target.wait(lambda: _finished(target, "contract-indexed"))
+    assert job.status.completed_indexes == "0-1" and job.status.succeeded == 2
+    pods = target.core().list_namespaced_pod(
+        target.namespace, label_selector="job-name=contract-indexed"
+    )
+    key = "batch.kubernetes.io/job-completion-index"
+    for pod in pods.items:
+        index = pod.metadata.annotations[key]
+        assert pod.metadata.labels[key] == index
+        assert pod.metadata.name.startswith(f"contract-indexed-{index}-")
+        log = target.core().read_namespaced_pod_log(
+            pod.metadata.name, target.namespace, _preload_content=False
+        )
+        assert log.data.decode() == f"index {index}\n"
+
+
+def check_required_pod_anti_affinity(target: ContractTarget) -> None:
+    """Pods with required anti-affinity on kubernetes.io/hostname take one node each; the
+    first that finds no free node stays Pending with "didn't match pod anti-affinity rules"."""
+    core, ns = target.core(), target.namespace
+    term = client.V1PodAffinityTerm(
+        label_selector=client.V1LabelSelector(match_labels={"contract": "spread"}),
+        topology_key="kubernetes.io/hostname",
+    )
+    affinity = client.V1Affinity(
+        pod_anti_affinity=client.V1PodAntiAffinity(
+            required_during_scheduling_ignored_during_execution=[term]
+        )
+    )
+
+    def placed_or_refused(name: str) -> tuple[str | None, str | None] | None:
+        node = core.read_namespaced_pod(name, ns).spec.node_name
+        events = core.list_namespaced_event(ns, field_selector=f"involvedObject.name={name}")
+        refused = [e.message for e in events.items if e.reason == "FailedScheduling"]
+        return (node, None) if node else ((None, refused[0]) if refused else None)
+
+    bound: list[str] = []
+    for index in range(20):
+        name = f"contract-spread-{index}"
+        pod = target.pod(name, "import time; time.sleep(600)")
+        pod.metadata.labels = {"contract": "spread"}
+        pod.spec.affinity = affinity
+        core.create_namespaced_pod(ns, pod)
+        node, refusal = target.wait(functools.partial(placed_or_refused, name))
+        if node is None:
+            break
+        bound.append(node)
+    assert bound and len(set(bound)) == len(bound), bound
+    assert "didn't match pod anti-affinity rules" in str(refusal), refusal
+    for created in range(index + 1):
+        core.delete_namespaced_pod(f"contract-spread-{created}", ns, grace_period_seconds=0)
+
+
 CHECKS: tuple[Callable[[ContractTarget], None], ...] = (
     check_pod_runs_and_logs,
     check_objects_deserialize_strictly,
@@ -264,4 +327,6 @@ CHECKS: tuple[Callable[[ContractTarget], None], ...] = (
     check_watch_resume_and_expiry,
     check_bad_input_answers,
     check_unschedulable_pod_is_explained,
+    check_indexed_job_pods_know_their_index,
+    check_required_pod_anti_affinity,
 )

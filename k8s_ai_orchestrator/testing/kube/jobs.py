@@ -286,6 +286,7 @@ class JobController:
     def _create_pod(self, job: Obj, index: int | None) -> None:
         meta, template = job["metadata"], copy.deepcopy(job["spec"]["template"])
         pod_meta = template.setdefault("metadata", {})
+        pod_meta.pop("name", None)  # the controller names pods itself, whatever the template says
         pod_meta["generateName"] = f"{meta['name']}-" + (f"{index}-" if index is not None else "")
         pod_meta["finalizers"] = [JOB_TRACKING_FINALIZER]
         pod_meta["ownerReferences"] = [

@@ -18,6 +18,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from .affinity import ANTI_AFFINITY_REASON, anti_affinity_conflict
 from .lifecycle import delete_pod, is_terminal, record_event, set_condition
 from .quantity import pod_amounts, to_milli
 from .store import ClusterState, Obj, Store
@@ -158,6 +159,9 @@ class Scheduler:
             if reason:
                 hard.append(reason)
                 continue
+            if _anti_affinity_blocks(pod, store, view, views):
+                reasons.append(ANTI_AFFINITY_REASON)
+                continue
             lacking = resource_reasons(pod, view, view.used)
             reasons += lacking
             if not lacking:
@@ -206,8 +210,8 @@ class Scheduler:
             return f"{message} preemption: not eligible due to preemptionPolicy=Never.", None
         candidates: list[tuple[tuple[int, int], NodeView, list[tuple[Store, Obj]]]] = []
         for view in views.values():
-            if hard_reason(pod, view.node):
-                continue
+            if hard_reason(pod, view.node) or _anti_affinity_blocks(pod, store, view, views):
+                continue  # not weighing the eviction of lower-priority pods that match
             victims = self._victims(pod, view)
             if victims is not None:
                 rank = (
@@ -293,6 +297,13 @@ class Scheduler:
         stored = store.put("pods", pod)
         self._explained[uid] = (message, _rv(stored))
         record_event(store, stored, "FailedScheduling", message, "Warning", SCHEDULER)
+
+
+def _anti_affinity_blocks(
+    pod: Obj, store: Store, view: NodeView, views: dict[str, NodeView]
+) -> bool:
+    bound = [(s, p, v.node) for v in views.values() for s, p in v.pods]
+    return anti_affinity_conflict(pod, store, view.node, bound)
 
 
 def _rv(obj: Obj) -> str:

@@ -1,0 +1,70 @@
+"""Creating and deleting a step's Job in its tenant, with the backend's retries.
+
+A 409 on a retried create means an earlier try was applied (the Job exists); a 404 on delete
+means it is already gone. A refused create is a `SubmitError` naming step, tenant, Job,
+namespace and the fix.
+
+Example:
+    >>> jobs = JobApi(connections, retry)  # doctest: +SKIP
+    >>> jobs.create(request, "default", manifest)  # doctest: +SKIP
+    >>> jobs.delete("team-a", "default", "k8s-ai-…-0", "tiles")  # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kubernetes.client import BatchV1Api
+from kubernetes.client.exceptions import ApiException
+
+from ...errors import SubmitError
+from ..base import LaunchRequest
+from .api import ApiRetry, api_message
+from .tenants import TenantConnections
+
+
+class JobApi:
+    """The create and delete calls of the backend's Jobs."""
+
+    def __init__(self, tenants: TenantConnections, retry: ApiRetry) -> None:
+        self._tenants = tenants
+        self._retry = retry
+
+    def create(self, request: LaunchRequest, namespace: str, manifest: dict[str, Any]) -> None:
+        """Create the attempt's Job; `SubmitError` if the tenant refuses it."""
+        batch = BatchV1Api(self._tenants.client(str(request.tenant), request.step_key))
+
+        def create() -> None:
+            try:
+                batch.create_namespaced_job(namespace, manifest)
+            except ApiException as error:
+                if error.status == 409:
+                    return  # an earlier try of this call was applied; the Job exists
+                raise
+
+        try:
+            self._retry.call("create Job", str(request.tenant), create)
+        except ApiException as error:
+            message = api_message(error)
+            fix = (
+                "raise the quota in the tenant's vCluster values (policies.resourceQuota)"
+                if "exceeded quota" in message
+                else "check the executor config and the step's dagster-k8s/config tag"
+            )
+            raise SubmitError(
+                f"step '{request.step_key}': tenant '{request.tenant}' refused Job "
+                f"{manifest['metadata']['name']} in namespace '{namespace}' ({message}); {fix}"
+            ) from None
+
+    def delete(self, tenant: str, namespace: str, name: str, step: str) -> None:
+        """Delete a Job and its pods (propagation Background); a missing Job is fine."""
+        batch = BatchV1Api(self._tenants.client(tenant, step))
+
+        def delete() -> None:
+            try:
+                batch.delete_namespaced_job(name, namespace, propagation_policy="Background")
+            except ApiException as error:
+                if error.status != 404:
+                    raise
+
+        self._retry.call(f"delete Job {name}", tenant, delete)
