@@ -11,8 +11,12 @@ from k8s_ai_orchestrator import CheckpointStore, ai_executor, compute
 
 @op(tags=compute(cpu=0.5, memory="256Mi"))
 def hungry(context: OpExecutionContext) -> int:
-    """Holds 160 MB next to the step process itself: OOM-killed at 256Mi, fine at 512Mi."""
+    """Holds 160 MB next to the step process itself: OOM-killed at 256Mi, fine at 512Mi.
+
+    It keeps holding for 3 s: the kernel kills at once, the kubelet stand-ins sample RSS.
+    """
     blocks = [bytearray(16 << 20) for _ in range(10)]
+    time.sleep(3)
     context.log.info(f"held {len(blocks) * 16} MB on attempt {os.environ.get('K8S_AI_ATTEMPT')}")
     return len(blocks)
 
