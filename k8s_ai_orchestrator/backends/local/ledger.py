@@ -244,6 +244,33 @@ class AdmissionLedger:
             commit(state)
             return verdict
 
+    def grow(self, job_id: str, memory_bytes: int, capacity: LocalCapacity) -> Verdict:
+        """Raise the memory of this backend's claim `job_id` if the machine has room for it.
+
+        Room is `capacity` less what every other admitted step holds, whichever run it is in;
+        steps still waiting in line do not count (a running step goes first, as in a kubelet).
+        """
+        with self._transaction() as (state, commit):
+            token = self.owner.token
+            mine = next(
+                (c for c in state.claims if (c.owner.token, c.job_id) == (token, job_id)), None
+            )
+            if mine is None:
+                return Verdict(False, reason="the step holds no claim any more (it has ended)")
+            others = [c for c in state.claims if c is not mine]
+            free = capacity.memory_bytes - sum(c.memory_bytes for c in others)
+            if memory_bytes > free:
+                held = _held_by_other_runs([c for c in others if c.owner.token != token])
+                return Verdict(
+                    False,
+                    reason=f"only {max(free, 0) / 1024**3:.1f}Gi of the local "
+                    f"{capacity.memory_bytes / 1024**3:.1f}Gi is free beside the other running "
+                    f"steps{held}",
+                )
+            grown = replace(mine, memory_bytes=memory_bytes)
+            commit(replace(state, claims=tuple(grown if c is mine else c for c in state.claims)))
+            return Verdict(True)
+
     def started(self, job_id: str, pid: int) -> None:
         """Record the process (group leader) of an admitted step, so a crash is reclaimed."""
         try:
