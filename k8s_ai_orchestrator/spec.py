@@ -265,6 +265,12 @@ def _auto(fields: Mapping[str, Any], name: str, nodes: int, step: str | None) ->
     return (default if auto else value), auto
 
 
+def _field(name: str, fields: Mapping[str, Any]) -> str:
+    """The field a value came from: `<name>_default` when "auto" starts from it."""
+    auto_default = fields.get(name) == AUTO and fields.get(f"{name}_default") is not None
+    return f"{name}_default" if auto_default else name
+
+
 def resolve_spec(
     fields: Mapping[str, Any],
     table: Mapping[str, SizeClass] | None = None,
@@ -302,8 +308,10 @@ def resolve_spec(
     timeout = fields.get("timeout")
     gpu_type = fields.get("gpu_type")
     return ComputeSpec(
-        cpu=parse_cpu(row.cpu if cpu is None else cpu, step),
-        memory_bytes=parse_memory(row.memory if memory is None else memory, step),
+        cpu=parse_cpu(row.cpu if cpu is None else cpu, step, _field("cpu", fields)),
+        memory_bytes=parse_memory(
+            row.memory if memory is None else memory, step, _field("memory", fields)
+        ),
         gpu=gpu,
         gpu_type=parse_gpu_type(gpu_type, step) if gpu_type is not None else None,
         nodes=nodes,

@@ -171,7 +171,14 @@ def test_auto_fields_become_op_tags_and_start_from_the_declared_default():
             "cpu='auto' is not allowed: cpu='auto' sizes single-node steps; give a gang step an "
             "explicit cpu",
         ),
-        ({"memory": "auto", "memory_default": "lots"}, "memory='lots' is not allowed"),
+        (
+            {"memory": "auto", "memory_default": "lots"},
+            "memory_default='lots' is not allowed: memory_default must be a number with a unit",
+        ),
+        (
+            {"cpu": "auto", "cpu_default": 0},
+            "cpu_default=0 is not allowed: cpu_default must be a number of cores",
+        ),
     ],
 )
 def test_bad_auto_fields_are_refused_at_definition_time(fields: dict[str, Any], message: str):
