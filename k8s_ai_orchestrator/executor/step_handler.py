@@ -151,17 +151,7 @@ class AIStepHandler(StepHandler):
         known = args.known_state
         previous = known.previous_retry_attempts.get(key, 0) if known is not None else 0
         live = self._live.get(key) or self._new_live(key, step_handler_context, previous)
-        sizing_note, sizing_meta = "", {}
-        if not live.history.memory_tried and live.spec.is_auto:
-            ctx = self._plan_context
-            sizing = sized_spec(
-                key,
-                live.spec,
-                self._settings,
-                ctx.instance if ctx else None,
-                ctx.dagster_run if ctx else None,
-            )
-            live.spec, sizing_note, sizing_meta = sizing.spec, sizing.note, sizing.metadata or {}
+        sizing_note, sizing_meta = self._size_from_history(key, live)
         spec = live.spec.with_memory(live.next_memory) if live.next_memory else live.spec
         live.history = live.history.launched(spec.memory_bytes)
         attempt = len(live.history.memory_tried) - 1
@@ -375,6 +365,16 @@ class AIStepHandler(StepHandler):
             if reason in {r.value for r in RELAUNCH_REASONS}:
                 return str(reason)
         return FailureReason.PREEMPTED.value
+
+    def _size_from_history(self, key: str, live: StepAttempts) -> tuple[str, dict[str, Any]]:
+        """Size the "auto" fields before the step's first attempt; what the launch says of it."""
+        if live.history.memory_tried or not live.spec.is_auto:
+            return "", {}
+        ctx = self._plan_context
+        instance, run = (ctx.instance, ctx.dagster_run) if ctx else (None, None)
+        sizing = sized_spec(key, live.spec, self._settings, instance, run)
+        live.spec = sizing.spec
+        return sizing.note, sizing.metadata or {}
 
     def _write_resizes(self, key: str, live: StepAttempts) -> None:
         """Engine events for the in-place growths the backend tried since the last look."""
