@@ -59,8 +59,8 @@ def test_the_ledger_grows_a_claim_only_when_the_machine_has_room(tmp_path: Path)
     refused = ledger.grow("a-tiles-0", 4 * GiB, capacity)
     assert not refused.admitted
     assert refused.reason == (
-        "only 2.0Gi of the local 3.0Gi is free beside the other running steps; other runs on "
-        "this machine hold 'mosaic' of run run-b"
+        "4.0Gi does not fit in the local memory of 3.0Gi, of which other running steps hold "
+        "1.0Gi; other runs on this machine hold 'mosaic' of run run-b"
     )
     assert [c.memory_bytes for c in ledger.snapshot().claims] == [2 * GiB, GiB]
     ledger.leave()

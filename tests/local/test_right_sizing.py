@@ -77,7 +77,8 @@ def test_without_room_to_grow_the_step_is_oom_killed_and_relaunched_with_more_me
     assert [s["attempt"] for s in recorded(test_out, "start")][:2] == [0, 1]
     messages = [m for m, _ in engine_events(instance, result.run_id)]
     refused = next(m for m in messages if m.startswith("Could not grow step 'grower'"))
-    assert "from 256Mi to 512Mi" in refused and "of the local 0.4Gi is free" in refused
+    assert "from 256Mi to 512Mi" in refused
+    assert "512Mi does not fit in the local memory of 384Mi" in refused
     assert any("Relaunching" in m and "256Mi → 512Mi" in m for m in messages)
 
 

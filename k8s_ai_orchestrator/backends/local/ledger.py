@@ -165,6 +165,12 @@ def _held_by_other_runs(claims: list[Claim]) -> str:
     return f"; other runs on this machine hold {shown}{more}"
 
 
+def _size(num_bytes: int) -> str:
+    if num_bytes < 1024**3:
+        return f"{num_bytes / 1024**2:.0f}Mi"
+    return f"{num_bytes / 1024**3:.1f}Gi"
+
+
 def _describe(want: Want) -> str:
     return f"{want.cpus:g} CPU / {want.memory_bytes / 1024**3:.1f}Gi / {want.gpus} GPU"
 
@@ -258,14 +264,14 @@ class AdmissionLedger:
             if mine is None:
                 return Verdict(False, reason="the step holds no claim any more (it has ended)")
             others = [c for c in state.claims if c is not mine]
-            free = capacity.memory_bytes - sum(c.memory_bytes for c in others)
-            if memory_bytes > free:
+            held_by_others = sum(c.memory_bytes for c in others)
+            if memory_bytes > capacity.memory_bytes - held_by_others:
                 held = _held_by_other_runs([c for c in others if c.owner.token != token])
                 return Verdict(
                     False,
-                    reason=f"only {max(free, 0) / 1024**3:.1f}Gi of the local "
-                    f"{capacity.memory_bytes / 1024**3:.1f}Gi is free beside the other running "
-                    f"steps{held}",
+                    reason=f"{_size(memory_bytes)} does not fit in the local memory of "
+                    f"{_size(capacity.memory_bytes)}, of which other running steps hold "
+                    f"{_size(held_by_others)}{held}",
                 )
             grown = replace(mine, memory_bytes=memory_bytes)
             commit(replace(state, claims=tuple(grown if c is mine else c for c in state.claims)))
