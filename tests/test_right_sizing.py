@@ -1,5 +1,6 @@
-"""Right-sizing, the pure parts: when memory grows in place and by how much, how "auto" sizes
-from history, what is refused and why, and what the report shows of requested vs used."""
+"""Right-sizing without step processes: when memory grows in place and by how much, how "auto"
+sizes from history and where that history is read, what is refused and why, and what the
+report shows of requested vs used."""
 
 from __future__ import annotations
 
@@ -7,6 +8,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from dagster import DagsterRun
+from dagster._core.events import EngineEventData
 
 from k8s_ai_orchestrator import ComputeSpecError, compute
 from k8s_ai_orchestrator.backends.base import (
@@ -26,6 +29,8 @@ from k8s_ai_orchestrator.executor.autosize import AutoSizing, UsageRecord, size_
 from k8s_ai_orchestrator.executor.relaunch import StepHistory
 from k8s_ai_orchestrator.executor.right_sizing import new_resizes
 from k8s_ai_orchestrator.executor.settings import ExecutorSettings
+from k8s_ai_orchestrator.executor.step_events import metadata_values
+from k8s_ai_orchestrator.executor.usage_history import PARTITION_TAG, load_usage_history
 from k8s_ai_orchestrator.report import LoggedEvent, build_report, render_html, summarize
 from k8s_ai_orchestrator.report.png import report_figure
 from k8s_ai_orchestrator.spec import ComputeSpec, resolve_spec
@@ -282,3 +287,33 @@ def test_html_and_png_both_show_requested_vs_used():
 
 def test_grow_result_constructors_name_their_outcome():
     assert GrowResult.pending("waiting for the kubelet").outcome is GrowOutcome.PENDING
+
+
+# -- where the history is read from -------------------------------------------------------
+
+
+def _past_run(instance: Any, run_id: str, partition: str | None, peak_mib: int | None) -> Any:
+    tags = {PARTITION_TAG: partition} if partition else {}
+    run = instance.add_run(DagsterRun(job_name="tiles_job", run_id=run_id, tags=tags))
+    if peak_mib is not None:
+        meta = metadata_values({"cpu_seconds": 1.0, "peak_memory_bytes": peak_mib * MiB})
+        meta.update(metadata_values({"peak_cpu": 0.5}))
+        instance.report_engine_event(
+            "Step 'tiles' used ...", run, EngineEventData(metadata=meta), step_key="tiles"
+        )
+    return run
+
+
+def test_history_is_read_from_the_same_partition_first_then_from_any(instance: Any):
+    _past_run(instance, "run-a-0000", "2026-01-01", peak_mib=100)
+    _past_run(instance, "run-b-0000", "2026-01-02", peak_mib=200)
+    _past_run(instance, "run-c-0000", "2026-01-01", peak_mib=None)  # never ran 'tiles'
+    same = _past_run(instance, "run-d-0000", "2026-01-01", peak_mib=None)
+    assert [r.run_id for r in load_usage_history(instance, same, "tiles", runs=5)] == ["run-a-0000"]
+    new = _past_run(instance, "run-e-0000", "2026-01-03", peak_mib=None)
+    found = load_usage_history(instance, new, "tiles", runs=5)
+    assert [(r.run_id, r.peak_memory_bytes) for r in found] == [
+        ("run-b-0000", 200 * MiB),
+        ("run-a-0000", 100 * MiB),
+    ]
+    assert load_usage_history(instance, new, "mosaic", runs=5) == []
