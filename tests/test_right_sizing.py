@@ -18,6 +18,7 @@ from k8s_ai_orchestrator.backends.base import (
     JobHandle,
     MemoryGrowth,
     Resize,
+    ResourceUsage,
 )
 from k8s_ai_orchestrator.backends.kubernetes import KubernetesBackend, KubernetesConfig
 from k8s_ai_orchestrator.backends.local import AdmissionLedger, LocalCapacity
@@ -32,7 +33,9 @@ from k8s_ai_orchestrator.executor.settings import ExecutorSettings
 from k8s_ai_orchestrator.executor.step_events import metadata_values
 from k8s_ai_orchestrator.executor.usage_history import PARTITION_TAG, load_usage_history
 from k8s_ai_orchestrator.report import LoggedEvent, build_report, render_html, summarize
+from k8s_ai_orchestrator.report.model import Measured
 from k8s_ai_orchestrator.report.png import report_figure
+from k8s_ai_orchestrator.report.summary import requested_and_used
 from k8s_ai_orchestrator.spec import ComputeSpec, resolve_spec
 
 MiB, GiB = 1024**2, 1024**3
@@ -317,3 +320,22 @@ def test_history_is_read_from_the_same_partition_first_then_from_any(instance: A
         ("run-a-0000", 100 * MiB),
     ]
     assert load_usage_history(instance, new, "mosaic", runs=5) == []
+
+
+def test_a_backend_that_measures_memory_only_records_no_cpu_peak_and_shows_none():
+    live = StepAttempts(ComputeSpec(cpu=4, memory_bytes=8 * GiB), "slurm", None, StepHistory("a"))
+    live.history = live.history.launched(8 * GiB)
+    live.usage.append(ResourceUsage(wall_seconds=60.0, max_rss_bytes=6 * GiB))  # as sstat gives
+    meta = live.measured_metadata()
+    assert meta["peak_memory_bytes"] == 6 * GiB and "peak_cpu" not in meta
+    measured = Measured(4.0, 8 * GiB, None, 6 * GiB)
+    assert requested_and_used(measured) == ("4 CPU / 8Gi", "— CPU / 6.0Gi (75% of memory)")
+
+
+def test_a_backend_that_measures_nothing_records_nothing_to_size_from():
+    live = StepAttempts(
+        ComputeSpec(cpu=4, memory_bytes=8 * GiB), "kubernetes", None, StepHistory("a")
+    )
+    live.usage.append(ResourceUsage(wall_seconds=60.0))
+    assert live.measured_metadata() == {}
+    assert requested_and_used(None) == ("—", "—")

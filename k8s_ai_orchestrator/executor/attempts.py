@@ -92,17 +92,23 @@ class StepAttempts:
         return message, meta
 
     def measured_metadata(self) -> dict[str, Any]:
-        """Requested vs measured use, for the report and `memory="auto"` (when measured)."""
+        """Requested vs measured use, for the report and `memory="auto"`.
+
+        Empty when the backend measured no memory (Kubernetes); without `peak_cpu` when it
+        measured no CPU (Slurm measures peak memory only).
+        """
         peaks = [u.max_rss_bytes for u in self.usage if u.max_rss_bytes]
         if not peaks:
             return {}
         final_memory = self.history.memory_tried[-1] if self.history.memory_tried else 0
+        cpu_peaks = [u.peak_cpu for u in self.usage if u.peak_cpu is not None]
+        cpu = {"peak_cpu": max(cpu_peaks)} if cpu_peaks else {}
         return {
+            **cpu,
             "requested_cpu": self.spec.cpu,
             "requested_memory_bytes": final_memory or self.spec.memory_bytes,
             "peak_memory_bytes": max(peaks),
             "peak_memory": f"{max(peaks) / 1024**2:.0f}Mi",
-            "peak_cpu": max((u.peak_cpu or 0.0 for u in self.usage), default=0.0),
             "cpu_used_seconds": round(sum(u.cpu_used_seconds or 0.0 for u in self.usage), 2),
         }
 

@@ -66,7 +66,8 @@ def _step_record(instance: DagsterInstance, run: DagsterRun, step_key: str) -> U
         if META + "peak_memory_bytes" not in meta:
             continue
         peak_memory = int(meta[META + "peak_memory_bytes"].value)  # type: ignore[arg-type]
-        peak_cpu = float(meta[META + "peak_cpu"].value)  # type: ignore[arg-type]
+        cpu = meta.get(META + "peak_cpu")
+        peak_cpu = float(cpu.value) if cpu is not None else 0.0  # type: ignore[arg-type]
         record = UsageRecord(
             run.run_id, run.tags.get(PARTITION_TAG), peak_memory or None, peak_cpu or None
         )

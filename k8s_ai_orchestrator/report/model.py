@@ -144,7 +144,7 @@ class Measured:
 
     requested_cpu: float
     requested_memory_bytes: int  # the last attempt's memory, after any in-place growth
-    peak_cpu: float  # peak cores in use
+    peak_cpu: float | None  # peak cores in use; None when not measured (Slurm)
     peak_memory_bytes: int  # peak resident memory over all attempts
 
     @property
@@ -155,7 +155,9 @@ class Measured:
     @property
     def cpu_share(self) -> float:
         """Peak cores over requested cores."""
-        return self.peak_cpu / self.requested_cpu if self.requested_cpu else 0.0
+        if self.peak_cpu is None or not self.requested_cpu:
+            return 0.0
+        return self.peak_cpu / self.requested_cpu
 
 
 @dataclass(frozen=True)
@@ -337,7 +339,7 @@ def _measured(meta: Mapping[str, Any]) -> Measured | None:
     return Measured(
         requested_cpu=float(meta.get(META + "requested_cpu", 0.0)),
         requested_memory_bytes=int(meta[META + "requested_memory_bytes"]),
-        peak_cpu=float(meta.get(META + "peak_cpu", 0.0)),
+        peak_cpu=float(meta[META + "peak_cpu"]) if META + "peak_cpu" in meta else None,
         peak_memory_bytes=int(meta[META + "peak_memory_bytes"]),
     )
 

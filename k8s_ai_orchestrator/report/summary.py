@@ -354,7 +354,8 @@ def requested_and_used(measured: Measured | None) -> tuple[str, str]:
     oversized = ", over-sized" if _oversized(m) else ""
     return (
         f"{m.requested_cpu:g} CPU / {format_memory(m.requested_memory_bytes)}",
-        f"{m.peak_cpu:g} CPU / {_gib_or_mib(m.peak_memory_bytes)} "
+        f"{'—' if m.peak_cpu is None else f'{m.peak_cpu:g}'} CPU / "
+        f"{_gib_or_mib(m.peak_memory_bytes)} "
         f"({m.memory_share:.0%} of memory{oversized})",
     )
 
