@@ -41,6 +41,8 @@ SPEC_FIELDS = (
     "size",
     "cpu",
     "memory",
+    "cpu_default",
+    "memory_default",
     "gpu",
     "gpu_type",
     "nodes",
@@ -73,6 +75,7 @@ DEFAULT_SIZE_CLASSES: dict[str, SizeClass] = {
 }
 
 DEFAULT_SIZE = "xs"
+AUTO = "auto"  # cpu / memory sized at launch from the step's recorded use
 
 
 @dataclass(frozen=True)
@@ -95,6 +98,8 @@ class ComputeSpec:
     tenant: str | None = None  # None = executor default_tenant
     timeout_s: float | None = None  # max seconds Pending before the step fails
     size: str | None = None  # size class the spec started from, for display
+    cpu_auto: bool = False  # cpu="auto": `cpu` is the first run's; later runs size from history
+    memory_auto: bool = False  # memory="auto": likewise for `memory_bytes`
 
     @property
     def is_gang(self) -> bool:
@@ -110,6 +115,11 @@ class ComputeSpec:
 
     def with_memory(self, memory_bytes: int) -> ComputeSpec:
         return replace(self, memory_bytes=memory_bytes)
+
+    @property
+    def is_auto(self) -> bool:
+        """Whether the executor sizes CPU or memory from the step's history at launch."""
+        return self.cpu_auto or self.memory_auto
 
     def describe(self) -> str:
         parts = [f"{_fmt_number(self.cpu)} CPU", self.memory_quantity]
@@ -232,6 +242,35 @@ def _check_field_names(fields: Mapping[str, Any], step: str | None) -> None:
         )
 
 
+def _auto(fields: Mapping[str, Any], name: str, nodes: int, step: str | None) -> tuple[Any, bool]:
+    """`fields[name]` with "auto" replaced by its first-run default, and whether it was auto."""
+    value, default = fields.get(name), fields.get(f"{name}_default")
+    auto = value == AUTO
+    if default is not None and not auto:
+        allowed = (
+            f"{name}_default is the first run's {name} of a step sized from its history: "
+            f"write {name}='auto' with it, or drop {name}_default"
+        )
+        raise field_error(f"{name}_default", default, allowed, step)
+    size = fields.get("size")
+    if auto and default is not None and size is not None:
+        allowed = (
+            f"give either size or {name}_default: with size={size!r}, {name}='auto' starts "
+            f"from the class's {name} and never goes above it"
+        )
+        raise field_error(f"{name}_default", default, allowed, step)
+    if auto and nodes > 1:
+        allowed = f"{name}='auto' sizes single-node steps; give a gang step an explicit {name}"
+        raise field_error(name, value, allowed, step)
+    return (default if auto else value), auto
+
+
+def _field(name: str, fields: Mapping[str, Any]) -> str:
+    """The field a value came from: `<name>_default` when "auto" starts from it."""
+    auto_default = fields.get(name) == AUTO and fields.get(f"{name}_default") is not None
+    return f"{name}_default" if auto_default else name
+
+
 def resolve_spec(
     fields: Mapping[str, Any],
     table: Mapping[str, SizeClass] | None = None,
@@ -254,6 +293,8 @@ def resolve_spec(
         return default if value is None else value
 
     nodes = parse_count(get("nodes", 1), "nodes", minimum=1, step=step)
+    cpu, cpu_auto = _auto(fields, "cpu", nodes, step)
+    memory, memory_auto = _auto(fields, "memory", nodes, step)
     gpus_per_node = fields.get("gpus_per_node")
     gpu_field = fields.get("gpu")
     if gpus_per_node is not None and gpu_field is not None:
@@ -267,8 +308,10 @@ def resolve_spec(
     timeout = fields.get("timeout")
     gpu_type = fields.get("gpu_type")
     return ComputeSpec(
-        cpu=parse_cpu(get("cpu", row.cpu), step),
-        memory_bytes=parse_memory(get("memory", row.memory), step),
+        cpu=parse_cpu(row.cpu if cpu is None else cpu, step, _field("cpu", fields)),
+        memory_bytes=parse_memory(
+            row.memory if memory is None else memory, step, _field("memory", fields)
+        ),
         gpu=gpu,
         gpu_type=parse_gpu_type(gpu_type, step) if gpu_type is not None else None,
         nodes=nodes,
@@ -280,4 +323,6 @@ def resolve_spec(
         tenant=parse_name(tenant, "tenant", step) if tenant is not None else None,
         timeout_s=parse_duration(timeout, step) if timeout is not None else None,
         size=size,
+        cpu_auto=cpu_auto,
+        memory_auto=memory_auto,
     )

@@ -26,6 +26,8 @@ def compute(
     *,
     cpu: float | str | None = None,
     memory: str | None = None,
+    cpu_default: float | str | None = None,
+    memory_default: str | None = None,
     gpu: int | None = None,
     gpu_type: str | None = None,
     nodes: int | None = None,
@@ -40,9 +42,15 @@ def compute(
 
     Args:
         size: a size class: xs (1 CPU/2Gi), s, m, l, xl (72 CPU/450Gi), gpu-1, gpu-8.
-        cpu: CPU cores (per task for multi-node steps): 4, 0.5 or "500m".
+        cpu: CPU cores (per task for multi-node steps): 4, 0.5 or "500m"; or "auto": sized
+            at launch from the peak CPU of the step's earlier runs (see sizing-steps.md).
         memory: memory request and limit (per node), a number with a unit, at least 1Mi:
-            "16Gi", "512Mi", "2G". A bare number (bytes) is refused.
+            "16Gi", "512Mi", "2G". A bare number (bytes) is refused. Or "auto": sized at
+            launch from the peak memory of the step's earlier runs, with headroom.
+        cpu_default: with cpu="auto" and no size class, the CPU of the first run.
+        memory_default: with memory="auto" and no size class, the memory of the first run
+            (without it, the xs class's). With a size class, the class's value is the first
+            run's and the most "auto" ever asks for.
         gpu: GPUs (per node).
         gpu_type: GPU model to select nodes by (the executor maps it to node labels).
         nodes: nodes for a multi-node gang step (> 1 runs on Slurm).
@@ -64,11 +72,15 @@ def compute(
     Example:
         >>> compute(cpu=4, memory="16Gi")
         {'k8s_ai/cpu': '4', 'k8s_ai/memory': '16Gi'}
+        >>> compute(memory="auto", memory_default="4Gi")
+        {'k8s_ai/memory': 'auto', 'k8s_ai/memory_default': '4Gi'}
     """
     fields = {
         "size": size,
         "cpu": cpu,
         "memory": memory,
+        "cpu_default": cpu_default,
+        "memory_default": memory_default,
         "gpu": gpu,
         "gpu_type": gpu_type,
         "nodes": nodes,

@@ -253,6 +253,7 @@ def test_summary_cards_sum_the_run():
         "CPU-hours": "0.011",
         "memory GiB-hours": "0.022",
         "GPU-hours": "2.000",
+        "over-sized steps": "0",
     }
 
 
@@ -266,6 +267,8 @@ def test_summary_table_has_one_cell_per_column_for_each_step():
         "size": "gpu-1: 4 CPU / 8Gi / 1 GPU",
         "attempts": "2",
         "memory": "8Gi → 8Gi",
+        "requested": "—",
+        "peak used": "—",
         "reasons": "Preempted",
         "CPU-s": "40.0",
         "GiB-s": "80.0",

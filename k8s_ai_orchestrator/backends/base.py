@@ -7,9 +7,14 @@ Evicted, Lost), escalate memory (OOMKilled) or fail.
 
 Optional attributes a backend may define: `status_interval_s` (the executor asks `status()` no
 more often than this; default 0, for backends that answer from a cache),
-`placement_warnings(spec) -> list[str]` (why a step will not run exactly as sized) and
+`placement_warnings(spec) -> list[str]` (why a step will not run exactly as sized),
 `validate(request) -> None` (every check `submit` makes, creating nothing; raises an
-`OrchestratorError`; the executor calls it for every step of a run before the first submit).
+`OrchestratorError`; the executor calls it for every step of a run before the first submit),
+`grow_memory(handle, new_limit_bytes) -> GrowResult` (raise a running attempt's memory limit
+in place: accepted, pending or refused with a reason) and `resizes(handle) -> tuple[Resize,
+...]` (every in-place growth tried so far, for the executor's engine events). A backend that
+grows steps itself takes a `MemoryGrowth` policy; without one, an attempt at its limit is
+OOMKilled and the executor relaunches it with more memory.
 
 Example:
     >>> status = StepStatus.failed(FailureReason.OOM_KILLED, "exceeded 256Mi", exit_code=137)
@@ -20,6 +25,7 @@ Example:
 from __future__ import annotations
 
 import enum
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
@@ -123,8 +129,80 @@ class ResourceUsage:
     memory_gib_seconds: float = 0.0  # requested memory (GiB) × wall seconds
     gpu_seconds: float = 0.0  # GPUs × wall seconds
     wall_seconds: float = 0.0
-    max_rss_bytes: int | None = None
+    max_rss_bytes: int | None = None  # measured peak resident memory (per node for gangs)
     nodes: tuple[str, ...] = ()
+    cpu_used_seconds: float | None = None  # measured CPU time of the step's processes
+    peak_cpu: float | None = None  # measured peak cores in use (over windows of about 1 s)
+
+
+class GrowOutcome(enum.StrEnum):
+    ACCEPTED = "accepted"  # the new limit holds now
+    PENDING = "pending"  # asked for; the node has not applied it yet (Kubernetes)
+    REFUSED = "refused"  # no room, a quota, a tenant that forbids resizes, or not supported
+
+
+@dataclass(frozen=True)
+class GrowResult:
+    """A backend's answer to `grow_memory`.
+
+    Example:
+        >>> GrowResult.refused("only 1.0Gi free").outcome
+        <GrowOutcome.REFUSED: 'refused'>
+    """
+
+    outcome: GrowOutcome
+    reason: str = ""  # why it is pending or refused, in words a user can act on
+
+    @classmethod
+    def accepted(cls) -> GrowResult:
+        return cls(GrowOutcome.ACCEPTED)
+
+    @classmethod
+    def pending(cls, reason: str) -> GrowResult:
+        return cls(GrowOutcome.PENDING, reason)
+
+    @classmethod
+    def refused(cls, reason: str) -> GrowResult:
+        return cls(GrowOutcome.REFUSED, reason)
+
+
+@dataclass(frozen=True)
+class Resize:
+    """One in-place growth of a running attempt's memory limit, as tried."""
+
+    old_bytes: int  # the limit before
+    new_bytes: int  # the limit asked for
+    used_bytes: int  # the memory in use that passed the threshold
+    outcome: GrowOutcome
+    reason: str = ""  # why it was refused or is pending
+
+
+@dataclass(frozen=True)
+class MemoryGrowth:
+    """When a running step's memory limit is raised in place instead of waiting for the OOM.
+
+    Example:
+        >>> growth = MemoryGrowth(grow_at=0.85, factor=2.0, max_memory_bytes=4 * 1024**3)
+        >>> growth.target(1024**3, used_bytes=900 * 1024**2) == 2 * 1024**3
+        True
+        >>> growth.target(1024**3, used_bytes=800 * 1024**2) is None
+        True
+    """
+
+    grow_at: float  # fraction of the limit in use that triggers growth, 0 < grow_at < 1
+    factor: float = 2.0  # the new limit is the old × factor (oom_escalation.factor) ...
+    max_memory_bytes: int = 450 * 1024**3  # ... capped here (oom_escalation.max_memory)
+
+    def target(self, limit_bytes: int, used_bytes: int) -> int | None:
+        """The limit to grow to when `used_bytes` passed the threshold, else None.
+
+        The answer equals `limit_bytes` when the limit is already at the cap.
+        """
+        if used_bytes < self.grow_at * limit_bytes:
+            return None
+        mib = 1024**2
+        grown = int(math.ceil(limit_bytes * self.factor / mib)) * mib
+        return max(limit_bytes, min(grown, self.max_memory_bytes))
 
 
 @runtime_checkable

@@ -12,7 +12,7 @@ Example:
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from ..backends.base import FailureReason, JobHandle, ResourceUsage, StepStatus
@@ -43,6 +43,12 @@ class StepAttempts:
     log_offset: int = 0  # how much of the attempt's log has been forwarded to the UI
     logs_read_at: float = 0.0
     last_status: StepStatus = field(default_factory=StepStatus.pending)
+    resizes_seen: int = 0  # the backend's in-place growths already written as events
+
+    def record_resize(self, new_bytes: int) -> None:
+        """The attempt in flight was grown in place: it now holds `new_bytes`."""
+        tried = self.history.memory_tried
+        self.history = replace(self.history, memory_tried=(*tried[:-1], new_bytes))
 
     def record_relaunch(self, reason: str, memory_bytes: int | None) -> None:
         """Count a relaunch the executor makes (never counted by the op's RetryPolicy)."""
@@ -76,6 +82,7 @@ class StepAttempts:
             "memory_gib_seconds": round(total.memory_gib_seconds, 2),
             "gpu_seconds": round(total.gpu_seconds, 2),
             "wall_seconds": round(total.wall_seconds, 2),
+            **self.measured_metadata(),
         }
         message = (
             f"Step '{key}' used {total.cpu_seconds:.1f} CPU-s, {total.memory_gib_seconds:.1f} "
@@ -83,6 +90,27 @@ class StepAttempts:
             f"{self.backend}"
         )
         return message, meta
+
+    def measured_metadata(self) -> dict[str, Any]:
+        """Requested vs measured use, for the report and `memory="auto"`.
+
+        Empty when the backend measured no memory (Kubernetes); without `peak_cpu` when it
+        measured no CPU (Slurm measures peak memory only).
+        """
+        peaks = [u.max_rss_bytes for u in self.usage if u.max_rss_bytes]
+        if not peaks:
+            return {}
+        final_memory = self.history.memory_tried[-1] if self.history.memory_tried else 0
+        cpu_peaks = [u.peak_cpu for u in self.usage if u.peak_cpu is not None]
+        cpu = {"peak_cpu": max(cpu_peaks)} if cpu_peaks else {}
+        return {
+            **cpu,
+            "requested_cpu": self.spec.cpu,
+            "requested_memory_bytes": final_memory or self.spec.memory_bytes,
+            "peak_memory_bytes": max(peaks),
+            "peak_memory": f"{max(peaks) / 1024**2:.0f}Mi",
+            "cpu_used_seconds": round(sum(u.cpu_used_seconds or 0.0 for u in self.usage), 2),
+        }
 
     def describe_failure(self, key: str, status: StepStatus, tail: str, tail_lines: int) -> str:
         """What the step's failure says: where, why, the exit code and the log tail."""

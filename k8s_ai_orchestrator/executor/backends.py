@@ -23,6 +23,7 @@ def make_backend(name: str, settings: ExecutorSettings) -> Backend:
             oversize=local.get("oversize", "run_alone"),
             log_dir=local.get("log_dir"),
             start_method=local.get("start_method", "spawn"),
+            growth=settings.growth,
         )
     if name == "kubernetes":
         from ..backends.kubernetes import KubernetesBackend, KubernetesConfig

@@ -183,9 +183,23 @@ CONFIG_SCHEMA = {
                     String, default_value="450Gi", description="Cap of every launch."
                 ),
                 "max_attempts": Field(Int, default_value=4, description="Attempts in all, >= 1."),
+                "grow_at": _opt(
+                    Noneable(Float),
+                    "Raise a running step's limit in place at this fraction of it (0.85); "
+                    "local backend only for now.",
+                ),
             }
         ),
         "How OOMKilled steps are relaunched with more memory.",
+    ),
+    "auto_sizing": _opt(
+        Shape(
+            {
+                "headroom": Field(Float, default_value=1.2, description="Peak × this; >= 1."),
+                "runs": Field(Int, default_value=5, description="Earlier runs read; >= 1."),
+            }
+        ),
+        'How compute(memory="auto") / cpu="auto" are sized from earlier runs.',
     ),
     "max_preemption_retries": Field(Int, default_value=3, description="Relaunches; >= 0."),
     "grace_period_s": Field(Float, default_value=30.0, description="SIGTERM → SIGKILL; >= 0."),

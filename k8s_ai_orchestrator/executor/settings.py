@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..backends.base import MemoryGrowth
 from ..errors import ConfigError, config_number
 from ..spec import (
     BACKENDS,
@@ -23,6 +24,7 @@ from ..spec import (
     parse_name,
     parse_size_table,
 )
+from .autosize import AutoSizing
 from .relaunch import OomEscalation, RelaunchPolicy
 
 LOCAL_KEYS = {"cpus", "memory", "gpus", "oversize", "log_dir", "start_method"}
@@ -44,6 +46,8 @@ class ExecutorSettings:
     poll_interval_s: float = 0.1
     max_concurrent: int | None = None  # steps in flight at once; None = unlimited
     gang_backend: str | None = None  # multi-node steps: slurm | kubernetes | local; None = auto
+    growth: MemoryGrowth | None = None  # grow memory in place (oom_escalation.grow_at)
+    auto_sizing: AutoSizing = AutoSizing()  # how compute(memory="auto") is sized
 
     @classmethod
     def from_config(cls, raw: Mapping[str, Any]) -> ExecutorSettings:
@@ -110,6 +114,8 @@ class ExecutorSettings:
             default_tenant=default_tenant,
             allowed_tenants=tuple(allowed) if allowed is not None else None,
             relaunch=_relaunch_policy(raw),
+            growth=_growth(raw),
+            auto_sizing=_auto_sizing(raw.get("auto_sizing")),
             max_concurrent=_max_concurrent(raw.get("max_concurrent")),
             gang_backend=gang_backend,
             grace_period_s=float(config_number(raw.get("grace_period_s", 30.0), "grace_period_s")),
@@ -194,6 +200,31 @@ def _relaunch_policy(raw: Mapping[str, Any]) -> RelaunchPolicy:
         raw.get("max_preemption_retries", 3), "max_preemption_retries", integer=True
     )
     return RelaunchPolicy(OomEscalation(float(factor), max_memory, int(max_attempts)), int(retries))
+
+
+def _growth(raw: Mapping[str, Any]) -> MemoryGrowth | None:
+    """`oom_escalation.grow_at` as a policy (None: a step at its limit is OOMKilled)."""
+    oom = _relaunch_policy(raw).oom
+    grow_at = (raw.get("oom_escalation") or {}).get("grow_at")
+    if grow_at is None:
+        return None
+    config_number(grow_at, "oom_escalation.grow_at", above=True)
+    if grow_at >= 1:
+        raise ConfigError(
+            f"executor config: oom_escalation.grow_at={grow_at!r} is not allowed: it is the "
+            "fraction of a step's memory limit in use at which the limit is raised in place, "
+            "above 0 and below 1; write e.g. 0.85, or remove it to relaunch only after an OOM "
+            "kill"
+        )
+    return MemoryGrowth(float(grow_at), oom.factor, oom.max_memory_bytes)
+
+
+def _auto_sizing(raw: Any) -> AutoSizing:
+    if raw is None:
+        return AutoSizing()
+    headroom = config_number(raw.get("headroom", 1.2), "auto_sizing.headroom", minimum=1)
+    runs = config_number(raw.get("runs", 5), "auto_sizing.runs", minimum=1, integer=True)
+    return AutoSizing(float(headroom), int(runs))
 
 
 def _max_concurrent(value: Any) -> int | None:

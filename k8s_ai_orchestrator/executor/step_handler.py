@@ -38,6 +38,7 @@ from ..tags import TAG_PREFIX, spec_from_tags
 from .attempts import StepAttempts
 from .backends import make_backend
 from .relaunch import StepHistory, decide
+from .right_sizing import new_resizes, sized_spec
 from .settings import ExecutorSettings
 from .step_events import (
     history_from_events,
@@ -150,6 +151,7 @@ class AIStepHandler(StepHandler):
         known = args.known_state
         previous = known.previous_retry_attempts.get(key, 0) if known is not None else 0
         live = self._live.get(key) or self._new_live(key, step_handler_context, previous)
+        sizing_note, sizing_meta = self._size_from_history(key, live)
         spec = live.spec.with_memory(live.next_memory) if live.next_memory else live.spec
         live.history = live.history.launched(spec.memory_bytes)
         attempt = len(live.history.memory_tried) - 1
@@ -174,11 +176,15 @@ class AIStepHandler(StepHandler):
         live.terminal_events_at_launch = self._terminal_event_count(key) if previous else 0
         live.handle = backend.submit(request)
         live.launched_at, live.last_note, live.running_noted = time.monotonic(), "", False
+        live.resizes_seen = 0
         where = live.backend + (f" tenant '{live.tenant}'" if live.tenant else "")
+        sized = f"; {sizing_note}" if sizing_note else ""
         yield self._event(
             step_context,
-            f"Launching step '{key}' on {where} with {spec.describe()} (attempt {attempt + 1})",
+            f"Launching step '{key}' on {where} with {spec.describe()} (attempt {attempt + 1})"
+            + sized,
             {
+                **sizing_meta,
                 "backend": live.backend,
                 "tenant": live.tenant or "",
                 "size": spec.size or "custom",
@@ -210,6 +216,7 @@ class AIStepHandler(StepHandler):
             self._event(step_context, f"Step '{key}' is running on {status.node or live.backend}")
         if status.state is not StepState.PENDING:
             self._forward_logs(key, live, step_context, final=status.is_terminal)
+            self._write_resizes(key, live)
         if status.state is not StepState.FAILED:
             return CheckStepHealthResult.healthy()
         if self._terminal_event_count(key) > live.terminal_events_at_launch:
@@ -266,6 +273,7 @@ class AIStepHandler(StepHandler):
             return None
         status = self._status(live)
         reason = status.reason if status.state is StepState.FAILED else None
+        self._write_resizes(key, live)
         infra = {FailureReason.OOM_KILLED.value, *(r.value for r in RELAUNCH_REASONS)}
         if reason not in infra:
             reason = FailureReason.PREEMPTED.value if interrupted(failure) else None
@@ -330,6 +338,7 @@ class AIStepHandler(StepHandler):
         if live is None or live.handle is None:
             return
         self._forward_logs(key, live, self._step_context(key), final=True)
+        self._write_resizes(key, live)
         live.usage.append(self.backend(live.backend).usage(live.handle))
         if not final:
             return
@@ -356,6 +365,23 @@ class AIStepHandler(StepHandler):
             if reason in {r.value for r in RELAUNCH_REASONS}:
                 return str(reason)
         return FailureReason.PREEMPTED.value
+
+    def _size_from_history(self, key: str, live: StepAttempts) -> tuple[str, dict[str, Any]]:
+        """Size the "auto" fields before the step's first attempt; what the launch says of it."""
+        if live.history.memory_tried or not live.spec.is_auto:
+            return "", {}
+        ctx = self._plan_context
+        instance, run = (ctx.instance, ctx.dagster_run) if ctx else (None, None)
+        sizing = sized_spec(key, live.spec, self._settings, instance, run)
+        live.spec = sizing.spec
+        return sizing.note, sizing.metadata or {}
+
+    def _write_resizes(self, key: str, live: StepAttempts) -> None:
+        """Engine events for the in-place growths the backend tried since the last look."""
+        growth = self._settings.growth
+        backend = self.backend(live.backend)
+        for message, meta in new_resizes(key, live, backend, growth.grow_at if growth else 0.0):
+            self._event(self._step_context(key), message, meta)
 
     def _status(self, live: StepAttempts) -> StepStatus:
         """The attempt's status; a transient backend error keeps the last known one."""

@@ -134,6 +134,33 @@ class Usage:
 
 
 @dataclass(frozen=True)
+class Measured:
+    """What a step was given at its end against what it used at its peak (backend-measured).
+
+    Example:
+        >>> Measured(2.0, 4 * 1024**3, 0.5, 1024**3).memory_share
+        0.25
+    """
+
+    requested_cpu: float
+    requested_memory_bytes: int  # the last attempt's memory, after any in-place growth
+    peak_cpu: float | None  # peak cores in use; None when not measured (Slurm)
+    peak_memory_bytes: int  # peak resident memory over all attempts
+
+    @property
+    def memory_share(self) -> float:
+        """Peak memory over requested memory."""
+        return self.peak_memory_bytes / self.requested_memory_bytes
+
+    @property
+    def cpu_share(self) -> float:
+        """Peak cores over requested cores."""
+        if self.peak_cpu is None or not self.requested_cpu:
+            return 0.0
+        return self.peak_cpu / self.requested_cpu
+
+
+@dataclass(frozen=True)
 class StepTimeline:
     """Every attempt of one step, and the summary the executor wrote after the last one.
 
@@ -147,6 +174,7 @@ class StepTimeline:
     attempts: tuple[Attempt, ...]
     usage: Usage | None = None  # None when the executor wrote no summary (run cut short)
     reasons: tuple[str, ...] = ()  # relaunch/failure reasons in order, e.g. ("OOMKilled",)
+    measured: Measured | None = None  # None when the backend measured nothing (or no summary)
 
     @property
     def outcome(self) -> str:
@@ -250,6 +278,7 @@ def _step_timeline(step_key: str, events: list[LoggedEvent], run_end: float) -> 
     attempts: list[Attempt] = []
     current: _AttemptBuilder | None = None
     usage: Usage | None = None
+    measured: Measured | None = None
     reasons: tuple[str, ...] = ()
     for event in events:
         message, meta = event.message, event.metadata
@@ -260,6 +289,7 @@ def _step_timeline(step_key: str, events: list[LoggedEvent], run_end: float) -> 
             continue
         if event.kind == "ENGINE_EVENT" and META + "cpu_seconds" in meta:
             usage = _usage(meta)
+            measured = _measured(meta)
             reasons = _reasons(meta)
         if current is None:
             continue
@@ -268,7 +298,7 @@ def _step_timeline(step_key: str, events: list[LoggedEvent], run_end: float) -> 
             reasons = _reasons(meta) or reasons
     if current is not None:
         attempts.append(current.build(run_end))
-    return StepTimeline(step_key, tuple(attempts), usage, reasons)
+    return StepTimeline(step_key, tuple(attempts), usage, reasons, measured)
 
 
 def _apply(current: _AttemptBuilder, event: LoggedEvent, running: re.Match[str] | None) -> None:
@@ -300,6 +330,17 @@ def _usage(meta: Mapping[str, Any]) -> Usage:
         memory_gib_seconds=float(meta.get(META + "memory_gib_seconds", 0.0)),
         gpu_seconds=float(meta.get(META + "gpu_seconds", 0.0)),
         wall_seconds=float(meta.get(META + "wall_seconds", 0.0)),
+    )
+
+
+def _measured(meta: Mapping[str, Any]) -> Measured | None:
+    if not meta.get(META + "peak_memory_bytes") or not meta.get(META + "requested_memory_bytes"):
+        return None
+    return Measured(
+        requested_cpu=float(meta.get(META + "requested_cpu", 0.0)),
+        requested_memory_bytes=int(meta[META + "requested_memory_bytes"]),
+        peak_cpu=float(meta[META + "peak_cpu"]) if META + "peak_cpu" in meta else None,
+        peak_memory_bytes=int(meta[META + "peak_memory_bytes"]),
     )
 
 
@@ -377,6 +418,7 @@ def load_run_report(instance: DagsterInstance, run_id: str) -> RunReport:
 __all__ = [
     "Attempt",
     "LoggedEvent",
+    "Measured",
     "ReportError",
     "RunReport",
     "StepTimeline",

@@ -16,7 +16,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from .model import Attempt, RunReport, StepTimeline
+from ..spec import format_memory
+from .model import Attempt, Measured, RunReport, StepTimeline
 
 COLORS = {
     "succeeded": "#2e9d5b",
@@ -47,6 +48,8 @@ COLUMNS = (
     "size",
     "attempts",
     "memory",
+    "requested",
+    "peak used",
     "reasons",
     "CPU-s",
     "GiB-s",
@@ -57,8 +60,9 @@ COLUMNS = (
 CPU_COLUMN = COLUMNS.index("CPU-s")
 SUBTITLE = (
     "steps launched by ai_executor; resource-seconds are the size each attempt held × "
-    "the time it held it"
+    "the time it held it; peak used is what the backend measured"
 )
+OVERSIZED_BELOW = 0.5  # a step whose peak memory is under this share of its request is over-sized
 
 
 @dataclass(frozen=True)
@@ -269,6 +273,7 @@ def _cards(report: RunReport) -> tuple[Card, ...]:
         Card("CPU-hours", f"{total.cpu_hours:.3f}"),
         Card("memory GiB-hours", f"{total.memory_gib_seconds / 3600:.3f}"),
         Card("GPU-hours", f"{total.gpu_seconds / 3600:.3f}"),
+        Card("over-sized steps", str(sum(_oversized(s.measured) for s in report.steps))),
     )
 
 
@@ -320,6 +325,7 @@ def _table_row(step: StepTimeline, max_cpu: float) -> TableRow:
         size_text(first),
         str(len(step.attempts)),
         " → ".join(step.memory_tried),
+        *requested_and_used(step.measured),
         ", ".join(step.reasons) or "—",
         f"{u.cpu_seconds:.1f}" if u else "—",
         f"{u.memory_gib_seconds:.1f}" if u else "—",
@@ -331,7 +337,37 @@ def _table_row(step: StepTimeline, max_cpu: float) -> TableRow:
     return TableRow(cells, cpu_share=share)
 
 
+def _oversized(measured: Measured | None) -> bool:
+    return measured is not None and measured.memory_share < OVERSIZED_BELOW
+
+
+def requested_and_used(measured: Measured | None) -> tuple[str, str]:
+    """The "requested" and "peak used" cells: the last size given, and the peaks measured.
+
+    Example:
+        >>> requested_and_used(Measured(4.0, 8 * 1024**3, 0.9, 1536 * 1024**2))
+        ('4 CPU / 8Gi', '0.9 CPU / 1.5Gi (19% of memory, over-sized)')
+    """
+    if measured is None:
+        return ("—", "—")
+    m = measured
+    oversized = ", over-sized" if _oversized(m) else ""
+    return (
+        f"{m.requested_cpu:g} CPU / {format_memory(m.requested_memory_bytes)}",
+        f"{'—' if m.peak_cpu is None else f'{m.peak_cpu:g}'} CPU / "
+        f"{_gib_or_mib(m.peak_memory_bytes)} "
+        f"({m.memory_share:.0%} of memory{oversized})",
+    )
+
+
+def _gib_or_mib(num_bytes: int) -> str:
+    if num_bytes >= 1024**3:
+        return f"{num_bytes / 1024**3:.1f}Gi"
+    return f"{num_bytes / 1024**2:.0f}Mi"
+
+
 __all__ = [
+    "OVERSIZED_BELOW",
     "COLORS",
     "COLUMNS",
     "PENDING_COLOR",
@@ -344,6 +380,7 @@ __all__ = [
     "axis_ticks",
     "color_of",
     "mark_of",
+    "requested_and_used",
     "size_text",
     "summarize",
 ]

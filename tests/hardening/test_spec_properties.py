@@ -49,8 +49,10 @@ ANY_VALUE = st.one_of(
 )
 VALID = {
     "size": st.sampled_from(list(DEFAULT_SIZE_CLASSES)),
-    "cpu": st.one_of(st.sampled_from([1, 0.5, "500m", "2"]), st.floats(0.001, 1e6)),
-    "memory": st.from_regex(r"\A[1-9][0-9]{0,3}(Mi|Gi|G)\Z"),
+    "cpu": st.one_of(st.sampled_from([1, 0.5, "500m", "2", "auto"]), st.floats(0.001, 1e6)),
+    "memory": st.one_of(st.from_regex(r"\A[1-9][0-9]{0,3}(Mi|Gi|G)\Z"), st.just("auto")),
+    "cpu_default": st.one_of(st.sampled_from([1, 0.5, "500m"]), st.floats(0.001, 1e6)),
+    "memory_default": st.from_regex(r"\A[1-9][0-9]{0,3}(Mi|Gi|G)\Z"),
     "gpu": st.integers(0, 8),
     "gpu_type": st.sampled_from(["a100", "nvidia-h100-80gb"]),
     "nodes": st.integers(1, 4),

@@ -29,7 +29,15 @@ from kubernetes.client import ApiClient, CoreV1Api
 from kubernetes.client.exceptions import ApiException
 
 from ...errors import BackendError, ConfigError, SubmitError
-from ..base import FailureReason, JobHandle, LaunchRequest, ResourceUsage, StepState, StepStatus
+from ..base import (
+    FailureReason,
+    GrowResult,
+    JobHandle,
+    LaunchRequest,
+    ResourceUsage,
+    StepState,
+    StepStatus,
+)
 from .api import ApiRetry, api_message
 from .config import KubernetesConfig, TenantConfig
 from .gangs import GangGuard, gang_status, pending_pod, pod_index, running_count
@@ -276,6 +284,18 @@ class KubernetesBackend:
             gpu_seconds=spec.gpu * spec.nodes * wall,
             wall_seconds=wall,
             nodes=(node,) if node else (),
+        )
+
+    def grow_memory(self, handle: JobHandle, new_limit_bytes: int) -> GrowResult:
+        """Not yet: the pod `resize` subresource needs a node agent that applies resizes.
+
+        Until then every request is refused, so a step at its limit is OOMKilled and the
+        executor relaunches it with more memory (oom_escalation).
+        """
+        return GrowResult.refused(
+            f"in-place memory growth of pod {handle.job_id} in tenant '{handle.tenant}' is not "
+            "supported by the Kubernetes backend yet; the step is relaunched with more memory "
+            "when it is OOMKilled"
         )
 
     def wait_for_change(self, timeout: float) -> None:

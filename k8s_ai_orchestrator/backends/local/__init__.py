@@ -4,7 +4,9 @@
 - `capacity.py`: what the backend may hand out, and what a step takes of it;
 - `ledger.py`: machine-wide admission, shared by every run of the instance (a file + flock);
 - `launch.py`: how step processes start (spawn, or forked from a warm forkserver);
-- `proctree.py`: the memory a process tree is charged, and killing a tree.
+- `meter.py`: what a running attempt holds (its limit, grown in place) and uses (peak, CPU);
+- `outcome.py`: an attempt's exit code and kill reason as a `StepStatus`;
+- `proctree.py`: the memory and CPU time of a process tree, and killing a tree.
 
 Example:
     >>> LocalBackend(LocalCapacity(cpus=1, memory_bytes=2 * 1024**3, gpus=0)).name

@@ -4,6 +4,9 @@ Admission: steps wait, in submission order, until their CPU, memory and GPU requ
 local capacity, counting what every run of the instance holds on this machine (`ledger.py`).
 Memory limits are enforced the way a kernel cgroup would: the resident set of the step's whole
 process tree is sampled and the tree is killed at the limit (reported as OOMKilled, exit 137).
+With a `MemoryGrowth` policy, a step whose memory passes `grow_at` of its limit has the limit
+raised in place (× factor, capped) when the machine-wide ledger has room for it; the step keeps
+running in the same process. Without room it is killed at its limit as before.
 A step killed by SIGTERM from outside the executor is reported as Preempted.
 
 Example:
@@ -29,13 +32,24 @@ from typing import Literal
 
 from ...errors import ConfigError, SubmitError
 from ...spec import ComputeSpec, format_memory
-from ..base import FailureReason, JobHandle, LaunchRequest, ResourceUsage, StepStatus
+from ..base import (
+    FailureReason,
+    GrowOutcome,
+    GrowResult,
+    JobHandle,
+    LaunchRequest,
+    MemoryGrowth,
+    Resize,
+    ResourceUsage,
+    StepStatus,
+)
 from .capacity import LocalCapacity, local_cpu, local_gpus, local_memory
 from .launch import ProcessLauncher, StartMethod, StepProcess
 from .ledger import AdmissionLedger, Want
-from .proctree import charged_memory, kill_group
+from .meter import AttemptMeter
+from .outcome import OOM_EXIT_CODE, exit_status, format_memory_approx
+from .proctree import charged_memory, kill_group, tree_cpu_seconds
 
-OOM_EXIT_CODE = 137
 Oversize = Literal["run_alone", "fail"]
 
 
@@ -50,7 +64,9 @@ class _Attempt:
     started_at: float | None = None
     ended_at: float | None = None
     status: StepStatus = field(default_factory=lambda: StepStatus.pending("WaitingForCapacity"))
-    max_rss: int = 0
+    meter: AttemptMeter | None = None  # limit, peak memory and CPU, from the start
+    resizes: list[Resize] = field(default_factory=list)  # in-place growths tried
+    growth_refused: str = ""  # why the last growth was refused ("" if none was)
     kill_reason: FailureReason | None = None
     kill_message: str = ""
 
@@ -70,6 +86,8 @@ class LocalBackend:
         clock: monotonic clock, injectable for tests.
         ledger: the machine-wide admission ledger shared with the instance's other runs
             (`AdmissionLedger()`: under `$DAGSTER_HOME`, or a per-user temp folder).
+        growth: when to raise a running step's memory limit in place (None: never; a step
+            at its limit is OOMKilled).
     """
 
     name = "local"
@@ -84,6 +102,7 @@ class LocalBackend:
         start_method: StartMethod = "spawn",
         clock: Callable[[], float] = time.monotonic,
         ledger: AdmissionLedger | None = None,
+        growth: MemoryGrowth | None = None,
     ) -> None:
         self.capacity = capacity or LocalCapacity.detect()
         if self.capacity.cpus <= 0 or self.capacity.memory_bytes <= 0:
@@ -93,6 +112,7 @@ class LocalBackend:
             )
         self.oversize = oversize
         self.ledger = ledger or AdmissionLedger()
+        self.growth = growth
         self._interval = sample_interval_s
         self._log_dir = Path(log_dir or tempfile.mkdtemp(prefix="k8s-ai-local-"))
         self._clock = clock
@@ -174,18 +194,57 @@ class LocalBackend:
     def usage(self, handle: JobHandle) -> ResourceUsage:
         with self._lock:
             attempt = self._attempts[handle.job_id]
-            if attempt.started_at is None:
+            meter = attempt.meter
+            if attempt.started_at is None or meter is None:
                 return ResourceUsage()
-            wall = (attempt.ended_at or self._clock()) - attempt.started_at
+            now = attempt.ended_at or self._clock()
+            wall = now - attempt.started_at
             spec = attempt.request.spec
             return ResourceUsage(
                 cpu_seconds=local_cpu(spec) * wall,
-                memory_gib_seconds=local_memory(spec) / 1024**3 * wall,
+                memory_gib_seconds=meter.memory_byte_seconds(now) / 1024**3,
                 gpu_seconds=min(local_gpus(spec), self.capacity.gpus) * wall,
                 wall_seconds=wall,
-                max_rss_bytes=attempt.max_rss or None,
+                max_rss_bytes=meter.max_rss or None,
                 nodes=("localhost",),
+                cpu_used_seconds=round(meter.cpu_seconds, 3),
+                peak_cpu=meter.peak_cpu(now),
             )
+
+    def grow_memory(self, handle: JobHandle, new_limit_bytes: int) -> GrowResult:
+        """Raise a running attempt's memory limit in place, if the machine has room for it.
+
+        Example:
+            >>> backend = LocalBackend(LocalCapacity(cpus=1, memory_bytes=1024**3))
+            >>> gone = JobHandle("local", "never-submitted", "tiles")
+            >>> backend.grow_memory(gone, 2 * 1024**3).reason
+            'the attempt is not running'
+            >>> backend.close()
+        """
+        with self._lock:
+            attempt = self._running.get(handle.job_id)
+        if attempt is None or attempt.meter is None:
+            return GrowResult.refused("the attempt is not running")
+        meter = attempt.meter
+        if new_limit_bytes <= meter.limit_bytes:
+            return GrowResult.refused(
+                f"{format_memory(new_limit_bytes)} is not above the limit "
+                f"{format_memory(meter.limit_bytes)}"
+            )
+        if attempt.alone:
+            return GrowResult.refused(
+                f"it runs alone, larger than the local capacity {self.capacity.describe()}"
+            )
+        verdict = self.ledger.grow(handle.job_id, new_limit_bytes, self.capacity)
+        if not verdict.admitted:
+            return GrowResult.refused(verdict.reason)
+        meter.set_limit(new_limit_bytes, self._clock())
+        return GrowResult.accepted()
+
+    def resizes(self, handle: JobHandle) -> tuple[Resize, ...]:
+        """Every in-place growth tried for the attempt so far, in order."""
+        with self._lock:
+            return tuple(self._attempts[handle.job_id].resizes)
 
     def close(self) -> None:
         """Stop the monitor thread and kill anything still running (nothing is left behind)."""
@@ -247,6 +306,7 @@ class LocalBackend:
             return
         self.ledger.started(attempt.handle.job_id, attempt.process.pid)
         attempt.started_at = self._clock()
+        attempt.meter = AttemptMeter(local_memory(attempt.request.spec), attempt.started_at)
         attempt.status = StepStatus.running(node="localhost")
         self._running[attempt.handle.job_id] = attempt
 
@@ -254,19 +314,50 @@ class LocalBackend:
         with self._lock:
             running = list(self._running.values())
         for attempt in running:
-            if self._reap(attempt, block=False):
-                continue
-            limit = local_memory(attempt.request.spec)
-            rss = _charged_memory(attempt.process, limit)
-            attempt.max_rss = max(attempt.max_rss, rss)
-            if rss > limit:
-                attempt.kill_reason = FailureReason.OOM_KILLED
-                attempt.kill_message = (
-                    f"resident memory {format_memory_approx(rss)} exceeded the limit "
-                    f"{format_memory(limit)}"
+            if not self._reap(attempt, block=False):
+                self._police(attempt)
+
+    def _police(self, attempt: _Attempt) -> None:
+        """Sample the attempt's tree; grow its limit when due; kill it past its limit."""
+        meter, process = attempt.meter, attempt.process
+        if meter is None or process is None:
+            return
+        rss = _charged_memory(process, meter.limit_bytes)
+        meter.observe(self._clock(), rss, tree_cpu_seconds(process.pid))
+        if self.growth is not None:
+            self._grow_if_due(attempt, meter, rss, self.growth)
+        if rss > meter.limit_bytes:
+            attempt.kill_reason = FailureReason.OOM_KILLED
+            attempt.kill_message = (
+                f"resident memory {format_memory_approx(rss)} exceeded the limit "
+                f"{format_memory(meter.limit_bytes)}"
+                + (
+                    f"; growing it in place was refused: {attempt.growth_refused}"
+                    if attempt.growth_refused
+                    else ""
                 )
-                _kill_group(attempt.process, signal.SIGKILL)
-                self._reap(attempt, block=True)
+            )
+            _kill_group(process, signal.SIGKILL)
+            self._reap(attempt, block=True)
+
+    def _grow_if_due(
+        self, attempt: _Attempt, meter: AttemptMeter, rss: int, growth: MemoryGrowth
+    ) -> None:
+        old = meter.limit_bytes
+        target = growth.target(old, rss)
+        if target is None:
+            return
+        if target <= old:
+            result = GrowResult.refused(
+                f"the limit is already oom_escalation.max_memory={format_memory(old)}"
+            )
+        else:
+            result = self.grow_memory(attempt.handle, target)
+        accepted = result.outcome is GrowOutcome.ACCEPTED
+        if accepted or result.reason != attempt.growth_refused:
+            with self._lock:
+                attempt.resizes.append(Resize(old, target, rss, result.outcome, result.reason))
+        attempt.growth_refused = "" if accepted else result.reason
 
     def _terminate(self, attempt: _Attempt, grace_s: float) -> None:
         _kill_group(attempt.process, signal.SIGTERM)
@@ -293,26 +384,9 @@ class LocalBackend:
             del self._running[attempt.handle.job_id]
             self.ledger.release(attempt.handle.job_id)
             attempt.ended_at = self._clock()
-            attempt.status = _exit_status(code, attempt.kill_reason, attempt.kill_message)
+            attempt.status = exit_status(code, attempt.kill_reason, attempt.kill_message)
         self._wake.set()
         return True
-
-
-def _exit_status(code: int, kill_reason: FailureReason | None, kill_message: str) -> StepStatus:
-    node = "localhost"
-    if kill_reason is FailureReason.OOM_KILLED:
-        return StepStatus.failed(kill_reason, kill_message, OOM_EXIT_CODE, node)
-    if kill_reason is not None:
-        return StepStatus.failed(kill_reason, kill_message, code, node)
-    if code == 0:
-        return StepStatus.succeeded(node)
-    if code == -signal.SIGTERM:
-        return StepStatus.failed(
-            FailureReason.PREEMPTED, "terminated by SIGTERM from outside the executor", 143, node
-        )
-    if code == -signal.SIGKILL:
-        return StepStatus.failed(FailureReason.LOST, "killed by SIGKILL", OOM_EXIT_CODE, node)
-    return StepStatus.failed(FailureReason.ERROR, f"step process exited with code {code}", code)
 
 
 def _charged_memory(process: StepProcess | None, limit: int) -> int:
@@ -326,10 +400,6 @@ def _kill_group(process: StepProcess | None, sig: signal.Signals) -> None:
             os.kill(process.pid, sig)
         except ProcessLookupError:
             pass
-
-
-def format_memory_approx(num_bytes: int) -> str:
-    return f"{num_bytes / 1024**2:.0f}Mi"
 
 
 def _safe_file_name(text: str) -> str:

@@ -165,6 +165,12 @@ def _held_by_other_runs(claims: list[Claim]) -> str:
     return f"; other runs on this machine hold {shown}{more}"
 
 
+def _size(num_bytes: int) -> str:
+    if num_bytes < 1024**3:
+        return f"{num_bytes / 1024**2:.0f}Mi"
+    return f"{num_bytes / 1024**3:.1f}Gi"
+
+
 def _describe(want: Want) -> str:
     return f"{want.cpus:g} CPU / {want.memory_bytes / 1024**3:.1f}Gi / {want.gpus} GPU"
 
@@ -243,6 +249,33 @@ class AdmissionLedger:
                 state = replace(state, waiters=(*waiters, waiter), next_ticket=waiter.ticket + 1)
             commit(state)
             return verdict
+
+    def grow(self, job_id: str, memory_bytes: int, capacity: LocalCapacity) -> Verdict:
+        """Raise the memory of this backend's claim `job_id` if the machine has room for it.
+
+        Room is `capacity` less what every other admitted step holds, whichever run it is in;
+        steps still waiting in line do not count (a running step goes first, as in a kubelet).
+        """
+        with self._transaction() as (state, commit):
+            token = self.owner.token
+            mine = next(
+                (c for c in state.claims if (c.owner.token, c.job_id) == (token, job_id)), None
+            )
+            if mine is None:
+                return Verdict(False, reason="the step holds no claim any more (it has ended)")
+            others = [c for c in state.claims if c is not mine]
+            held_by_others = sum(c.memory_bytes for c in others)
+            if memory_bytes > capacity.memory_bytes - held_by_others:
+                held = _held_by_other_runs([c for c in others if c.owner.token != token])
+                return Verdict(
+                    False,
+                    reason=f"{_size(memory_bytes)} does not fit in the local memory of "
+                    f"{_size(capacity.memory_bytes)}, of which other running steps hold "
+                    f"{_size(held_by_others)}{held}",
+                )
+            grown = replace(mine, memory_bytes=memory_bytes)
+            commit(replace(state, claims=tuple(grown if c is mine else c for c in state.claims)))
+            return Verdict(True)
 
     def started(self, job_id: str, pid: int) -> None:
         """Record the process (group leader) of an admitted step, so a crash is reclaimed."""

@@ -49,6 +49,24 @@ def tree_pss(pid: int) -> int:
     return _tree_sum(pid, lambda p: int(p.memory_full_info().pss))
 
 
+def tree_cpu_seconds(pid: int) -> dict[tuple[int, float], float]:
+    """CPU seconds (user + system) of each live process of the tree, keyed by (pid, start)."""
+    try:
+        root = psutil.Process(pid)
+        members = [root, *root.children(recursive=True)]
+    except psutil.Error:
+        return {}
+    seconds = {}
+    for member in members:
+        try:
+            with member.oneshot():
+                times = member.cpu_times()
+                seconds[(member.pid, member.create_time())] = times.user + times.system
+        except psutil.Error:
+            continue
+    return seconds
+
+
 def charged_memory(pid: int, limit: int) -> int:
     """The tree's memory as a cgroup would charge it: RSS, or PSS when RSS is over `limit`."""
     rss = tree_rss(pid)
