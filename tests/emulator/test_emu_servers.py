@@ -100,7 +100,10 @@ def test_kubectl_lists_pods_and_jobs_with_server_side_columns() -> None:
             return done.stdout
 
         pods = kubectl("get", "pods")
-        assert pods.split("\n")[0].split() == ["NAME", "READY", "STATUS", "RESTARTS", "NODE", "AGE"]
+        assert pods.split("\n")[0].split() == ["NAME", "READY", "STATUS", "RESTARTS", "AGE"]
         assert pods.split("\n")[1].split()[:3] == ["listed", "0/1", "Completed"]
+        wide = kubectl("get", "pods", "-o", "wide").split("\n")
+        assert wide[0].split()[5:7] == ["IP", "NODE"] and wide[1].split()[6] == "n1"
+        assert kubectl("get", "all").split("\n")[1].split()[0] == "pod/listed"
         assert kubectl("logs", "listed") == "hi\n"
         kubectl("get", "jobs")

@@ -75,14 +75,6 @@ def emulator() -> Iterator[Any]:
                 SchedulingV1Api(client).create_priority_class(
                     {"metadata": {"name": name}, "value": 1000}
                 )
-            core = CoreV1Api(client)
-            for node in CoreV1Api(emu.host.api_client()).list_node().items:
-                core.create_node(
-                    {
-                        "metadata": {"name": node.metadata.name},
-                        "status": {"allocatable": node.status.allocatable},
-                    }
-                )
         CoreV1Api(emu.tenant("team-b").api_client()).create_namespaced_resource_quota(
             NAMESPACE,
             {"metadata": {"name": "team-b-quota"}, "spec": {"hard": {"requests.memory": "1Gi"}}},

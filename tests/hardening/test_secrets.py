@@ -203,12 +203,11 @@ def test_both_slurm_transports_forward_the_same_environment_without_secrets(
 @pytest.fixture(scope="module")
 def cluster() -> Iterator[Any]:
     kube = pytest.importorskip("k8s_ai_orchestrator.testing.kube")
-    from tests.kubernetes.k8s_support import install_priority_classes, sync_nodes_from_host
+    from tests.kubernetes.k8s_support import install_priority_classes
 
     nodes = [kube.NodeSpec(name="node-a", cpu="8", memory="16Gi", gpus=0, labels={}, taints=())]
     with kube.KubeEmulator(nodes=nodes, tenants=["team-a"], tls=False, workdir=None) as emu:
         install_priority_classes(emu.tenant("team-a").api_client())
-        sync_nodes_from_host(emu, "team-a")
         yield emu
 
 

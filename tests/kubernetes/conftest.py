@@ -10,7 +10,6 @@ from gang_support import GANG_TARGETS, GangTarget
 from k8s_support import (
     TENANTS,
     install_priority_classes,
-    sync_nodes_from_host,
     tenant_config,
 )
 
@@ -28,7 +27,6 @@ def emulator() -> Iterator[Any]:
     with kube.KubeEmulator(nodes=nodes, tenants=list(TENANTS), tls=False, workdir=None) as emu:
         for tenant in TENANTS:
             install_priority_classes(emu.tenant(tenant).api_client())
-            sync_nodes_from_host(emu, tenant)
         yield emu
 
 

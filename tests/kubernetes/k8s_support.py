@@ -6,7 +6,7 @@ import sys
 import uuid
 from typing import Any
 
-from kubernetes.client import ApiClient, CoreV1Api, SchedulingV1Api
+from kubernetes.client import ApiClient, SchedulingV1Api
 
 from k8s_ai_orchestrator.backends.base import JobHandle, LaunchRequest, StepState, StepStatus
 from k8s_ai_orchestrator.backends.kubernetes import KubernetesBackend
@@ -26,18 +26,6 @@ def install_priority_classes(api_client: ApiClient) -> None:
     ):
         api.create_priority_class(
             {"metadata": {"name": name}, "value": value, "preemptionPolicy": policy}
-        )
-
-
-def sync_nodes_from_host(emu: Any, tenant: str) -> None:
-    """Show the host's nodes in the tenant, as vCluster's sync.fromHost.nodes does."""
-    tenant_core = CoreV1Api(emu.tenant(tenant).api_client())
-    for node in CoreV1Api(emu.host.api_client()).list_node().items:
-        tenant_core.create_node(
-            {
-                "metadata": {"name": node.metadata.name, "labels": node.metadata.labels},
-                "status": {"allocatable": node.status.allocatable},
-            }
         )
 
 

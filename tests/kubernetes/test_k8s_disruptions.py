@@ -16,7 +16,6 @@ from k8s_support import (
     install_priority_classes,
     python_step,
     running_pod,
-    sync_nodes_from_host,
     tenant_config,
     wait_terminal,
     wait_until,
@@ -132,7 +131,6 @@ def lonely_node_emulator() -> Iterator[Any]:
     node = kube.NodeSpec(name="node-z", cpu="4", memory="8Gi", gpus=0, labels={}, taints=())
     with kube.KubeEmulator(nodes=[node], tenants=list(TENANTS), tls=False, workdir=None) as emu:
         install_priority_classes(emu.tenant("team-a").api_client())
-        sync_nodes_from_host(emu, "team-a")
         yield emu
 
 

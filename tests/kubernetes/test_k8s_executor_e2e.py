@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 from dagster import DagsterEventType, DagsterInstance, execute_job
 from dagster._core.definitions.reconstruct import ReconstructableRepository
-from k8s_support import NAMESPACE, TENANTS, install_priority_classes, sync_nodes_from_host
+from k8s_support import NAMESPACE, TENANTS, install_priority_classes
 
 pytestmark = [pytest.mark.emulator, pytest.mark.timeout(300)]
 
@@ -39,7 +39,6 @@ def cluster(request: pytest.FixtureRequest, dagster_home: Path) -> Iterator[Any]
     with kube.KubeEmulator(nodes=nodes, tenants=list(TENANTS), tls=False, workdir=None) as emu:
         for tenant in TENANTS:
             install_priority_classes(emu.tenant(tenant).api_client())
-            sync_nodes_from_host(emu, tenant)
         yield emu
 
 

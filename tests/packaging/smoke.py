@@ -56,7 +56,7 @@ def run_two_steps(executor: dict[str, Any]) -> None:
 
 
 def run_on_emulator() -> None:
-    from kubernetes.client import CoreV1Api, SchedulingV1Api
+    from kubernetes.client import SchedulingV1Api
 
     from k8s_ai_orchestrator.testing.kube import KubeEmulator, NodeSpec
 
@@ -66,10 +66,6 @@ def run_on_emulator() -> None:
             SchedulingV1Api(client).create_priority_class(
                 {"metadata": {"name": name}, "value": value}
             )
-        node = CoreV1Api(emu.host.api_client()).read_node("node-a")
-        CoreV1Api(client).create_node(
-            {"metadata": {"name": "node-a"}, "status": {"allocatable": node.status.allocatable}}
-        )
         run_two_steps(
             {
                 "backend": "kubernetes",

@@ -4,6 +4,8 @@ Three questions, each answered once per tenant (permission) or per tenant and si
 a SelfSubjectAccessReview for `create jobs.batch` in the namespace; the step's requests
 against every ResourceQuota's hard limits; and the requests against the largest visible node's
 allocatable resources. A failure is a `SubmitError` that names step, tenant, limit and fix.
+A tenant that lists no nodes (a vCluster without `sync.fromHost.nodes`), or may not list
+them, skips the node check with a warning that says so and how to enable it.
 
 A step that fits a quota's hard limit but not what is left of it right now is not refused:
 other steps free quota as they finish. It stays Pending with the quota reason and fails
@@ -186,9 +188,16 @@ class Preflight:
         try:
             nodes = self._retry.call("list nodes", tenant.name, core.list_node).items
         except ApiException as error:
-            if error.status in (401, 403):
-                return  # the tenant may not see nodes; the scheduler will explain instead
-            raise
+            if error.status not in (401, 403):
+                raise
+            _warn_unchecked(
+                step,
+                spec,
+                tenant,
+                f"the executor may not list nodes there ({error.status})",
+                "grant it list on nodes (helm chart: rbac.listNodes=true)",
+            )
+            return
         selector = {self._config.gpu_type_label: spec.gpu_type} if spec.gpu_type else {}
         candidates = [
             n
@@ -197,6 +206,14 @@ class Preflight:
             and all((n.metadata.labels or {}).get(k) == v for k, v in selector.items())
         ]
         if not nodes:
+            _warn_unchecked(
+                step,
+                spec,
+                tenant,
+                "it lists no nodes",
+                "sync the host's nodes into it (vCluster values: "
+                "sync.fromHost.nodes.enabled=true, as in helm/vcluster-values.yaml)",
+            )
             return
         needs = step_needs(spec)
         largest: dict[str, Decimal] = {kind: Decimal(0) for kind in needs}
@@ -227,6 +244,19 @@ class Preflight:
             + "; add a node pool with larger nodes to the host cluster (and sync it into the "
             "vCluster), or pick a smaller size class"
         )
+
+
+def _warn_unchecked(step: str, spec: ComputeSpec, tenant: TenantConfig, why: str, fix: str) -> None:
+    _LOG.warning(
+        "step '%s' (%s): tenant '%s' cannot be checked for a node large enough: %s. A step no "
+        "node can hold is not refused before it runs; it waits Pending and fails after its "
+        "timeout. To check it at launch, %s",
+        step,
+        spec.describe(),
+        tenant.name,
+        why,
+        fix,
+    )
 
 
 def _allocatable(allocatable: Mapping[str, str]) -> dict[str, Decimal]:

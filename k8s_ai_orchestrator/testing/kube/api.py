@@ -19,11 +19,12 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from .lifecycle import delete_object, put_or_release
-from .patch import apply_patch
+from .patch import APPLY_PATCH, apply_patch
 from .resources import RESOURCES, ResourceType, default_object, validate_name, validate_object
 from .schema import unknown_fields
 from .selectors import parse_field_selector, parse_label_selector
 from .store import ApiError, Obj, Store, new_uid, not_found, now_rfc3339, random_suffix
+from .validation import check_decodable
 
 Params = Mapping[str, str]
 Admission = Callable[[Store, Obj], None]
@@ -46,6 +47,28 @@ def success_status(rt: ResourceType, obj: Obj) -> Obj:
         "status": "Success",
         "details": details,
     }
+
+
+def is_dry_run(options_kind: str, options: Mapping[str, Any]) -> bool:
+    """Whether `dryRun` asks for a dry run; 422 Invalid for any value but "All"."""
+    value = options.get("dryRun")
+    values = [value] if isinstance(value, str) else list(value or [])
+    if any(v != "All" for v in values):
+        shown = "[" + ", ".join(f'"{v}"' for v in values) + "]"
+        message = f'Unsupported value: {shown}: supported values: "All"'
+        raise ApiError(
+            422,
+            "Invalid",
+            f'{options_kind}.meta.k8s.io "" is invalid: dryRun: {message}',
+            {
+                "group": "meta.k8s.io",
+                "kind": options_kind,
+                "causes": [
+                    {"reason": "FieldValueNotSupported", "message": message, "field": "dryRun"}
+                ],
+            },
+        )
+    return bool(values)
 
 
 def check_fields(rt: ResourceType, body: Obj, params: Params) -> list[str]:
@@ -106,6 +129,7 @@ class ObjectApi:
         """POST: validate, default, admit and store a new object."""
         self._check_kind(rt, body)
         check_fields(rt, body, params)
+        check_decodable(rt.kind, rt.version, body)
         obj = copy.deepcopy(body)
         obj.update(kind=rt.kind, apiVersion=rt.api_version)
         meta = obj.setdefault("metadata", {})
@@ -135,7 +159,7 @@ class ObjectApi:
         default_object(rt, obj)
         if rt.plural == "pods":
             self.admit(self.store, obj)
-        if params.get("dryRun"):
+        if is_dry_run("CreateOptions", params):
             return obj
         stored = self.store.put(rt.plural, obj)
         if rt.plural == "namespaces":
@@ -191,6 +215,7 @@ class ObjectApi:
         self, rt: ResourceType, namespace: str, name: str, body: Any, params: Params, sub: str = ""
     ) -> Obj:
         """PUT: replace the object (409 on a stale resourceVersion)."""
+        dry = is_dry_run("UpdateOptions", params)
         self._check_kind(rt, body)
         check_fields(rt, body, params)
         current = self.get(rt, namespace, name)
@@ -203,12 +228,57 @@ class ObjectApi:
                 "modified; please apply your changes to the latest version and try again",
                 {"name": name, "group": rt.group, "kind": rt.plural},
             )
-        return self._write(rt, current, copy.deepcopy(body), sub)
+        return self._write(rt, current, copy.deepcopy(body), sub, dry)
+
+    def apply(
+        self, rt: ResourceType, namespace: str, name: str, body: Any, params: Params, sub: str = ""
+    ) -> tuple[int, Obj]:
+        """Server-side apply: creates a missing object (201), else merges into it (200).
+
+        Field ownership is not tracked: an apply to an existing object is a strategic merge.
+        """
+        if not params.get("fieldManager"):
+            message = "Required value: is required for apply patch"
+            raise ApiError(
+                422,
+                "Invalid",
+                f'PatchOptions.meta.k8s.io "" is invalid: fieldManager: {message}',
+                {
+                    "group": "meta.k8s.io",
+                    "kind": "PatchOptions",
+                    "causes": [
+                        {
+                            "reason": "FieldValueRequired",
+                            "message": message,
+                            "field": "fieldManager",
+                        }
+                    ],
+                },
+            )
+        given = ((body or {}).get("metadata") or {}).get("name") if isinstance(body, dict) else None
+        if given and given != name:
+            raise ApiError(
+                400,
+                "BadRequest",
+                f"the name of the object ({given}) does not match the name on the URL ({name})",
+            )
+        if self.store.get(rt.plural, namespace, name) is None and not sub:
+            created = {**body, "metadata": {**(body.get("metadata") or {}), "name": name}}
+            return 201, self.create(rt, namespace, created, params)
+        return 200, self.patch(rt, namespace, name, body, APPLY_PATCH, sub, params)
 
     def patch(
-        self, rt: ResourceType, namespace: str, name: str, body: Any, content_type: str, sub: str
+        self,
+        rt: ResourceType,
+        namespace: str,
+        name: str,
+        body: Any,
+        content_type: str,
+        sub: str,
+        params: Params,
     ) -> Obj:
         """PATCH with the flavour named by the Content-Type."""
+        dry = is_dry_run("PatchOptions", params)
         current = self.get(rt, namespace, name)
         patched = apply_patch(current, body, content_type)
         if not isinstance(patched, dict):
@@ -218,9 +288,9 @@ class ObjectApi:
             raise ApiError(
                 409, "Conflict", f'Operation cannot be fulfilled on {rt.qualified} "{name}"'
             )
-        return self._write(rt, current, patched, sub)
+        return self._write(rt, current, patched, sub, dry)
 
-    def _write(self, rt: ResourceType, current: Obj, new: Obj, sub: str) -> Obj:
+    def _write(self, rt: ResourceType, current: Obj, new: Obj, sub: str, dry: bool) -> Obj:
         if sub == "status":
             merged = copy.deepcopy(current)
             merged["status"] = new.get("status") or {}
@@ -235,12 +305,18 @@ class ObjectApi:
         if rt.plural == "jobs" and new.get("spec") != current.get("spec"):
             meta["generation"] = current["metadata"].get("generation", 1) + 1
         new.update(kind=rt.kind, apiVersion=rt.api_version)
+        check_decodable(rt.kind, rt.version, new)
         validate_object(rt, new)
+        if dry:
+            meta["resourceVersion"] = current["metadata"]["resourceVersion"]
+            return new
         return put_or_release(self.store, rt.plural, new)
 
     def delete(self, rt: ResourceType, namespace: str, name: str, options: Obj) -> Obj:
         """Returns the object for pods and pending deletions, a Success Status otherwise."""
-        self.get(rt, namespace, name)
+        current = self.get(rt, namespace, name)
+        if is_dry_run("DeleteOptions", options):
+            return current if rt.plural == "pods" else success_status(rt, current)
         grace = options.get("gracePeriodSeconds")
         policy = options.get("propagationPolicy")
         if policy is None and options.get("orphanDependents") is not None:
@@ -256,6 +332,8 @@ class ObjectApi:
     ) -> Obj:
         """DELETE a collection: delete each matching object."""
         listed = self.list(rt, namespace, params)
+        if is_dry_run("DeleteOptions", options):
+            return listed
         for item in listed["items"]:
             meta = item["metadata"]
             self.delete(rt, meta.get("namespace", ""), meta["name"], options)

@@ -2,101 +2,37 @@
 
 Each check takes a `ContractTarget` (an API client, a namespace to work in, and how to run
 Python in a container) and asserts what the Kubernetes backend relies on. The same checks run
-against the emulator in the test suite and against a real cluster when `KUBECONFIG` and
-`K8S_AI_CONTRACT=1` are set, which is how the emulator's fidelity is kept honest.
+against the emulator and the real control plane in the test suite, and against any cluster
+when `KUBECONFIG` and `K8S_AI_CONTRACT=1` are set, which is how the emulator's fidelity is
+kept honest. `API_CHECKS` (`contract_api.py`) need only an API server; `HISTORY_CHECKS` a
+server whose oldest history is compacted; `NODE_CHECKS` (here) a node that runs containers.
 
 Example:
-    >>> [check.__name__ for check in CHECKS][:2]
+    >>> [check.__name__ for check in NODE_CHECKS][:2]
     ['check_pod_runs_and_logs', 'check_objects_deserialize_strictly']
+    >>> set(CHECKS) == set(API_CHECKS) | set(HISTORY_CHECKS) | set(NODE_CHECKS)
+    True
 """
 
 from __future__ import annotations
 
 import functools
-import json
-import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
-from kubernetes import client, watch
+from kubernetes import client
 
-from .schema import unknown_fields
+from .contract_api import API_CHECKS, HISTORY_CHECKS
+from .contract_target import ContractTarget, assert_strict, raw_get
 
-Predicate = Callable[[], Any]
-
-
-@dataclass(frozen=True)
-class ContractTarget:
-    """Where the contract runs."""
-
-    api_client: client.ApiClient
-    namespace: str  # an existing namespace the checks may fill and leave dirty
-    python: tuple[str, ...] = ("python",)  # argv prefix that runs Python in the container
-    image: str = "python:3.12-slim"  # an image that has that Python
-    timeout: float = 120.0  # seconds a single wait may take
-
-    def core(self) -> client.CoreV1Api:
-        """CoreV1Api on the target."""
-        return client.CoreV1Api(self.api_client)
-
-    def batch(self) -> client.BatchV1Api:
-        """BatchV1Api on the target."""
-        return client.BatchV1Api(self.api_client)
-
-    def wait(self, predicate: Predicate) -> Any:
-        """Poll `predicate` until truthy; AssertionError after `timeout` seconds."""
-        deadline = time.monotonic() + self.timeout
-        while True:
-            result = predicate()
-            if result:
-                return result
-            if time.monotonic() > deadline:
-                raise AssertionError(f"timed out waiting for {predicate}")
-            time.sleep(0.1)
-
-    def container(self, code: str, memory: str | None = None) -> client.V1Container:
-        """A container named main running `python -c code`."""
-        limits = {"memory": memory} if memory else None
-        return client.V1Container(
-            name="main",
-            image=self.image,
-            command=[*self.python, "-c", code],
-            resources=client.V1ResourceRequirements(limits=limits, requests=limits),
-        )
-
-    def pod(self, name: str, code: str, memory: str | None = None) -> client.V1Pod:
-        """A restartPolicy Never pod running `python -c code`."""
-        spec = client.V1PodSpec(containers=[self.container(code, memory)], restart_policy="Never")
-        return client.V1Pod(metadata=client.V1ObjectMeta(name=name), spec=spec)
-
-    def job(self, name: str, code: str, **spec: Any) -> client.V1Job:
-        """A Job whose pods run `python -c code`."""
-        pod_spec = client.V1PodSpec(containers=[self.container(code)], restart_policy="Never")
-        template = client.V1PodTemplateSpec(spec=pod_spec)
-        return client.V1Job(
-            metadata=client.V1ObjectMeta(name=name),
-            spec=client.V1JobSpec(template=template, **spec),
-        )
-
-
-class _RawResponse:
-    def __init__(self, data: Any) -> None:
-        self.data = json.dumps(data)
-
-
-def assert_strict(api_client: client.ApiClient, raw: dict[str, Any], model: str) -> Any:
-    """`raw` has no field the client's model lacks and deserializes with validation on."""
-    unknown = unknown_fields(raw, model)
-    assert not unknown, f"{model}: fields unknown to the client: {unknown}"
-    return api_client.deserialize(_RawResponse(raw), model)
-
-
-def _raw_get(target: ContractTarget, path: str) -> dict[str, Any]:
-    response = target.api_client.call_api(
-        path, "GET", auth_settings=["BearerToken"], _preload_content=False
-    )
-    return dict(json.loads(response.data))
+__all__ = [
+    "API_CHECKS",
+    "CHECKS",
+    "HISTORY_CHECKS",
+    "NODE_CHECKS",
+    "ContractTarget",
+    "assert_strict",
+]
 
 
 def _phase(target: ContractTarget, name: str) -> str:
@@ -126,12 +62,12 @@ def check_objects_deserialize_strictly(target: ContractTarget) -> None:
     target.batch().create_namespaced_job(ns, target.job("contract-strict-job", "print(2)"))
     target.wait(lambda: _phase(target, "contract-strict") in ("Succeeded", "Failed"))
     api = target.api_client
-    assert_strict(api, _raw_get(target, f"/api/v1/namespaces/{ns}/pods/contract-strict"), "V1Pod")
-    assert_strict(api, _raw_get(target, f"/api/v1/namespaces/{ns}/pods"), "V1PodList")
-    assert_strict(api, _raw_get(target, f"/api/v1/namespaces/{ns}/events"), "CoreV1EventList")
+    assert_strict(api, raw_get(target, f"/api/v1/namespaces/{ns}/pods/contract-strict"), "V1Pod")
+    assert_strict(api, raw_get(target, f"/api/v1/namespaces/{ns}/pods"), "V1PodList")
+    assert_strict(api, raw_get(target, f"/api/v1/namespaces/{ns}/events"), "CoreV1EventList")
     jobs = f"/apis/batch/v1/namespaces/{ns}/jobs"
-    assert_strict(api, _raw_get(target, f"{jobs}/contract-strict-job"), "V1Job")
-    assert_strict(api, _raw_get(target, f"/api/v1/namespaces/{ns}"), "V1Namespace")
+    assert_strict(api, raw_get(target, f"{jobs}/contract-strict-job"), "V1Job")
+    assert_strict(api, raw_get(target, f"/api/v1/namespaces/{ns}"), "V1Namespace")
 
 
 def _conditions(job: client.V1Job) -> list[tuple[str, str | None]]:
@@ -183,60 +119,6 @@ def check_oom_kill(target: ContractTarget) -> None:
     target.wait(lambda: _phase(target, "contract-oom") == "Failed")
     state = _terminated(target.core().read_namespaced_pod("contract-oom", target.namespace))
     assert (state.reason, state.exit_code) == ("OOMKilled", 137)
-
-
-def check_watch_resume_and_expiry(target: ContractTarget) -> None:
-    """A watch resumes from a list's resourceVersion; an ancient one ends with 410 Expired."""
-    core, ns = target.core(), target.namespace
-    start = core.list_namespaced_config_map(ns).metadata.resource_version
-    body = client.V1ConfigMap(metadata=client.V1ObjectMeta(name="contract-watched"))
-    core.create_namespaced_config_map(ns, body)
-    stream = watch.Watch().stream(
-        core.list_namespaced_config_map, ns, resource_version=start, timeout_seconds=2
-    )
-    seen = [(e["type"], e["object"].metadata.name) for e in stream]
-    assert ("ADDED", "contract-watched") in seen
-    try:
-        list(
-            watch.Watch().stream(
-                core.list_namespaced_config_map, ns, resource_version="1", timeout_seconds=2
-            )
-        )
-    except client.ApiException as error:
-        assert error.status == 410
-    else:
-        raise AssertionError("a watch from resourceVersion 1 did not expire")
-
-
-def _status_of(call: Callable[[], Any]) -> tuple[int, str]:
-    try:
-        call()
-    except client.ApiException as error:
-        return error.status, json.loads(error.body).get("message", "")
-    raise AssertionError("the request was accepted")
-
-
-def check_bad_input_answers(target: ContractTarget) -> None:
-    """Strict unknown fields: 400; no containers or a non-DNS name: 422; bad selector: 400."""
-    core, ns = target.core(), target.namespace
-    pod = {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": "contract-strict-fields"},
-        "spec": {"foo": 1, "containers": [{"name": "c", "image": target.image}]},
-    }
-    code, message = _status_of(
-        lambda: core.create_namespaced_pod(ns, pod, field_validation="Strict")
-    )
-    assert code == 400 and 'unknown field "spec.foo"' in message
-    empty = client.V1Pod(
-        metadata=client.V1ObjectMeta(name="contract-empty"), spec=client.V1PodSpec(containers=[])
-    )
-    assert _status_of(lambda: core.create_namespaced_pod(ns, empty))[0] == 422
-    bad_name = target.pod("Contract_Bad", "pass")
-    assert _status_of(lambda: core.create_namespaced_pod(ns, bad_name))[0] == 422
-    code, message = _status_of(lambda: core.list_namespaced_pod(ns, field_selector="spec.foo=x"))
-    assert code == 400 and "field label not supported" in message
 
 
 def check_unschedulable_pod_is_explained(target: ContractTarget) -> None:
@@ -318,15 +200,19 @@ def check_required_pod_anti_affinity(target: ContractTarget) -> None:
         core.delete_namespaced_pod(f"contract-spread-{created}", ns, grace_period_seconds=0)
 
 
-CHECKS: tuple[Callable[[ContractTarget], None], ...] = (
+Check = Callable[[ContractTarget], None]
+
+NODE_CHECKS: tuple[Check, ...] = (
     check_pod_runs_and_logs,
     check_objects_deserialize_strictly,
     check_job_success_conditions,
     check_job_pod_failure_policy,
     check_oom_kill,
-    check_watch_resume_and_expiry,
-    check_bad_input_answers,
     check_unschedulable_pod_is_explained,
     check_indexed_job_pods_know_their_index,
     check_required_pod_anti_affinity,
 )
+"""Checks that need a node running containers (a kubelet, or the emulator's)."""
+
+CHECKS: tuple[Check, ...] = (*API_CHECKS, *HISTORY_CHECKS, *NODE_CHECKS)
+"""Every check: the API checks first (quick), then those that run containers."""

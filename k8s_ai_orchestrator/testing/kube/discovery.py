@@ -57,6 +57,7 @@ def _resource_list(group: str, version: str) -> Obj:
                 "kind": rt.kind,
                 "verbs": list(rt.verbs),
                 **({"shortNames": list(rt.short_names)} if rt.short_names else {}),
+                **({"categories": list(rt.categories)} if rt.categories else {}),
             }
         )
         for sub in rt.subresources:

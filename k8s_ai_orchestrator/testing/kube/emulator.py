@@ -2,7 +2,9 @@
 
 The official `kubernetes` client talks to it exactly as to a real cluster. Pods of every
 tenant land on the host's shared nodes, where the kubelet runs their commands as local
-processes. See docs/testing-with-the-emulator.md.
+processes. Each tenant lists the host's nodes, as a vCluster with our recommended values
+(`sync.fromHost.nodes`) does; `sync_nodes=False` turns that off. See
+docs/testing-with-the-emulator.md.
 
 Example:
     >>> from kubernetes import client
@@ -10,7 +12,9 @@ Example:
     ...                   tenants=["team-a"]) as emu:
     ...     core = client.CoreV1Api(emu.tenant("team-a").api_client())
     ...     [ns.metadata.name for ns in core.list_namespace().items][:1]
+    ...     [node.metadata.name for node in core.list_node().items]
     ['default']
+    ['node-a']
 """
 
 from __future__ import annotations
@@ -37,6 +41,7 @@ from .jobs import JobController
 from .kubelet import Kubelet
 from .lifecycle import finish_foreground_deletions, finish_namespace_deletions
 from .nodes import NodeSpec
+from .nodesync import sync_nodes
 from .scheduler import Scheduler
 from .server import ApiServer
 from .store import ClusterState, Obj
@@ -76,9 +81,11 @@ class KubeEmulator(FaultsMixin):
         workdir: str | Path | None = None,
         bookmark_interval: float = 1.0,
         tick_seconds: float = 0.05,
+        sync_nodes: bool = True,
     ) -> None:
         self.node_specs = list(nodes) if nodes is not None else [NodeSpec("node-a")]
         self.tenant_names = list(tenants)
+        self.sync_nodes = sync_nodes  # tenants list the host's nodes (vCluster fromHost.nodes)
         self.tls = tls
         self._own_workdir = workdir is None
         self.workdir = Path(workdir) if workdir else Path(tempfile.mkdtemp(prefix="kube-emu-"))
@@ -135,6 +142,7 @@ class KubeEmulator(FaultsMixin):
                 self.host_store.put("nodes", spec.to_object())
             for tenant in self.tenant_names:
                 self._publish_tenant_secret(tenant)
+            self._sync_tenant_nodes()
             for store in self.cluster.stores.values():
                 store.expire_history()  # versions from before the start are compacted away
         self._loop = threading.Thread(target=self._run, name="kube-emulator", daemon=True)
@@ -189,6 +197,12 @@ class KubeEmulator(FaultsMixin):
             refresh_quota_status(store)
             finish_foreground_deletions(store)
             finish_namespace_deletions(store)
+        self._sync_tenant_nodes()
+
+    def _sync_tenant_nodes(self) -> None:
+        if self.sync_nodes:
+            for tenant in self.tenant_names:
+                sync_nodes(self.host_store, self.cluster.stores[tenant])
 
     def _publish_tenant_secret(self, tenant: str) -> None:
         api = self.servers[HOST].api

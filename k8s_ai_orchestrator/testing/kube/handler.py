@@ -19,9 +19,10 @@ from urllib.parse import parse_qsl, urlsplit
 from .api import ObjectApi
 from .discovery import document
 from .lifecycle import delete_pod, disrupt
+from .patch import APPLY_PATCH
 from .routing import FaultPlan, Route, parse_route
 from .store import ApiError, Obj
-from .tables import to_table
+from .views import render
 from .watch import watch_stream
 
 
@@ -172,8 +173,8 @@ class ApiHandler(BaseHTTPRequestHandler):
         else:
             payload = None if method in ("GET",) else self._json_body(body)
             code, result = self._call(method, route, verb, params, payload)
-            if verb in ("get", "list") and "as=Table" in self.headers.get("Accept", ""):
-                result = to_table(route.rt, result)
+            if verb in ("get", "list"):
+                result = render(route.rt, result, self.headers.get("Accept", ""))
             self._send_json(code, result)
 
     def _authorize(self, route: Route, verb: str) -> None:
@@ -213,7 +214,10 @@ class ApiHandler(BaseHTTPRequestHandler):
                     return 200, api.update(rt, ns, name, payload, params, route.sub or "")
                 if verb == "patch":
                     content_type = self.headers.get("Content-Type", "")
-                    return 200, api.patch(rt, ns, name, payload, content_type, route.sub or "")
+                    if content_type.split(";")[0].strip().lower() == APPLY_PATCH:
+                        return api.apply(rt, ns, name, payload, params, route.sub or "")
+                    sub = route.sub or ""
+                    return 200, api.patch(rt, ns, name, payload, content_type, sub, params)
                 options = {**params, **(payload or {})}
                 if "gracePeriodSeconds" in options:
                     options["gracePeriodSeconds"] = int(options["gracePeriodSeconds"])

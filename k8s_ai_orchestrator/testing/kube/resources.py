@@ -17,6 +17,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .store import ApiError, Obj
+from .validation import (
+    DNS_LABEL_HELP,
+    SUBDOMAIN_HELP,
+    config_key_causes,
+    container_causes,
+    metadata_causes,
+)
 
 FieldGetter = Callable[[Obj], str]
 ALL_VERBS = ("create", "delete", "deletecollection", "get", "list", "patch", "update", "watch")
@@ -53,6 +60,7 @@ class ResourceType:
     subresources: tuple[str, ...] = ()
     verbs: tuple[str, ...] = ALL_VERBS
     fields: dict[str, FieldGetter] = field(default_factory=dict)  # field selector labels
+    categories: tuple[str, ...] = ()  # discovery categories: "all" for `kubectl get all`
 
     @property
     def api_version(self) -> str:
@@ -109,6 +117,7 @@ _TYPES = [
         False,
         ("ns",),
         ("status", "finalize"),
+        verbs=tuple(verb for verb in ALL_VERBS if verb != "deletecollection"),
         fields={"status.phase": _path("status", "phase")},
     ),
     _rt(
@@ -120,6 +129,7 @@ _TYPES = [
         ("po",),
         ("status", "log", "eviction", "binding"),
         fields=_POD_FIELDS,
+        categories=("all",),
     ),
     _rt("events", "Event", "", "v1", True, ("ev",), fields=_EVENT_FIELDS),
     _rt("secrets", "Secret", "", "v1", True, fields={"type": _path("type")}),
@@ -146,6 +156,7 @@ _TYPES = [
         (),
         ("status",),
         fields={"status.successful": _path("status", "succeeded")},
+        categories=("all",),
     ),
     _rt("priorityclasses", "PriorityClass", "scheduling.k8s.io", "v1", False, ("pc",)),
     _rt(
@@ -169,16 +180,6 @@ def resource(group: str, plural: str) -> ResourceType:
 
 _SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 _LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
-_SUBDOMAIN_HELP = (
-    "a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or "
-    "'.', and must start and end with an alphanumeric character (e.g. 'example.com', regex used "
-    "for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*')"
-)
-_LABEL_HELP = (
-    "a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-', and "
-    "must start and end with an alphanumeric character (e.g. 'my-name',  or '123-abc', regex "
-    "used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?')"
-)
 
 
 def invalid(rt: ResourceType, name: str, causes: list[tuple[str, str, str]]) -> ApiError:
@@ -186,10 +187,11 @@ def invalid(rt: ResourceType, name: str, causes: list[tuple[str, str, str]]) -> 
     text = "; ".join(f"{path}: {message}" for path, _, message in causes)
     if len(causes) > 1:
         text = "[" + ", ".join(f"{path}: {message}" for path, _, message in causes) + "]"
+    kind = f"{rt.kind}.{rt.group}" if rt.group else rt.kind
     return ApiError(
         422,
         "Invalid",
-        f'{rt.kind} "{name}" is invalid: {text}',
+        f'{kind} "{name}" is invalid: {text}',
         {
             "name": name,
             "group": rt.group,
@@ -202,7 +204,7 @@ def invalid(rt: ResourceType, name: str, causes: list[tuple[str, str, str]]) -> 
 def validate_name(rt: ResourceType, name: str) -> None:
     """422 Invalid unless the name is a DNS subdomain (a DNS label for namespaces and jobs)."""
     label_only = rt.plural in ("namespaces", "jobs")
-    pattern, help_text = (_LABEL, _LABEL_HELP) if label_only else (_SUBDOMAIN, _SUBDOMAIN_HELP)
+    pattern, help_text = (_LABEL, DNS_LABEL_HELP) if label_only else (_SUBDOMAIN, SUBDOMAIN_HELP)
     if not pattern.fullmatch(name) or len(name) > (63 if label_only else 253):
         cause = ("metadata.name", "FieldValueInvalid", f'Invalid value: "{name}": {help_text}')
         raise invalid(rt, name, [cause])
@@ -219,18 +221,19 @@ def _pod_spec_causes(spec: Obj, prefix: str) -> list[tuple[str, str, str]]:
             causes.append((f"{where}.name", "FieldValueRequired", "Required value"))
         if not container.get("image"):
             causes.append((f"{where}.image", "FieldValueRequired", "Required value"))
+        causes += container_causes(container, where)
     return causes
 
 
 def validate_object(rt: ResourceType, obj: Obj) -> None:
-    """Required-field checks of the kinds with a spec; raises 422 Invalid."""
+    """Metadata, required fields and the pod spec's names and amounts; raises 422 Invalid."""
     name = obj["metadata"]["name"]
-    causes: list[tuple[str, str, str]] = []
+    causes = metadata_causes(obj["metadata"])
     if rt.plural == "pods":
-        causes = _pod_spec_causes(obj.get("spec") or {}, "spec")
+        causes += _pod_spec_causes(obj.get("spec") or {}, "spec")
     elif rt.plural == "jobs":
         template_spec = ((obj.get("spec") or {}).get("template") or {}).get("spec") or {}
-        causes = _pod_spec_causes(template_spec, "spec.template.spec")
+        causes += _pod_spec_causes(template_spec, "spec.template.spec")
         policy = template_spec.get("restartPolicy")
         if (obj.get("spec") or {}).get("podFailurePolicy") and policy == "OnFailure":
             message = (
@@ -244,7 +247,9 @@ def validate_object(rt: ResourceType, obj: Obj) -> None:
                 message = f'Unsupported value: "{policy}": supported values: "OnFailure", "Never"'
             causes.append(("spec.template.spec.restartPolicy", "FieldValueRequired", message))
     elif rt.plural == "priorityclasses" and "value" not in obj:
-        causes = [("value", "FieldValueRequired", "Required value")]
+        causes.append(("value", "FieldValueRequired", "Required value"))
+    elif rt.plural in ("configmaps", "secrets"):
+        causes += config_key_causes(obj)
     if causes:
         raise invalid(rt, name, causes)
 
