@@ -1,10 +1,12 @@
-"""Contract targets on the real control plane, and the one skip CI allows.
+"""Contract targets on the real control plane; under CI=true its contract may not skip.
 
 `plane_target`: a fresh namespace on the session plane's host API server (the fixture
-`control_plane`). `node_target`: the same on the fixture `plane_with_nodes` (a `ControlPlane`
-whose host has nodes running pods), skipped with `NODES_NOT_YET` while that fixture does not
-exist. Under CI=true that is the only skip test_contract_control_plane.py may report; any
-other is turned into a failure naming it (the real control plane must run in CI).
+`control_plane`). `node_target`: the same on the host of `plane_with_nodes`, whose node agent
+runs pods. (Not in a tenant: our tenant syncer copies no events from the host, where real
+vCluster does, so the scheduler's FailedScheduling event would be missing there.)
+
+Under CI=true a skip of test_contract_control_plane.py is turned into a failure naming its
+reason: the real control plane must run in CI.
 """
 
 from __future__ import annotations
@@ -18,13 +20,10 @@ from collections.abc import Iterator
 import pytest
 from kubernetes import client, config
 
-from k8s_ai_orchestrator.testing.controlplane import ApiServer, ControlPlane
+from k8s_ai_orchestrator.testing.controlplane import ControlPlane
+from k8s_ai_orchestrator.testing.controlplane.kube import RealKube
 from k8s_ai_orchestrator.testing.kube.contract import ContractTarget
 
-NODES_NOT_YET = (
-    "needs the fixture plane_with_nodes (the real control plane with the node agent), "
-    "which does not exist yet"
-)
 PLANE_MODULE = "test_contract_control_plane.py"
 
 
@@ -35,8 +34,7 @@ def _wait_for_default_service_account(core: client.CoreV1Api, namespace: str) ->
         time.sleep(0.2)
 
 
-def _target(server: ApiServer) -> Iterator[ContractTarget]:
-    api = config.new_client_from_config(config_file=str(server.kubeconfig))
+def _target(api: client.ApiClient) -> Iterator[ContractTarget]:
     core = client.CoreV1Api(api)
     namespace = f"k8s-ai-contract-{uuid.uuid4().hex[:6]}"
     core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=namespace)))
@@ -50,18 +48,14 @@ def _target(server: ApiServer) -> Iterator[ContractTarget]:
 def plane_target(control_plane: ControlPlane) -> Iterator[ContractTarget]:
     """A fresh namespace on the real control plane's host API server."""
     assert control_plane.host is not None
-    yield from _target(control_plane.host)
+    kubeconfig = str(control_plane.host.kubeconfig)
+    yield from _target(config.new_client_from_config(config_file=kubeconfig))
 
 
 @pytest.fixture
-def node_target(request: pytest.FixtureRequest) -> Iterator[ContractTarget]:
-    """A fresh namespace on the real control plane with nodes (`plane_with_nodes`)."""
-    try:
-        plane: ControlPlane = request.getfixturevalue("plane_with_nodes")
-    except pytest.FixtureLookupError:
-        pytest.skip(NODES_NOT_YET)
-    assert plane.host is not None
-    yield from _target(plane.host)
+def node_target(plane_with_nodes: RealKube) -> Iterator[ContractTarget]:
+    """A fresh namespace on the host of the real control plane with nodes."""
+    yield from _target(plane_with_nodes.host.api_client())
 
 
 def _skip_reason(report: pytest.TestReport) -> str:
@@ -77,7 +71,7 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
     in_ci = os.environ.get("CI", "").lower() == "true"
     if not (in_ci and report.skipped and item.path.name == PLANE_MODULE):
         return
-    reason = _skip_reason(report)
-    if reason != NODES_NOT_YET:
-        report.outcome = "failed"
-        report.longrepr = f"CI=true: the real control plane's contract was skipped: {reason}"
+    report.outcome = "failed"
+    report.longrepr = (
+        f"CI=true: the real control plane's contract was skipped: {_skip_reason(report)}"
+    )
