@@ -121,8 +121,8 @@ def _node_info(key: str) -> Cell:
     return lambda node: ((node.get("status") or {}).get("nodeInfo") or {}).get(key) or "<unknown>"
 
 
-def _status(*keys: str) -> Cell:
-    return lambda obj: (obj.get("status") or {}).get(keys[0]) or "<none>"
+def _status(key: str) -> Cell:
+    return lambda obj: (obj.get("status") or {}).get(key) or "<none>"
 
 
 def _event_object(event: Obj) -> str:
@@ -182,7 +182,13 @@ _COLUMNS: dict[str, list[tuple[str, int, Cell]]] = {
         ("Status", 0, _node_status),
         ("Roles", 0, lambda node: "<none>"),
         ("Age", 0, _age),
-        ("Version", 0, lambda node: _node_info("kubeletVersion")(node).replace("<unknown>", "")),
+        (
+            "Version",
+            0,
+            lambda node: ((node.get("status") or {}).get("nodeInfo") or {}).get(
+                "kubeletVersion", ""
+            ),
+        ),
         ("Internal-IP", 1, _node_address("InternalIP")),
         ("External-IP", 1, _node_address("ExternalIP")),
         ("OS-Image", 1, _node_info("osImage")),
