@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from k8s_support import NAMESPACE, TENANTS, install_priority_classes, sync_nodes_from_host
+from k8s_support import NAMESPACE, TENANTS, install_priority_classes
 from kubernetes.client import CoreV1Api
 
 from k8s_ai_orchestrator.backends.base import JobHandle, LaunchRequest, StepStatus
@@ -57,7 +57,6 @@ def emulated_gang_target(workdir: Path) -> Iterator[GangTarget]:
     with KubeEmulator(nodes=nodes, tenants=list(TENANTS), tls=False, workdir=None) as emu:
         for tenant in TENANTS:
             install_priority_classes(emu.tenant(tenant).api_client())
-            sync_nodes_from_host(emu, tenant)
 
         def config(**overrides: Any) -> dict[str, Any]:
             raw: dict[str, Any] = {
