@@ -148,7 +148,7 @@ def check_indexed_job_pods_know_their_index(target: ContractTarget) -> None:
     body.spec.template.metadata = client.V1ObjectMeta(name="ignored")  # as dagster-k8s sets
     target.batch().create_namespaced_job(target.namespace, body)
     job = target.wait(lambda: _finished(target, "contract-indexed"))
-    assert job.status.completed_indexes == "0-1" and job.status.succeeded == 2
+    assert job.status.completed_indexes == "0,1" and job.status.succeeded == 2
     pods = target.core().list_namespaced_pod(
         target.namespace, label_selector="job-name=contract-indexed"
     )

@@ -36,13 +36,18 @@ _PODS = RESOURCES[("", "pods")]
 
 
 def _format_indexes(indexes: set[int]) -> str:
-    ranges: list[str] = []
+    """As the Job controller writes them: runs of 3 or more as "0-2", a pair as "0,1"."""
+    runs: list[list[int]] = []
     for index in sorted(indexes):
-        if ranges and ranges[-1].split("-")[-1] == str(index - 1):
-            ranges[-1] = f"{ranges[-1].split('-')[0]}-{index}"
+        if runs and runs[-1][1] == index - 1:
+            runs[-1][1] = index
         else:
-            ranges.append(str(index))
-    return ",".join(ranges)
+            runs.append([index, index])
+    parts = [
+        str(first) if first == last else f"{first}{',' if last == first + 1 else '-'}{last}"
+        for first, last in runs
+    ]
+    return ",".join(parts)
 
 
 def _parse_indexes(text: str | None) -> set[int]:
