@@ -12,9 +12,11 @@ from .checkpoint import CheckpointStore
 from .errors import ComputeSpecError, OrchestratorError
 from .executor.definition import ai_executor
 from .gang import Gang
+from .pipes import AICompute
 from .tags import compute
 
 __all__ = [
+    "AICompute",
     "CheckpointStore",
     "ComputeSpecError",
     "Gang",

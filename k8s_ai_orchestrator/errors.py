@@ -54,6 +54,14 @@ class GangError(OrchestratorError):
     """A rank of a gang step failed or the gang could not start."""
 
 
+class PipesProgramError(OrchestratorError):
+    """A program launched through `AICompute.run` failed and will not be relaunched.
+
+    The message names the step, where it ran, the reason (exit code, OOMKilled at every size
+    tried, Pending past its timeout...) and the last lines of its log.
+    """
+
+
 class RunRefusedError(OrchestratorError):
     """Steps of a run can never run as configured; found at run start, before any submit.
 

@@ -1,6 +1,6 @@
 """The relaunch policy: preemptions at the same size, OOM escalation up to the cap."""
 
-from k8s_ai_orchestrator.executor.relaunch import (
+from k8s_ai_orchestrator.launch.relaunch import (
     OomEscalation,
     RelaunchPolicy,
     StepHistory,

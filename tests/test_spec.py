@@ -6,7 +6,7 @@ import pytest
 
 from k8s_ai_orchestrator import ComputeSpecError, compute
 from k8s_ai_orchestrator.errors import ConfigError
-from k8s_ai_orchestrator.executor.settings import ExecutorSettings
+from k8s_ai_orchestrator.launch.settings import ExecutorSettings
 from k8s_ai_orchestrator.spec import GiB, parse_size_table, resolve_spec
 from k8s_ai_orchestrator.tags import spec_from_tags
 

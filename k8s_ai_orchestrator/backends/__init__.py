@@ -5,5 +5,5 @@
 - `slurm/`: sbatch jobs, one all-or-nothing allocation per multi-node gang step.
 
 Backends know nothing of Dagster's executor: they take a `LaunchRequest` and report
-`StepStatus`. `k8s_ai_orchestrator.executor.backends.make_backend` builds one from config.
+`StepStatus`. `k8s_ai_orchestrator.launch.backends.make_backend` builds one from config.
 """

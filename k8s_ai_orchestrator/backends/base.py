@@ -108,6 +108,9 @@ class LaunchRequest:
     tenant: str | None = None  # resolved tenant (kubernetes backend)
     grace_period_s: float = 30.0  # SIGTERM → SIGKILL, time for the checkpoint save
     labels: Mapping[str, str] = field(default_factory=dict)  # run/step/attempt labels
+    # run `command` exactly as given; by default the Kubernetes and Slurm backends put their
+    # configured python in place of argv[0] (the coordinator's interpreter path)
+    raw_command: bool = False
 
 
 @dataclass(frozen=True)

@@ -27,6 +27,7 @@ from ..errors import CheckpointError
 from ..stepenv import RUN_ID, StepEnv
 from .handle import CheckpointHandle, HandleSettings, Log
 from .keys import CheckpointKey, key_from_context
+from .manifest import FORMAT
 from .signals import PROCESS_WATCH
 from .storage import KeyFolder
 
@@ -138,6 +139,35 @@ class CheckpointStore(ConfigurableResource):  # type: ignore[misc]
         if not isinstance(context_or_key, str):
             self._handles.append(handle)
         return handle
+
+    def location(self, context_or_key: Any, *, fingerprint: str | None = None) -> dict[str, str]:
+        """Where a step's checkpoints live, for a program that runs without Dagster.
+
+        `AICompute.run(checkpoints=...)` hands this to the program as the Pipes extra
+        `k8s_ai_checkpoint`; docs/pipes-resource.md shows the lines that load and save there.
+
+        Returns:
+            `url` (the key's folder), `path` (the same on a local filesystem, else ""),
+            `fingerprint` (commits with another one are ignored) and `format`.
+
+        Example:
+            >>> store = CheckpointStore(root="memory://doc-location")
+            >>> store.location("nightly-mosaic")["url"]
+            'memory://doc-location/keys/nightly-mosaic/unpartitioned'
+        """
+        fs, base = self._filesystem()
+        if isinstance(context_or_key, str):
+            key = CheckpointKey((context_or_key,), fingerprint=fingerprint or "", namespace="keys")
+        else:
+            key = key_from_context(context_or_key, fingerprint)
+        folder = f"{base}/{key.relative_path()}"
+        local = isinstance(fs, LocalFileSystem)
+        return {
+            "url": fs.unstrip_protocol(folder),
+            "path": folder if local else "",
+            "fingerprint": key.fingerprint,
+            "format": FORMAT,
+        }
 
     def _filesystem(self) -> tuple[AbstractFileSystem, str]:
         if self._fs is None:

@@ -29,8 +29,8 @@ from dagster._core.executor.step_delegating import StepDelegatingExecutor
 from dagster._utils.error import SerializableErrorInfo
 
 from ..errors import ConfigError
+from ..launch.settings import ExecutorSettings
 from .schema import CONFIG_SCHEMA
-from .settings import ExecutorSettings
 from .step_handler import AIStepHandler
 from .validation import RunCheck
 

@@ -21,10 +21,10 @@ from typing import Any
 from dagster import DagsterInstance, DagsterRun
 
 from ..backends.base import Backend, GrowOutcome, Resize
+from ..launch.attempts import StepAttempts
+from ..launch.settings import ExecutorSettings
 from ..spec import DEFAULT_SIZE_CLASSES, ComputeSpec, format_memory
-from .attempts import StepAttempts
 from .autosize import Sizing, size_from_history
-from .settings import ExecutorSettings
 from .usage_history import load_usage_history
 
 

@@ -14,7 +14,7 @@ from dagster import MetadataValue
 from dagster._core.events import DagsterEvent, DagsterEventType
 from dagster._utils.error import SerializableErrorInfo
 
-from .relaunch import StepHistory
+from ..launch.relaunch import StepHistory
 
 META = "k8s_ai/"  # prefix of the engine-event metadata the executor writes
 INTERRUPT_ERRORS = {

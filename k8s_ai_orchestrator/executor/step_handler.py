@@ -32,21 +32,22 @@ from ..backends.base import (
     StepState,
     StepStatus,
 )
-from ..errors import BackendError, TenantAccessError
+from ..errors import BackendError
+from ..launch.attempts import StepAttempts
+from ..launch.backends import make_backend
+from ..launch.plan import PlannedStep, plan_step
+from ..launch.relaunch import StepHistory, decide
+from ..launch.settings import ExecutorSettings
 from ..spec import ComputeSpec
 from ..tags import TAG_PREFIX, spec_from_tags
-from .attempts import StepAttempts
-from .backends import make_backend
-from .relaunch import StepHistory, decide
 from .right_sizing import new_resizes, sized_spec
-from .settings import ExecutorSettings
 from .step_events import (
     history_from_events,
     interrupted,
     interrupted_error,
     metadata_values,
 )
-from .validation import PlannedStep, RunCheck, check_run
+from .validation import RunCheck, check_run
 
 LOG_TAIL_LINES = 30
 LOG_FORWARD_INTERVAL_S = 1.0  # how often new remote log lines become an engine event
@@ -84,9 +85,8 @@ class AIStepHandler(StepHandler):
 
     def _plan_step(self, step_key: str, tags: Mapping[str, str]) -> PlannedStep:
         spec = spec_from_tags(tags, self._settings.size_classes, step=step_key)
-        self._settings.check_memory_cap(step_key, spec)
-        tenant = self._tenant_for(step_key, spec)
-        return PlannedStep(step_key, spec, self._settings.backend_for(spec), tenant)
+        run_tags = self._plan_context.dagster_run.tags if self._plan_context else {}
+        return plan_step(self._settings, step_key, spec, run_tags.get(TAG_PREFIX + "tenant"))
 
     def _first_request(self, step: PlannedStep, tags: Mapping[str, str]) -> LaunchRequest:
         """The launch request of the step's first attempt, as validated at run start."""
@@ -124,18 +124,6 @@ class AIStepHandler(StepHandler):
             grace_period_s=self._settings.grace_period_s,
             labels=self._launch_labels(tags),
         )
-
-    def _tenant_for(self, step_key: str, spec: ComputeSpec) -> str | None:
-        run_tags = self._plan_context.dagster_run.tags if self._plan_context else {}
-        tenant = spec.tenant or run_tags.get(TAG_PREFIX + "tenant") or self._settings.default_tenant
-        allowed = self._settings.allowed_tenants
-        if tenant is not None and allowed is not None and tenant not in allowed:
-            raise TenantAccessError(
-                f"step '{step_key}' asks for tenant '{tenant}', which this run may not use; "
-                f"allowed_tenants: {', '.join(allowed) or '(none)'}. Add it to allowed_tenants "
-                "in the executor config or route the step to an allowed tenant"
-            )
-        return tenant
 
     def backend(self, name: str) -> Backend:
         if name not in self._backends:

@@ -24,17 +24,7 @@ from dataclasses import dataclass, field
 
 from ..backends.base import Backend, LaunchRequest
 from ..errors import OrchestratorError, RunRefusedError
-from ..spec import ComputeSpec
-
-
-@dataclass(frozen=True)
-class PlannedStep:
-    """Where one step of the run goes, as resolved at run start."""
-
-    key: str
-    spec: ComputeSpec
-    backend: str  # local | kubernetes | slurm
-    tenant: str | None  # resolved tenant (kubernetes), else None
+from ..launch.plan import PlannedStep
 
 
 @dataclass
@@ -122,4 +112,4 @@ def _naming(step: str, message: str) -> str:
     return message if f"'{step}'" in message else f"step '{step}': {message}"
 
 
-__all__ = ["PlannedStep", "RunCheck", "check_run"]
+__all__ = ["RunCheck", "check_run"]

@@ -11,7 +11,7 @@ import pytest
 
 from k8s_ai_orchestrator import ComputeSpecError, compute
 from k8s_ai_orchestrator.errors import ConfigError
-from k8s_ai_orchestrator.executor.settings import ExecutorSettings
+from k8s_ai_orchestrator.launch.settings import ExecutorSettings
 from k8s_ai_orchestrator.spec import GiB, MiB, parse_size_table
 from k8s_ai_orchestrator.tags import spec_from_tags
 

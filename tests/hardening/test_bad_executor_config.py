@@ -26,7 +26,7 @@ from dagster._core.definitions.reconstruct import ReconstructableRepository
 from k8s_ai_orchestrator.backends.kubernetes.config import KubernetesConfig
 from k8s_ai_orchestrator.backends.slurm.config import config_from_mapping
 from k8s_ai_orchestrator.errors import ConfigError
-from k8s_ai_orchestrator.executor.settings import ExecutorSettings
+from k8s_ai_orchestrator.launch.settings import ExecutorSettings
 from k8s_ai_orchestrator.spec import resolve_spec
 
 ROOT = Path(__file__).parents[2]

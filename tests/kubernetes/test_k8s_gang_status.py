@@ -22,7 +22,7 @@ from kubernetes.client import (
 from k8s_ai_orchestrator.backends.base import FailureReason, StepState
 from k8s_ai_orchestrator.backends.kubernetes.gangs import INDEX_KEY, gang_room, gang_status
 from k8s_ai_orchestrator.errors import ConfigError
-from k8s_ai_orchestrator.executor.settings import ExecutorSettings
+from k8s_ai_orchestrator.launch.settings import ExecutorSettings
 from k8s_ai_orchestrator.spec import resolve_spec
 
 PREEMPTED = {

@@ -189,7 +189,7 @@ def batch_job(request: LaunchRequest, config: SlurmConfig) -> BatchJob:
     command = list(request.command)
     if not command:
         raise SubmitError(f"step '{request.step_key}': empty command")
-    if config.python:
+    if config.python and not request.raw_command:
         command[0] = config.python
     comment = ",".join(
         (

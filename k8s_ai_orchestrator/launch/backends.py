@@ -1,7 +1,7 @@
 """Build a backend from the executor's settings: the one place that maps config to backends.
 
 Example:
-    >>> from k8s_ai_orchestrator.executor.settings import ExecutorSettings
+    >>> from k8s_ai_orchestrator.launch.settings import ExecutorSettings
     >>> make_backend("local", ExecutorSettings.from_config({"local": {"cpus": 1}})).name
     'local'
 """

@@ -1,0 +1,174 @@
+"""`AICompute`: a Dagster Pipes client that runs a sized program on any backend.
+
+The asset stays light; the heavy program (a training script, a Spark or GDAL job) is launched
+as one attempt after another — a local process, a Kubernetes Job in a tenant, or a Slurm job —
+with the executor's guarantees: sizes validated before anything is submitted, memory × factor
+after an OOM, a relaunch at the same size after a preemption (the program resumes from its
+checkpoint), Pending reasons in the run's log, the job cancelled when the run is terminated,
+and every attempt's usage as metadata. Only the last attempt's reported results count.
+
+Example:
+    >>> from dagster import AssetExecutionContext, asset
+    >>> @asset
+    ... def model(context: AssetExecutionContext, ai: AICompute):
+    ...     return ai.run(context=context, command=["python", "train.py"], cpu=4,
+    ...                   memory="16Gi").get_materialize_result()
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from dagster import (
+    ConfigurableResource,
+    PipesClient,
+    PipesClientCompletedInvocation,
+    PipesEnvContextInjector,
+    PipesFileMessageReader,
+    PipesMessageReader,
+    open_pipes_session,
+)
+from pydantic import Field, PrivateAttr
+
+from ..checkpoint import CheckpointStore
+from ..launch.backends import make_backend
+from ..launch.plan import plan_step
+from ..launch.settings import ExecutorSettings
+from ..spec import resolve_spec
+from ..tags import TAG_PREFIX
+from .attempts import PipesAttempts
+from .messages import PodLogMessageReader
+
+CHECKPOINT_EXTRA = "k8s_ai_checkpoint"  # the Pipes extra that names the program's checkpoint
+SETTINGS_KEYS = (
+    "backend",
+    "size_classes",
+    "local",
+    "kubernetes",
+    "slurm",
+    "default_tenant",
+    "allowed_tenants",
+    "oom_escalation",
+    "max_preemption_retries",
+    "grace_period_s",
+    "poll_interval_s",
+)
+
+
+class AICompute(ConfigurableResource, PipesClient):  # type: ignore[misc]
+    """Runs an external program through Dagster Pipes where its size says, with relaunches.
+
+    Its config is the `ai_executor`'s (same keys, same rules): define it once and pass it to
+    both, e.g. `AICompute(**CONFIG)` and `ai_executor.configured(CONFIG)`. Keys the resource
+    has no use for (`max_concurrent`, `retries`) are left out.
+
+    Example:
+        >>> ai = AICompute(backend="local", local={"cpus": 2, "memory": "4Gi"})
+        >>> ai.settings().local["cpus"]
+        2
+    """
+
+    backend: str = Field(default="local", description="local | kubernetes | slurm")
+    size_classes: dict[str, dict[str, Any]] | None = Field(
+        default=None, description="Size class overrides, {name: {cpu, memory, gpu}}"
+    )
+    local: dict[str, Any] = Field(default_factory=dict, description="Local capacity")
+    kubernetes: dict[str, Any] | None = Field(default=None, description="Tenants, image...")
+    slurm: dict[str, Any] | None = Field(default=None, description="Slurm transport, workdir...")
+    default_tenant: str | None = None
+    allowed_tenants: list[str] | None = None
+    oom_escalation: dict[str, Any] = Field(
+        default_factory=dict, description="{factor, max_memory, max_attempts}"
+    )
+    max_preemption_retries: int = 3
+    grace_period_s: float = Field(default=30.0, description="SIGTERM → SIGKILL, for the save")
+    poll_interval_s: float = Field(default=0.5, description="How often the attempt is checked")
+
+    _calls: int = PrivateAttr(default=0)
+
+    def settings(self) -> ExecutorSettings:
+        """The resource's config as the executor's validated settings (raises `ConfigError`)."""
+        raw = {key: getattr(self, key) for key in SETTINGS_KEYS}
+        return ExecutorSettings.from_config({k: v for k, v in raw.items() if v is not None})
+
+    def run(  # type: ignore[override]
+        self,
+        *,
+        context: Any,
+        command: Sequence[str],
+        extras: Mapping[str, Any] | None = None,
+        env: Mapping[str, str] | None = None,
+        checkpoints: CheckpointStore | None = None,
+        **size: Any,
+    ) -> PipesClientCompletedInvocation:
+        """Run `command` (argv, run as given) sized by `size`; return the completed invocation.
+
+        Args:
+            context: the asset's or op's execution context.
+            command: the program's argv, e.g. `[sys.executable, "train.py"]` on the local
+                backend or `["python", "/app/train.py"]` in a Kubernetes image.
+            extras: Pipes extras handed to the program.
+            env: extra environment variables for the program.
+            checkpoints: a `CheckpointStore`; the program gets its key's location in the
+                extra `k8s_ai_checkpoint` (see docs/pipes-resource.md).
+            **size: the fields of `compute(...)`: size, cpu, memory, gpu, gpu_type, nodes,
+                tasks_per_node, gpus_per_node, preemptible, backend, tenant, timeout.
+
+        Raises:
+            ComputeSpecError, ConfigError, TenantAccessError, SubmitError: refused before
+                anything is submitted.
+            PipesProgramError: the program failed and is not relaunched.
+        """
+        op_context = getattr(context, "op_execution_context", context)
+        key = self._launch_key(str(op_context.op_handle))
+        settings = self.settings()
+        given = {name: value for name, value in size.items() if value is not None}
+        spec = resolve_spec(given, settings.size_classes, step=key)
+        planned = plan_step(settings, key, spec, context.run.tags.get(TAG_PREFIX + "tenant"))
+        program_extras = dict(extras or {})
+        if checkpoints is not None:
+            program_extras[CHECKPOINT_EXTRA] = checkpoints.location(context)
+        backend = make_backend(planned.backend, settings)
+        try:
+            attempts = PipesAttempts(backend, planned, settings, context, list(command))
+            attempts.validate(dict(env or {}))
+            return attempts.run(
+                lambda reader: open_pipes_session(
+                    context=context,
+                    context_injector=PipesEnvContextInjector(),
+                    message_reader=reader,
+                    extras=program_extras,
+                ),
+                lambda attempt: self._reader(planned.backend, settings, key, attempt),
+                dict(env or {}),
+            )
+        finally:
+            backend.close()
+
+    def _launch_key(self, step: str) -> str:
+        """`<step>-pipes` for the first program a step runs, `<step>-pipes-2` for the next."""
+        self._calls += 1
+        return f"{step}-pipes" if self._calls == 1 else f"{step}-pipes-{self._calls}"
+
+    def _reader(
+        self, backend: str, settings: ExecutorSettings, key: str, attempt: int
+    ) -> PipesMessageReader:
+        """Where the attempt's Pipes messages come back (see `messages.py`)."""
+        if backend == "kubernetes":
+            return PodLogMessageReader()
+        if backend == "slurm":
+            from ..backends.slurm import config_from_mapping
+
+            folder = os.path.join(config_from_mapping(settings.slurm).workdir, "pipes")
+            os.makedirs(folder, exist_ok=True)
+            handle, path = tempfile.mkstemp(prefix=f"{key}-{attempt}-", suffix=".jsonl", dir=folder)
+        else:
+            handle, path = tempfile.mkstemp(prefix=f"{key}-{attempt}-", suffix=".jsonl")
+        os.close(handle)
+        return PipesFileMessageReader(path)
+
+
+__all__ = ["AICompute", "CHECKPOINT_EXTRA"]
