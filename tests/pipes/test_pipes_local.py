@@ -1,0 +1,201 @@
+"""AICompute on the local backend: a program outside Dagster, sized, watched and relaunched."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from dagster import DagsterInstance
+
+from k8s_ai_orchestrator import AICompute, ComputeSpecError
+from k8s_ai_orchestrator.checkpoint.keys import CheckpointKey
+from k8s_ai_orchestrator.checkpoint.manifest import parse_manifest
+from k8s_ai_orchestrator.errors import ConfigError, TenantAccessError
+from tests.pipes.pipes_support import (
+    attempt_rows,
+    check_evaluation,
+    log_messages,
+    materialization_metadata,
+    materialize_tiles,
+)
+
+pytestmark = pytest.mark.timeout(120)
+ROOT = Path(__file__).parents[2]
+LOCAL = {"cpus": 2, "memory": "2Gi"}
+
+
+def local_ai(**config: object) -> AICompute:
+    return AICompute(local=LOCAL, poll_interval_s=0.05, **config)  # type: ignore[arg-type]
+
+
+def wait_for(predicate, timeout_s: float = 60.0) -> None:  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + timeout_s
+    while not predicate():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.05)
+
+
+def test_a_program_reports_its_materialization_metadata_and_asset_check(tmp_path: Path) -> None:
+    result = materialize_tiles(
+        local_ai(), {"cpu": 0.5, "memory": "256Mi"}, {"TILES": "3"}, f"file://{tmp_path}"
+    )
+
+    assert result.success
+    metadata = materialization_metadata(result)
+    assert (metadata["tiles"], metadata["backend"], metadata["attempts"]) == (3, "local", 1)
+    assert check_evaluation(result) == ("tiles_complete", True)
+    (row,) = attempt_rows(metadata)
+    assert row["outcome"] == "Succeeded" and row["memory"] == "256Mi" and row["wall_seconds"] > 0
+
+
+def test_an_undersized_program_succeeds_after_memory_escalation(
+    tmp_path: Path, instance: DagsterInstance
+) -> None:
+    result = materialize_tiles(
+        local_ai(),
+        {"cpu": 0.5, "memory": "64Mi"},
+        {"NEED_MIB": "150"},
+        f"file://{tmp_path}",
+        instance=instance,
+    )
+
+    assert result.success
+    metadata = materialization_metadata(result)
+    assert metadata["memory_tried"] == "64Mi → 128Mi → 256Mi"
+    assert metadata["reasons"] == "OOMKilled, OOMKilled" and metadata["attempt"] == 2
+    assert [r["outcome"] for r in attempt_rows(metadata)] == ["OOMKilled", "OOMKilled", "Succeeded"]
+    logs = log_messages(instance, result.run_id)
+    assert (
+        "Relaunching: step 'tiles-pipes' was OOMKilled with 64Mi; relaunching with "
+        "64Mi → 128Mi (attempt 2/4)" in logs
+    )
+
+
+def test_a_program_oomkilled_at_every_size_fails_naming_the_sizes_tried(tmp_path: Path) -> None:
+    ai = local_ai(oom_escalation={"max_attempts": 2})
+    result = materialize_tiles(
+        ai, {"cpu": 0.5, "memory": "64Mi"}, {"NEED_MIB": "400"}, f"file://{tmp_path}"
+    )
+
+    assert not result.success
+    (failure,) = [e for e in result.all_events if e.is_step_failure]
+    message = failure.step_failure_data.error.cause.message  # type: ignore[union-attr]
+    assert "PipesProgramError: step 'tiles-pipes' was OOMKilled at every size tried " in message
+    assert "(64Mi, 128Mi); oom_escalation allows 2 attempts" in message
+
+
+def test_a_preempted_program_is_relaunched_and_resumes_from_its_checkpoint(
+    tmp_path: Path, instance: DagsterInstance
+) -> None:
+    out, ckpt = tmp_path / "out", tmp_path / "ckpt"
+    out.mkdir()
+    folder = ckpt / CheckpointKey(("tiles",)).relative_path()
+    env = {"TILES": "8", "TILE_S": "0.3", "PIPES_TEST_OUT": str(out)}
+
+    def preempt_after_two_tiles() -> None:
+        wait_for(lambda: (out / "pid-0").exists() and _tiles_done(folder) >= 2)
+        os.kill(int((out / "pid-0").read_text()), signal.SIGTERM)
+
+    preempter = threading.Thread(target=preempt_after_two_tiles)
+    preempter.start()
+    result = materialize_tiles(
+        local_ai(),
+        {"cpu": 0.5, "memory": "256Mi"},
+        env,
+        f"file://{ckpt}",
+        checkpointed=True,
+        instance=instance,
+    )
+    preempter.join()
+
+    assert result.success
+    metadata = materialization_metadata(result)
+    assert metadata["attempt"] == 1 and metadata["resumed_at"] >= 2 and metadata["tiles"] == 8
+    assert metadata["reasons"] == "Preempted" and metadata["preemptions"] == 1
+    assert any(
+        m.startswith("Relaunching: step 'tiles-pipes' was Preempted; relaunching at the same size")
+        for m in log_messages(instance, result.run_id)
+    )
+    manifest = parse_manifest((folder / "manifest.json").read_bytes())
+    assert manifest.commits[0].progress == 8 and manifest.fingerprint == "v1"
+
+
+def test_terminating_the_run_stops_the_program(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    out.mkdir()
+    env = {"TILES": "100", "TILE_S": "1", "PIPES_TEST_OUT": str(out)}
+    config = {"local": LOCAL, "poll_interval_s": 0.05}
+    run = subprocess.Popen(
+        [sys.executable, "-m", "tests.pipes.terminate_run", json.dumps(config), json.dumps(env)],
+        cwd=ROOT,
+    )
+    wait_for(lambda: (out / "pid-0").exists())
+    program = int((out / "pid-0").read_text())
+
+    run.send_signal(signal.SIGINT)
+
+    assert run.wait(timeout=60) != 0
+    wait_for(lambda: not _alive(program), timeout_s=10)
+
+
+@pytest.mark.parametrize(
+    ("size", "config", "error", "text"),
+    [
+        (
+            {"memory": "512m"},
+            {},
+            ComputeSpecError,
+            "step 'tiles-pipes': memory='512m' is not allowed",
+        ),
+        (
+            {"memory": "8Gi"},
+            {"oom_escalation": {"max_memory": "4Gi"}},
+            ConfigError,
+            "step 'tiles-pipes' declares 8Gi of memory, more than oom_escalation.max_memory=4Gi",
+        ),
+        (
+            {"cpu": 1, "tenant": "team-c"},
+            {"allowed_tenants": ["team-a"]},
+            TenantAccessError,
+            "step 'tiles-pipes' asks for tenant 'team-c', which this run may not use",
+        ),
+    ],
+)
+def test_bad_sizes_are_refused_before_anything_is_submitted(
+    tmp_path: Path, size: dict[str, object], config: dict[str, object], error: type, text: str
+) -> None:
+    out = tmp_path / "out"
+    out.mkdir()
+    result = materialize_tiles(
+        local_ai(**config), size, {"PIPES_TEST_OUT": str(out)}, f"file://{tmp_path}"
+    )
+
+    assert not result.success
+    (failure,) = [e for e in result.all_events if e.is_step_failure]
+    cause = failure.step_failure_data.error.cause  # type: ignore[union-attr]
+    assert cause.cls_name == error.__name__ and text in cause.message
+    assert list(out.iterdir()) == []
+
+
+def _alive(pid: int) -> bool:
+    """Running (a zombie waiting to be reaped counts as ended)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except FileNotFoundError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"
+
+
+def _tiles_done(folder: Path) -> int:
+    try:
+        manifest = json.loads((folder / "manifest.json").read_text())
+    except (FileNotFoundError, json.JSONDecodeError):
+        return 0
+    return int(manifest["commits"][0]["progress"])
