@@ -1,0 +1,60 @@
+"""Cluster targets of the Pipes resource's Kubernetes tests.
+
+`k8s_cluster` gives what a test needs of a cluster: the `kubernetes` config section (a
+kubeconfig per tenant), the tenants' Jobs and pods, a wait helper, and a way to preempt a pod.
+Today its one target is the emulator; the real control plane joins as a second parameter once
+it has a node agent.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+
+from tests.kubernetes.k8s_support import (
+    NAMESPACE,
+    TENANTS,
+    install_priority_classes,
+    sync_nodes_from_host,
+    tenant_config,
+)
+
+
+@dataclass(frozen=True)
+class PipesCluster:
+    """One Kubernetes target: host + tenants team-a and team-b, namespace `default`."""
+
+    name: str
+    kubernetes: dict[str, Any]  # the `kubernetes` section of the AICompute config
+    jobs: Callable[[str], list[dict[str, Any]]]  # tenant → its Jobs (API JSON form)
+    pods: Callable[[str], list[dict[str, Any]]]  # tenant → its pods
+    preempt: Callable[[str, str], None]  # (tenant, pod name): preempt it as the scheduler does
+    wait_for: Callable[..., None]  # wait_for(predicate, timeout=...)
+
+
+def _emulator_target() -> Iterator[PipesCluster]:
+    kube = pytest.importorskip("k8s_ai_orchestrator.testing.kube")
+    nodes = [
+        kube.NodeSpec(name="node-a", cpu="8", memory="16Gi", gpus=0, labels={}, taints=()),
+        kube.NodeSpec(name="node-b", cpu="8", memory="16Gi", gpus=0, labels={}, taints=()),
+    ]
+    with kube.KubeEmulator(nodes=nodes, tenants=list(TENANTS), tls=False, workdir=None) as emu:
+        for tenant in TENANTS:
+            install_priority_classes(emu.tenant(tenant).api_client())
+            sync_nodes_from_host(emu, tenant)
+        yield PipesCluster(
+            name="emulator",
+            kubernetes=tenant_config(emu),
+            jobs=lambda tenant: emu.jobs(tenant, NAMESPACE),
+            pods=lambda tenant: emu.pods(tenant, NAMESPACE),
+            preempt=lambda tenant, pod: emu.preempt_pod(tenant, NAMESPACE, pod),
+            wait_for=emu.wait_for,
+        )
+
+
+@pytest.fixture(scope="module", params=["emulator"])
+def k8s_cluster(request: pytest.FixtureRequest) -> Iterator[PipesCluster]:
+    yield from _emulator_target()
