@@ -153,7 +153,7 @@ class CheckpointStore(ConfigurableResource):  # type: ignore[misc]
         Example:
             >>> store = CheckpointStore(root="memory://doc-location")
             >>> store.location("nightly-mosaic")["url"]
-            'memory://doc-location/keys/nightly-mosaic/unpartitioned'
+            'memory:///doc-location/keys/nightly-mosaic/unpartitioned'
         """
         fs, base = self._filesystem()
         if isinstance(context_or_key, str):

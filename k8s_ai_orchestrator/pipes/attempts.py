@@ -69,7 +69,9 @@ class PipesAttempts:
             reader = make_reader(attempt)
             with open_session(reader) as session:
                 bootstrap = session.get_bootstrap_env_vars()
-                status = self._run_attempt(self._request(spec, attempt, {**env, **bootstrap}), reader)
+                status = self._run_attempt(
+                    self._request(spec, attempt, {**env, **bootstrap}), reader
+                )
             if status.state is StepState.SUCCEEDED:
                 message, meta = live.summary(self._planned.key)
                 self._log(message)

@@ -80,4 +80,6 @@ def _pipes_message(line: str) -> Any:
         message = json.loads(text)
     except json.JSONDecodeError:
         return None
-    return message if isinstance(message, dict) and PIPES_PROTOCOL_VERSION_FIELD in message else None
+    return (
+        message if isinstance(message, dict) and PIPES_PROTOCOL_VERSION_FIELD in message else None
+    )

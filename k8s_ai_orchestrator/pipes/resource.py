@@ -8,11 +8,12 @@ checkpoint), Pending reasons in the run's log, the job cancelled when the run is
 and every attempt's usage as metadata. Only the last attempt's reported results count.
 
 Example:
-    >>> from dagster import AssetExecutionContext, asset
+    >>> from dagster import Definitions, asset
     >>> @asset
-    ... def model(context: AssetExecutionContext, ai: AICompute):
+    ... def model(context, ai: AICompute):
     ...     return ai.run(context=context, command=["python", "train.py"], cpu=4,
     ...                   memory="16Gi").get_materialize_result()
+    >>> defs = Definitions(assets=[model], resources={"ai": AICompute(backend="local")})
 """
 
 from __future__ import annotations

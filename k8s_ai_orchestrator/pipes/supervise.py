@@ -2,9 +2,11 @@
 
 Example:
     >>> from k8s_ai_orchestrator.backends.base import JobHandle, StepStatus
-    >>> class Done:
-    ...     def status(self, handle): return StepStatus.succeeded(node="node-a")
-    >>> watcher = AttemptWatcher(Done(), JobHandle("local", "1", "train"), print)
+    >>> class RunsThenSucceeds:
+    ...     answers = [StepStatus.running("node-a"), StepStatus.succeeded("node-a")]
+    ...     def status(self, handle): return self.answers.pop(0)
+    >>> watcher = AttemptWatcher(RunsThenSucceeds(), JobHandle("local", "1", "train"), print,
+    ...                          sleep=lambda s: None)
     >>> watcher.wait(timeout_s=None).state.value
     Step 'train' is running on node-a
     'Succeeded'

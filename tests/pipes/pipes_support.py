@@ -1,6 +1,5 @@
 """Helpers of the Pipes resource tests: one asset that runs programs/tiles.py through AICompute."""
 
-
 import json
 import sys
 from collections.abc import Mapping

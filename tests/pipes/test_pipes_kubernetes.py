@@ -45,7 +45,11 @@ def test_a_job_reports_materialization_and_check_through_its_pod_log(
 
     assert result.success
     metadata = materialization_metadata(result)
-    assert (metadata["tiles"], metadata["backend"], metadata["tenant"]) == (2, "kubernetes", "team-a")
+    assert (metadata["tiles"], metadata["backend"], metadata["tenant"]) == (
+        2,
+        "kubernetes",
+        "team-a",
+    )
     assert check_evaluation(result) == ("tiles_complete", True)
     (row,) = attempt_rows(metadata)
     assert row["job"].startswith("k8s-ai-") and row["outcome"] == "Succeeded"

@@ -107,7 +107,9 @@ def build_job(
         )
     job = construct_dagster_k8s_job(
         job_config=_dagster_job_config(tenant, config, image),
-        args=list(request.command) if request.raw_command else container_args(request.command, config),
+        args=list(request.command)
+        if request.raw_command
+        else container_args(request.command, config),
         job_name=name,
         pod_name=name,
         component="step_worker",

@@ -44,13 +44,26 @@ def save(ckpt, state, progress):
         f.write(data)
         f.flush()
         os.fsync(f.fileno())
-    entry = {"path": f"data/{cid}/state.json", "size": len(data),
-             "sha256": hashlib.sha256(data).hexdigest()}
-    commit = {"id": cid, "seq": seq, "kind": "json", "files": [entry], "progress": progress,
-              "saved_at": time.time(), "attempt": int(os.environ.get("K8S_AI_ATTEMPT", 0)),
-              "run_id": None}
-    manifest = {"format": ckpt["format"], "fingerprint": ckpt["fingerprint"],
-                "commits": [commit, *commits][:2]}
+    entry = {
+        "path": f"data/{cid}/state.json",
+        "size": len(data),
+        "sha256": hashlib.sha256(data).hexdigest(),
+    }
+    commit = {
+        "id": cid,
+        "seq": seq,
+        "kind": "json",
+        "files": [entry],
+        "progress": progress,
+        "saved_at": time.time(),
+        "attempt": int(os.environ.get("K8S_AI_ATTEMPT", 0)),
+        "run_id": None,
+    }
+    manifest = {
+        "format": ckpt["format"],
+        "fingerprint": ckpt["fingerprint"],
+        "commits": [commit, *commits][:2],
+    }
     tmp = os.path.join(folder, f".manifest.{cid}.tmp")
     with open(tmp, "w") as f:
         json.dump(manifest, f)
@@ -79,11 +92,17 @@ def main():
             if ckpt:
                 save(ckpt, state, progress=tile + 1)
         pipes.report_asset_materialization(
-            metadata={"tiles": state["next_tile"], "resumed_at": resumed_at,
-                      "attempt": int(attempt)}
+            metadata={
+                "tiles": state["next_tile"],
+                "resumed_at": resumed_at,
+                "attempt": int(attempt),
+            }
         )
-        pipes.report_asset_check(check_name="tiles_complete", passed=state["next_tile"] > 0,
-                                 metadata={"tiles": state["next_tile"]})
+        pipes.report_asset_check(
+            check_name="tiles_complete",
+            passed=state["next_tile"] > 0,
+            metadata={"tiles": state["next_tile"]},
+        )
 
 
 if __name__ == "__main__":
