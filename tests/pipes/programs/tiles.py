@@ -77,6 +77,8 @@ def main():
         if out:
             with open(os.path.join(out, f"pid-{attempt}"), "w") as f:
                 f.write(str(os.getpid()))
+            with open(os.path.join(out, f"job-{attempt}"), "w") as f:
+                f.write(os.environ.get("SLURM_JOB_ID", ""))
         pipes.log.info(f"tiles program attempt {attempt} started")
         need = int(os.environ.get("NEED_MIB", "0")) * 2**20
         if need > int(os.environ["K8S_AI_MEMORY_BYTES"]):
