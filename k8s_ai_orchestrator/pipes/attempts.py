@@ -128,9 +128,14 @@ class PipesAttempts:
         def poll(final: bool = False) -> None:
             if not isinstance(reader, PodLogMessageReader) or logs_since is None or not handle:
                 return
-            reader.poll(lambda offset: logs_since(handle, offset))
+
+            def read(offset: int) -> tuple[str, int]:
+                return logs_since(handle, offset)  # type: ignore[no-any-return]
+
             if final:
-                reader.flush()
+                reader.drain(read)
+            else:
+                reader.poll(read)
 
         return poll
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import sys
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -46,19 +47,42 @@ class PodLogMessageReader(PipesMessageReader):
         finally:
             self._handler = None
 
-    def poll(self, logs_since: LogsSince) -> None:
-        """Hand every complete new log line that is a Pipes message to the session."""
+    def poll(self, logs_since: LogsSince) -> bool:
+        """Hand every complete new log line that is a Pipes message to the session.
+
+        Returns whether new log text arrived.
+        """
         text, self._offset = logs_since(self._offset)
         lines = (self._partial + text).split("\n")
         self._partial = lines.pop()
         for line in lines:
             self._consume(line)
+        return bool(text)
 
-    def flush(self) -> None:
-        """The last line, when the log did not end with a newline."""
+    def drain(
+        self,
+        logs_since: LogsSince,
+        *,
+        settle_s: float = 1.0,
+        timeout_s: float = 10.0,
+        clock: Callable[[], float] = time.monotonic,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
+        """Read the log of an ended pod to its end: until the program closed its Pipes
+        session, or nothing new arrived for `settle_s` (a killed program never closes it)."""
+        started = quiet_since = clock()
+        while clock() - started < timeout_s:
+            if self.poll(logs_since):
+                quiet_since = clock()
+            if self._closed() or clock() - quiet_since >= settle_s:
+                break
+            sleep(0.1)
         if self._partial:
             self._consume(self._partial)
             self._partial = ""
+
+    def _closed(self) -> bool:
+        return self._handler is not None and self._handler.received_closed_message
 
     def _consume(self, line: str) -> None:
         message = _pipes_message(line)

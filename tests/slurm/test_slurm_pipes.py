@@ -90,7 +90,9 @@ def test_a_program_on_a_lost_node_is_relaunched_and_resumes_from_its_checkpoint(
     assert any("was Lost; relaunching at the same size" in m for m in logs), logs
 
 
-def test_terminating_the_run_leaves_no_slurm_job(cluster: LocalSlurmCluster, tmp_path: Path) -> None:
+def test_terminating_the_run_leaves_no_slurm_job(
+    cluster: LocalSlurmCluster, tmp_path: Path
+) -> None:
     out = tmp_path / "out"
     out.mkdir()
     env = {"TILES": "100", "TILE_S": "1", "PIPES_TEST_OUT": str(out)}

@@ -1,13 +1,23 @@
-"""GET pods/{name}/log: container, previous, tailLines, limitBytes and follow.
+"""GET pods/{name}/log: container, previous, tailLines, limitBytes, follow and timestamps.
+
+The kubelet here keeps no time per line: with `timestamps=true` each line is stamped with the
+time it is first served (a following reader sees it within `FOLLOW_POLL_SECONDS` of its
+writing). `sinceSeconds` is accepted and serves the whole log.
 
 Example:
     >>> _tail(b"a\\nb\\nc\\n", 2)
     b'b\\nc\\n'
+    >>> stamper = Stamper(enabled=True, clock=lambda: 0.5)
+    >>> print((stamper.stamp(b"a\\nb") + stamper.stamp(b"c\\n")).decode(), end="")
+    1970-01-01T00:00:00.500000000Z a
+    1970-01-01T00:00:00.500000001Z bc
 """
 
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +32,37 @@ def _tail(data: bytes, lines: int) -> bytes:
         return b""
     kept = data.splitlines(keepends=True)[-lines:]
     return b"".join(kept)
+
+
+class Stamper:
+    """Prefixes every line with an RFC 3339 time, as the kubelet's `timestamps=true`.
+
+    Times strictly increase from line to line (readers such as dagster-k8s join lines that
+    share a timestamp into one).
+    """
+
+    def __init__(self, enabled: bool, clock: Callable[[], float] = time.time) -> None:
+        self._enabled = enabled
+        self._clock = clock
+        self._at_line_start = True
+        self._last_ns = 0
+
+    def stamp(self, data: bytes) -> bytes:
+        if not self._enabled or not data:
+            return data
+        out = bytearray()
+        for line in data.splitlines(keepends=True):
+            if self._at_line_start:
+                out += self._next_stamp()
+            out += line
+            self._at_line_start = line.endswith(b"\n")
+        return bytes(out)
+
+    def _next_stamp(self) -> bytes:
+        self._last_ns = max(int(self._clock() * 1e9), self._last_ns + 1)
+        seconds, nanos = divmod(self._last_ns, 10**9)
+        moment = datetime.fromtimestamp(seconds, UTC).strftime("%Y-%m-%dT%H:%M:%S")
+        return f"{moment}.{nanos:09d}Z ".encode()
 
 
 def _choose_container(pod: Obj, params: dict[str, str]) -> str:
@@ -75,12 +116,13 @@ def stream_log(handler: Any, route: Route, params: dict[str, str]) -> None:
         data = _tail(data, int(params["tailLines"]))
     limit = int(params["limitBytes"]) if params.get("limitBytes") else None
     follow = params.get("follow") in ("true", "1", "True") and not previous
+    stamper = Stamper(params.get("timestamps") in ("true", "1", "True"))
     if not follow:
-        handler._send_bytes(200, data[:limit] if limit else data, "text/plain")
+        handler._send_bytes(200, stamper.stamp(data[:limit] if limit else data), "text/plain")
         return
     handler._start_chunked("text/plain")
     try:
-        handler._chunk(data)
+        handler._chunk(stamper.stamp(data))
         offset = path.stat().st_size
         uid = pod["metadata"]["uid"]
         while not server.stopping.is_set():
@@ -89,7 +131,7 @@ def stream_log(handler: Any, route: Route, params: dict[str, str]) -> None:
                 log.seek(offset)
                 fresh = log.read()
             offset += len(fresh)
-            handler._chunk(fresh)
+            handler._chunk(stamper.stamp(fresh))
             if not running:
                 break
             time.sleep(FOLLOW_POLL_SECONDS)

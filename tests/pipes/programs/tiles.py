@@ -81,7 +81,7 @@ def main():
                 f.write(os.environ.get("SLURM_JOB_ID", ""))
         pipes.log.info(f"tiles program attempt {attempt} started")
         need = int(os.environ.get("NEED_MIB", "0")) * 2**20
-        if need > int(os.environ["K8S_AI_MEMORY_BYTES"]):
+        if need > int(os.environ.get("K8S_AI_MEMORY_BYTES", need)):
             hog = bytearray(need)
             time.sleep(30)
             del hog
