@@ -19,16 +19,18 @@ from dagster import (
     sensor,
 )
 
-from k8s_ai_orchestrator import CheckpointStore, Gang, ai_executor
+from k8s_ai_orchestrator import AICompute, CheckpointStore, Gang, ai_executor
 
 from .assets import mosaic, risk_scores, tile_assets, vegetation_index
+from .report_program import risk_report
 from .scenes import inbox_dir
 from .training import vegetation_model
 
 vegetation_risk = define_asset_job(
     "vegetation_risk",
     selection=AssetSelection.groups("vegetation", "training"),
-    description="Tiles → mosaic → vegetation index → risk scores, and the 2-node model.",
+    description="Tiles → mosaic → vegetation index → risk scores → risk report, and the "
+    "2-node model.",
 )
 
 
@@ -61,13 +63,14 @@ def _checkpoint_root() -> str:
 
 
 defs = Definitions(
-    assets=[*tile_assets, mosaic, vegetation_index, risk_scores, vegetation_model],
+    assets=[*tile_assets, mosaic, vegetation_index, risk_scores, risk_report, vegetation_model],
     jobs=[vegetation_risk],
     schedules=[nightly_vegetation_risk],
     sensors=[new_scenes],
     resources={
         "checkpoints": CheckpointStore(root=_checkpoint_root(), interval_s=0.5),
         "gang": Gang(timeout_s=600),
+        "ai": AICompute(poll_interval_s=0.1),
     },
     executor=ai_executor,
 )

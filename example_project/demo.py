@@ -41,6 +41,7 @@ def _prepare_environment(preempt: bool) -> None:
     os.environ["VEGETATION_INBOX"] = str(DEMO_DIR / "inbox")
     os.environ["VEGETATION_CHECKPOINTS"] = (DEMO_DIR / "checkpoints").as_uri()
     os.environ["VEGETATION_PREEMPT_MARKER"] = str(DEMO_DIR / "preempt-me")
+    os.environ["VEGETATION_REPORTS"] = str(DEMO_DIR / "reports")
     if preempt:
         os.environ.setdefault("VEGETATION_PREEMPT_AT", "16")
 

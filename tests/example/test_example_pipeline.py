@@ -24,6 +24,7 @@ def example_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, dagster_home: P
     monkeypatch.setenv("VEGETATION_INBOX", str(tmp_path / "inbox"))
     monkeypatch.setenv("VEGETATION_CHECKPOINTS", (tmp_path / "ckpt").as_uri())
     monkeypatch.setenv("VEGETATION_UNIT_SECONDS", "0")
+    monkeypatch.setenv("VEGETATION_REPORTS", str(tmp_path / "reports"))
     monkeypatch.chdir(ROOT)
     return tmp_path
 
@@ -42,12 +43,26 @@ def test_example_materializes_every_asset_through_ai_executor(example_env: Path)
             )
             if r.asset_materialization
         }
+        checks = [
+            (e.check_name, e.passed)
+            for r in instance.all_logs(
+                result.run_id, of_type=DagsterEventType.ASSET_CHECK_EVALUATION
+            )
+            if r.dagster_event and (e := r.dagster_event.event_specific_data)
+        ]
         launches = [
             r.dagster_event.message
             for r in instance.all_logs(result.run_id, of_type=DagsterEventType.ENGINE_EVENT)
             if r.dagster_event and (r.dagster_event.message or "").startswith("Launching step")
         ]
-    assert {"tiles_north", "mosaic", "vegetation_index", "risk_scores"} <= materialized
+    assert {
+        "tiles_north",
+        "mosaic",
+        "vegetation_index",
+        "risk_scores",
+        "risk_report",
+    } <= materialized
+    assert checks == [("scores_are_shares", True)]  # reported by the program run through AICompute
     assert any("'mosaic' on local with xl: 72 CPU / 450Gi" in m for m in launches)
     assert any("'vegetation_index' on local tenant 'vision' with gpu-1" in m for m in launches)
 
