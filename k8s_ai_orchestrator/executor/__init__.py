@@ -3,17 +3,19 @@
 Only this package imports `dagster._core`. One step's way through it:
 
     op tags ──▶ spec ──▶ step handler ──▶ backend ──▶ status ──▶ relaunch decision ──▶ events
-    (tags.py)  (spec.py) (step_handler)  (backends/) (watch/poll) (relaunch.py)      (step_events)
+    (tags.py)  (spec.py) (step_handler)  (backends/) (watch/poll) (launch/relaunch) (step_events)
                     ▲                                                │
                     └──────────── new attempt: same size, or memory × factor ┘
 
-- `definition.py`: the `ai_executor` definition, its config schema and the executor class;
-- `settings.py`: executor config → typed, validated `ExecutorSettings` (no Dagster);
-- `backends.py`: builds each backend from the settings;
+- `definition.py`: the `ai_executor` definition and the executor class;
+- `schema.py`: its config schema;
 - `step_handler.py`: Dagster's `StepHandler` — launch, check health, terminate;
-- `attempts.py`: per-step bookkeeping of the live attempt and the step's history;
-- `relaunch.py`: what to do after an attempt ended (relaunch, escalate memory, or fail);
+- `validation.py`: the run-start check of every step before the first submit;
 - `step_events.py`: the engine events and metadata the UI shows.
+
+One floor down, shared with the `AICompute` Pipes resource and free of Dagster, `launch/`
+holds the settings, the step plan, the backend factory, the attempts bookkeeping and the
+relaunch decisions.
 
 The step environment (`stepenv.py`) is one floor down, in the core: backends pass it through
 and step-side code (`CheckpointStore`, `Gang`) reads it.

@@ -33,6 +33,9 @@ def tiles_asset(
         invocation = ai.run(
             context=context, command=TILES_COMMAND, env=dict(env), checkpoints=store, **size
         )
+        if store is not None:
+            with store.open(context) as ckpt:
+                context.log.info(f"CheckpointStore.open(context) loads {ckpt.load()}")
         return invocation.get_results()
 
     return tiles

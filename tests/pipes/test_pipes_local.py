@@ -119,10 +119,12 @@ def test_a_preempted_program_is_relaunched_and_resumes_from_its_checkpoint(
     metadata = materialization_metadata(result)
     assert metadata["attempt"] == 1 and metadata["resumed_at"] >= 2 and metadata["tiles"] == 8
     assert metadata["reasons"] == "Preempted" and metadata["preemptions"] == 1
+    logs = log_messages(instance, result.run_id)
     assert any(
         m.startswith("Relaunching: step 'tiles-pipes' was Preempted; relaunching at the same size")
-        for m in log_messages(instance, result.run_id)
+        for m in logs
     )
+    assert "CheckpointStore.open(context) loads {'next_tile': 8}" in logs
     manifest = parse_manifest((folder / "manifest.json").read_bytes())
     assert manifest.commits[0].progress == 8 and manifest.fingerprint == "v1"
 
