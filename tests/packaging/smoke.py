@@ -36,7 +36,14 @@ def check_distribution() -> None:
 def check_public_names() -> None:
     import k8s_ai_orchestrator as lib
 
-    for name in ("compute", "ai_executor", "CheckpointStore", "Gang", "ComputeSpecError"):
+    for name in (
+        "compute",
+        "ai_executor",
+        "CheckpointStore",
+        "Gang",
+        "AICompute",
+        "ComputeSpecError",
+    ):
         assert hasattr(lib, name), name
     assert lib.compute("xs")["k8s_ai/size"] == "xs"
 

@@ -111,17 +111,18 @@ def test_terminating_the_run_leaves_no_job(k8s_cluster: PipesCluster, tmp_path: 
         "default_tenant": "team-a",
         "poll_interval_s": 0.05,
     }
+    before = _job_names(k8s_cluster)
     run = subprocess.Popen(
         [sys.executable, "-m", "tests.pipes.terminate_run", json.dumps(config), json.dumps(env)],
         cwd=ROOT,
     )
     k8s_cluster.wait_for(lambda: (out / "pid-0").exists(), timeout=60)
-    assert [j for j in k8s_cluster.jobs("team-a") if _is_tiles(j)]
+    assert _job_names(k8s_cluster) - before  # the program's Job
 
     run.send_signal(signal.SIGINT)
 
     assert run.wait(timeout=60) != 0
-    k8s_cluster.wait_for(lambda: not [j for j in k8s_cluster.jobs("team-a") if _is_tiles(j)])
+    k8s_cluster.wait_for(lambda: not _job_names(k8s_cluster) - before)
 
 
 def test_a_program_larger_than_any_node_is_refused_before_a_job_is_created(
@@ -143,6 +144,10 @@ def _running_first_attempt(pod: dict[str, Any]) -> bool:
     labels = pod["metadata"].get("labels", {})
     phase = pod.get("status", {}).get("phase")
     return labels.get("k8s-ai/attempt") == "0" and phase == "Running" and _is_tiles(pod)
+
+
+def _job_names(cluster: PipesCluster) -> set[str]:
+    return {job["metadata"]["name"] for job in cluster.jobs("team-a")}
 
 
 def _is_tiles(job: dict[str, Any]) -> bool:
