@@ -81,7 +81,7 @@ class AttemptWatcher:
         return self._last
 
     def _say_pending(self, status: StepStatus) -> None:
-        note = status.message or status.reason or "Pending"
+        note = status.message or status.reason or "no reason reported yet"
         if note != self._note:
             self._note = note
             self._log(f"Step '{self._handle.step_key}' is Pending: {note}")
