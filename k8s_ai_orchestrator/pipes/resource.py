@@ -50,6 +50,7 @@ SETTINGS_KEYS = (
     "local",
     "kubernetes",
     "slurm",
+    "gang_backend",
     "default_tenant",
     "allowed_tenants",
     "oom_escalation",
@@ -79,6 +80,9 @@ class AICompute(ConfigurableResource, PipesClient):  # type: ignore[misc]
     local: dict[str, Any] = Field(default_factory=dict, description="Local capacity")
     kubernetes: dict[str, Any] | None = Field(default=None, description="Tenants, image...")
     slurm: dict[str, Any] | None = Field(default=None, description="Slurm transport, workdir...")
+    gang_backend: str | None = Field(
+        default=None, description="Where multi-node programs run: slurm | kubernetes | local"
+    )
     default_tenant: str | None = None
     allowed_tenants: list[str] | None = None
     oom_escalation: dict[str, Any] = Field(
