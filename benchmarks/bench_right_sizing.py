@@ -24,7 +24,7 @@ from pathlib import Path
 
 from k8s_ai_orchestrator.backends.base import LaunchRequest, MemoryGrowth, ResourceUsage
 from k8s_ai_orchestrator.backends.local import AdmissionLedger, LocalBackend, LocalCapacity
-from k8s_ai_orchestrator.executor.autosize import AutoSizing, UsageRecord, size_from_history
+from k8s_ai_orchestrator.launch.autosize import AutoSizing, UsageRecord, size_from_history
 from k8s_ai_orchestrator.launch.relaunch import RelaunchPolicy, StepHistory, decide
 from k8s_ai_orchestrator.spec import ComputeSpec
 

@@ -25,11 +25,11 @@ from k8s_ai_orchestrator.backends.local import AdmissionLedger, LocalCapacity
 from k8s_ai_orchestrator.backends.local.ledger import Want
 from k8s_ai_orchestrator.backends.local.meter import AttemptMeter
 from k8s_ai_orchestrator.errors import ConfigError
-from k8s_ai_orchestrator.executor.autosize import AutoSizing, UsageRecord, size_from_history
 from k8s_ai_orchestrator.executor.right_sizing import new_resizes
 from k8s_ai_orchestrator.executor.step_events import metadata_values
 from k8s_ai_orchestrator.executor.usage_history import PARTITION_TAG, load_usage_history
 from k8s_ai_orchestrator.launch.attempts import StepAttempts
+from k8s_ai_orchestrator.launch.autosize import AutoSizing, UsageRecord, size_from_history
 from k8s_ai_orchestrator.launch.relaunch import StepHistory
 from k8s_ai_orchestrator.launch.settings import ExecutorSettings
 from k8s_ai_orchestrator.report import LoggedEvent, build_report, render_html, summarize

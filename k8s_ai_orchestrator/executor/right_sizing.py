@@ -22,9 +22,9 @@ from dagster import DagsterInstance, DagsterRun
 
 from ..backends.base import Backend, GrowOutcome, Resize
 from ..launch.attempts import StepAttempts
+from ..launch.autosize import Sizing, size_from_history
 from ..launch.settings import ExecutorSettings
 from ..spec import DEFAULT_SIZE_CLASSES, ComputeSpec, format_memory
-from .autosize import Sizing, size_from_history
 from .usage_history import load_usage_history
 
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 from dagster import DagsterInstance, DagsterRun, RunsFilter
 from dagster._core.events import DagsterEventType
 
-from .autosize import UsageRecord
+from ..launch.autosize import UsageRecord
 from .step_events import META
 
 PARTITION_TAG = "dagster/partition"
