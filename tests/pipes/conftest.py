@@ -18,7 +18,6 @@ from tests.kubernetes.k8s_support import (
     NAMESPACE,
     TENANTS,
     install_priority_classes,
-    sync_nodes_from_host,
     tenant_config,
 )
 
@@ -44,7 +43,6 @@ def _emulator_target() -> Iterator[PipesCluster]:
     with kube.KubeEmulator(nodes=nodes, tenants=list(TENANTS), tls=False, workdir=None) as emu:
         for tenant in TENANTS:
             install_priority_classes(emu.tenant(tenant).api_client())
-            sync_nodes_from_host(emu, tenant)
         yield PipesCluster(
             name="emulator",
             kubernetes=tenant_config(emu),
