@@ -297,8 +297,8 @@ CASES: dict[str, Case] = {
         k8s(api_retries=-1), "kubernetes backend, whose config is invalid", "api_retries=-1"
     ),
     "no-image": with_config(k8s(image=None), "no image for tenant 'team-a'"),
-    "gang-on-kubernetes": one(
-        compute(nodes=2, cpu=1, memory="1Gi"), "multi-node gang", "slurm backend"
+    "gang-on-kubernetes-without-a-shared-workdir": one(
+        compute(nodes=2, cpu=1, memory="1Gi"), "multi-node gang", "kubernetes.gang_workdir"
     ),
     # pre-flight: the step can never run where it is routed
     "larger-than-every-node": one(

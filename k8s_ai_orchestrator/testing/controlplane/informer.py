@@ -13,7 +13,6 @@ Example:
 
 from __future__ import annotations
 
-import copy
 import threading
 import time
 from collections.abc import Callable
@@ -82,15 +81,14 @@ class Informer:
             self._watcher.stop()
 
     def items(self) -> list[Obj]:
-        """Copies of the cached objects."""
+        """The cached objects (shared, never copied: read them, do not change them)."""
         with self._lock:
-            return [copy.deepcopy(o) for o in self._objects.values()]
+            return list(self._objects.values())
 
     def get(self, namespace: str, name: str) -> Obj | None:
-        """A copy of one cached object, or None."""
+        """One cached object (shared: do not change it), or None."""
         with self._lock:
-            found = self._objects.get((namespace, name))
-        return copy.deepcopy(found) if found is not None else None
+            return self._objects.get((namespace, name))
 
     def pop_tombstone(self, namespace: str, name: str) -> Obj | None:
         """The last state of a deleted object, once (None when it was not deleted)."""

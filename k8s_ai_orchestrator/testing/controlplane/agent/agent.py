@@ -31,7 +31,8 @@ from .logserver import LogServer
 from .nodes import NodeHeartbeat, node_object
 from .remote import RemoteStore
 
-TICK_S = 0.1
+TICK_S = 0.1  # while containers run: memory sampling and exits
+IDLE_TICK_S = 2.0  # nothing running: pod changes wake the loop anyway
 
 
 class NodeAgent:
@@ -134,7 +135,7 @@ class NodeAgent:
                 self.kubelet.tick()
             except Exception as error:  # noqa: BLE001 - one bad pass must not stop the node
                 self._errors.append(error)
-            self._wake.wait(TICK_S)
+            self._wake.wait(TICK_S if self.kubelet.processes_alive() else IDLE_TICK_S)
 
     def _pod_meta(self, uid: str) -> dict[str, str] | None:
         for pod in self.store.list("pods"):

@@ -38,7 +38,7 @@ from ..informer import Informer, Obj
 from . import translate
 from .nodes import NodeSync
 
-TICK_S = 0.5
+TICK_S = 5.0  # a safety net: every watched change wakes the loop at once
 _STRATEGIC = "application/strategic-merge-patch+json"
 
 
