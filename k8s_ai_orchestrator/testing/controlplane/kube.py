@@ -18,7 +18,6 @@ Example:
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -27,6 +26,7 @@ from typing import Any
 
 from kubernetes import client, config
 
+from ..kube.emulator import wait_until
 from ..kube.nodes import NodeSpec
 from .agent import NodeAgent
 from .cluster import ApiServer, ControlPlane
@@ -142,14 +142,7 @@ class RealKube:
         self, predicate: Callable[[], Any], timeout: float = 30, interval: float = 0.1
     ) -> Any:
         """Poll `predicate` until it returns something truthy; TimeoutError otherwise."""
-        deadline = time.monotonic() + timeout
-        while True:
-            result = predicate()
-            if result:
-                return result
-            if time.monotonic() >= deadline:
-                raise TimeoutError(f"condition not met within {timeout}s: {predicate!r}")
-            time.sleep(interval)
+        return wait_until(predicate, timeout, interval)
 
     def pods(self, server: str, namespace: str | None = None) -> list[Obj]:
         """Raw pods of "host" or a tenant, without the hidden ones."""

@@ -265,14 +265,7 @@ class KubeEmulator(FaultsMixin):
         self, predicate: Callable[[], Any], timeout: float = 30, interval: float = 0.05
     ) -> Any:
         """Poll `predicate` until it returns something truthy; TimeoutError otherwise."""
-        deadline = time.monotonic() + timeout
-        while True:
-            result = predicate()
-            if result:
-                return result
-            if time.monotonic() >= deadline:
-                raise TimeoutError(f"condition not met within {timeout}s: {predicate!r}")
-            time.sleep(interval)
+        return wait_until(predicate, timeout, interval)
 
     def _objects(self, resource: str, server: str, namespace: str | None) -> list[Obj]:
         with self.cluster.lock:
@@ -294,6 +287,18 @@ class KubeEmulator(FaultsMixin):
         """Container processes (process groups) still running."""
         with self.cluster.lock:
             return self.kubelet.processes_alive()
+
+
+def wait_until(predicate: Callable[[], Any], timeout: float, interval: float) -> Any:
+    """Poll `predicate` until it returns something truthy; TimeoutError after `timeout` s."""
+    deadline = time.monotonic() + timeout
+    while True:
+        result = predicate()
+        if result:
+            return result
+        if time.monotonic() >= deadline:
+            raise TimeoutError(f"condition not met within {timeout}s: {predicate!r}")
+        time.sleep(interval)
 
 
 def api_types(plural: str) -> Any:

@@ -5,7 +5,7 @@ time it is first served (a following reader sees it within `FOLLOW_POLL_SECONDS`
 writing). `sinceSeconds` is accepted and serves the whole log.
 
 Example:
-    >>> _tail(b"a\\nb\\nc\\n", 2)
+    >>> tail_lines(b"a\\nb\\nc\\n", 2)
     b'b\\nc\\n'
     >>> stamper = Stamper(enabled=True, clock=lambda: 0.5)
     >>> print((stamper.stamp(b"a\\nb") + stamper.stamp(b"c\\n")).decode(), end="")
@@ -27,7 +27,8 @@ from .store import ApiError, Obj
 FOLLOW_POLL_SECONDS = 0.1
 
 
-def _tail(data: bytes, lines: int) -> bytes:
+def tail_lines(data: bytes, lines: int) -> bytes:
+    """The last `lines` lines of a log (the kubelet's tailLines)."""
     if lines <= 0:
         return b""
     kept = data.splitlines(keepends=True)[-lines:]
@@ -113,7 +114,7 @@ def stream_log(handler: Any, route: Route, params: dict[str, str]) -> None:
     path = _log_path(server.logs, pod, container, previous)
     data = path.read_bytes()
     if params.get("tailLines"):
-        data = _tail(data, int(params["tailLines"]))
+        data = tail_lines(data, int(params["tailLines"]))
     limit = int(params["limitBytes"]) if params.get("limitBytes") else None
     follow = params.get("follow") in ("true", "1", "True") and not previous
     stamper = Stamper(params.get("timestamps") in ("true", "1", "True"))

@@ -22,6 +22,7 @@ from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
+from ...kube.logs import tail_lines
 from ..pki import KeyPair
 
 FOLLOW_POLL_S = 0.1
@@ -35,10 +36,6 @@ def parse_path(path: str) -> tuple[str, str, str] | None:
     if len(parts) != 4 or parts[0] != "containerLogs":
         return None
     return parts[1], parts[2], parts[3]
-
-
-def _tail(data: bytes, lines: int) -> bytes:
-    return b"".join(data.splitlines(keepends=True)[-lines:]) if lines > 0 else b""
 
 
 class LogServer:
@@ -93,7 +90,7 @@ class _Handler(BaseHTTPRequestHandler):
         data = path.read_bytes()
         size = len(data)
         if query.get("tailLines"):
-            data = _tail(data, int(query["tailLines"]))
+            data = tail_lines(data, int(query["tailLines"]))
         if query.get("limitBytes"):
             data = data[: int(query["limitBytes"])]
         if query.get("follow") not in ("true", "1") or previous:
