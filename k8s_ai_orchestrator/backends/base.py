@@ -111,6 +111,9 @@ class LaunchRequest:
     # run `command` exactly as given; by default the Kubernetes and Slurm backends put their
     # configured python in place of argv[0] (the coordinator's interpreter path)
     raw_command: bool = False
+    # the running step of the same run this launch comes from (a Pipes command started inside
+    # a step); the local backend lets it go ahead of waiting steps and lends it the step's share
+    parent_step_key: str = ""
 
 
 @dataclass(frozen=True)

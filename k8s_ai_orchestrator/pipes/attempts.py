@@ -8,6 +8,7 @@ attempts are relaunched with memory × factor and Preempted/Evicted/Lost ones at
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager
 from typing import Any
@@ -177,6 +178,7 @@ class PipesAttempts:
             grace_period_s=settings.grace_period_s,
             labels={"dagster/job": self._context.run.job_name},
             raw_command=True,
+            parent_step_key=_parent_step(run_id),
         )
 
     def _where(self) -> str:
@@ -185,3 +187,10 @@ class PipesAttempts:
 
     def _log(self, message: str) -> None:
         self._context.log.info(message)
+
+
+def _parent_step(run_id: str) -> str:
+    """The `ai_executor` step this command is launched from ("" outside one, or another run's)."""
+    if os.environ.get(stepenv.RUN_ID) != run_id:
+        return ""
+    return os.environ.get(stepenv.STEP_KEY, "")

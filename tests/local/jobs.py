@@ -13,7 +13,7 @@ from pathlib import Path
 
 from dagster import Definitions, OpExecutionContext, RetryPolicy, job, op
 
-from k8s_ai_orchestrator import CheckpointStore, ai_executor, compute
+from k8s_ai_orchestrator import AICompute, CheckpointStore, ai_executor, compute
 from k8s_ai_orchestrator.backends.local import AdmissionLedger
 
 OUT = Path(os.environ.get("TEST_OUT", "/tmp"))
@@ -190,8 +190,24 @@ def machine_wide() -> None:
     two_cpu_beside_another_run()
 
 
+@op(tags=compute(cpu=2, memory="256Mi"))
+def step_running_a_command(context: OpExecutionContext, ai: AICompute) -> None:
+    """Holds the whole 2-CPU machine while its Pipes command (1 CPU) runs: the command must
+    not queue behind its own waiting parent."""
+    program = "from dagster_pipes import open_dagster_pipes\nwith open_dagster_pipes(): pass\n"
+    ai.run(context=context, command=[sys.executable, "-c", program], cpu=1, memory="128Mi")
+    _record("step_running_a_command", phase="end")
+
+
+@job(executor_def=ai_executor)
+def command_in_a_full_machine() -> None:
+    step_running_a_command()
+
+
 defs = Definitions(
+    resources={"ai": AICompute(local={"cpus": 2, "memory": "4Gi"}, poll_interval_s=0.1)},
     jobs=[
+        command_in_a_full_machine,
         admission,
         oom,
         preemption,
@@ -201,5 +217,5 @@ defs = Definitions(
         bad_tags,
         tenant_routed,
         machine_wide,
-    ]
+    ],
 )

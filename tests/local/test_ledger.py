@@ -9,6 +9,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 
 import psutil
@@ -164,6 +165,43 @@ def test_an_oversize_step_runs_alone_across_every_run_of_the_machine(tmp_path: P
 
     assert not beside.admitted
     assert "step 'xl' of run run-b runs alone (oversize)" in beside.reason
+
+
+def test_a_command_launched_from_a_running_step_goes_ahead_of_an_oversize_step_waiting(
+    tmp_path: Path,
+) -> None:
+    """Run A's step holds a CPU and waits on its Pipes command; run B's oversize step waits for
+    the whole machine. Queued behind B, the command would never start, nor A's step end."""
+    run_a, run_b, command = (AdmissionLedger(tmp_path) for _ in range(3))
+    assert run_a.admit(want("run-a", "report", 1), capacity(2)).admitted
+    assert not run_b.admit(want("run-b", "mosaic", 4, alone=True), capacity(2)).admitted
+
+    child = replace(want("run-a", "report-pipes", 0.5), parent_step_key="report")
+    assert command.admit(child, capacity(2)).admitted
+
+    other = run_a.admit(want("run-a", "later", 0.5), capacity(2))
+    assert not other.admitted
+    assert "step 'mosaic' of run run-b waits first (FIFO)" in other.reason
+    command.release(child.job_id)
+    run_a.release("run-a-report-0")
+    assert run_b.admit(want("run-b", "mosaic", 4, alone=True), capacity(2)).admitted
+
+
+def test_a_launched_command_may_use_its_waiting_parent_share_but_not_other_runs(
+    tmp_path: Path,
+) -> None:
+    run_a, run_b, command = (AdmissionLedger(tmp_path) for _ in range(3))
+    assert run_a.admit(want("run-a", "report", 2), capacity(4)).admitted
+    assert run_b.admit(want("run-b", "train", 2), capacity(4)).admitted
+
+    fits_in_parent = replace(want("run-a", "report-pipes", 2), parent_step_key="report")
+    too_big = replace(want("run-a", "report-big", 3), parent_step_key="report")
+    stranger = replace(want("run-c", "x-pipes", 1), parent_step_key="report")
+
+    assert command.admit(fits_in_parent, capacity(4)).admitted
+    refused = command.admit(too_big, capacity(4))
+    assert not refused.admitted and "not enough is free" in refused.reason
+    assert not command.admit(stranger, capacity(4)).admitted  # no parent of that run
 
 
 def test_gpus_held_by_another_run_are_not_handed_out_twice(tmp_path: Path) -> None:

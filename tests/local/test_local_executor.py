@@ -67,6 +67,15 @@ def test_two_one_cpu_steps_overlap_and_a_two_cpu_step_runs_alone(instance, test_
     assert any("waiting for local capacity" in m for m in messages)
 
 
+def test_a_pipes_command_started_by_a_step_holding_the_machine_runs_in_its_share(
+    instance, test_out
+):
+    result = run(instance, "command_in_a_full_machine", {"local": {"cpus": 2, "memory": "4Gi"}})
+
+    assert result.success
+    assert [e["name"] for e in recorded(test_out)] == ["step_running_a_command"]
+
+
 def test_step_allocating_past_its_limit_fails_as_oom_killed(instance, test_out):
     executor = {"local": {"cpus": 2}, "oom_escalation": {"max_attempts": 1}}
     result = run(instance, "oom", executor)

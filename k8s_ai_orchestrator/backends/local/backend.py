@@ -292,6 +292,7 @@ class LocalBackend:
             gpus=min(local_gpus(spec), self.capacity.gpus),
             alone=attempt.alone,
             size=spec.describe(),
+            parent_step_key=request.parent_step_key,
         )
 
     def _start(self, attempt: _Attempt) -> None:

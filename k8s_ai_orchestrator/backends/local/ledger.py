@@ -14,6 +14,10 @@ Rules, applied by `judge`:
 - the waiting step with the oldest ticket goes first, machine-wide (FIFO across runs);
 - a step larger than the machine (`oversize: run_alone`) starts only when nothing is held,
   and nothing starts beside it;
+- a launch from inside a running step of the same run (a Pipes command, `parent_step_key`)
+  goes ahead of every waiting step, and its parent's share counts as free for it (the parent
+  waits on it): otherwise a step holding capacity while its child queues behind another run's
+  step, which waits for that capacity, would never finish;
 - an entry whose processes are gone (a run worker killed with `kill -9`, a crashed step) is
   dropped at the next admission, so capacity never leaks.
 
@@ -76,6 +80,7 @@ class Want:
     gpus: int = 0
     alone: bool = False  # larger than the run's capacity: runs with nothing beside it
     size: str = ""  # the step's size as users read it, for the Pending message
+    parent_step_key: str = ""  # launched from inside this running step of the same run
 
 
 @dataclass(frozen=True)
@@ -92,6 +97,7 @@ class Claim:
     alone: bool = False
     pid: int = 0  # the step's process (its group leader); 0 while it starts
     pid_started: float = 0.0  # that process's create time
+    parent_step_key: str = ""  # see `Want.parent_step_key`
 
 
 @dataclass(frozen=True)
@@ -125,11 +131,12 @@ class Verdict:
 
 def judge(state: LedgerState, owner: Owner, want: Want, capacity: LocalCapacity) -> Verdict:
     """Whether `want` may start now, given what every run holds and who waits first."""
-    claims = state.claims
+    parent = _parent_claim(state, want)
+    claims = tuple(c for c in state.claims if c is not parent)  # a parent lends its share
     cpus = capacity.cpus - sum(c.cpus for c in claims)
     memory = capacity.memory_bytes - sum(c.memory_bytes for c in claims)
     free_gpus = sorted(set(range(capacity.gpus)) - {g for c in claims for g in c.gpu_ids})
-    blocker = _blocker(state, owner, want)
+    blocker = _blocker(claims, () if parent else state.waiters, owner, want)
     if not blocker and not want.alone:
         fits = want.cpus <= cpus + 1e-9 and want.memory_bytes <= memory
         blocker = "" if fits and want.gpus <= len(free_gpus) else "not enough is free"
@@ -144,15 +151,28 @@ def judge(state: LedgerState, owner: Owner, want: Want, capacity: LocalCapacity)
     )
 
 
-def _blocker(state: LedgerState, owner: Owner, want: Want) -> str:
+def _parent_claim(state: LedgerState, want: Want) -> Claim | None:
+    """The running step `want` was launched from, if it holds a claim."""
+    if not want.parent_step_key:
+        return None
+    key = (want.run_id, want.parent_step_key)
+    return next(
+        (c for c in state.claims if (c.run_id, c.step_key) == key and not c.parent_step_key),
+        None,
+    )
+
+
+def _blocker(
+    claims: tuple[Claim, ...], waiters: tuple[Waiter, ...], owner: Owner, want: Want
+) -> str:
     """Why `want` may not start whatever is free ("" if nothing but capacity stands in the way)."""
-    alone = next((c for c in state.claims if c.alone), None)
+    alone = next((c for c in claims if c.alone), None)
     if alone is not None:
         return f"step '{alone.step_key}' of run {alone.run_id[:8]} runs alone (oversize)"
-    first = min(state.waiters, key=lambda w: w.ticket, default=None)
+    first = min(waiters, key=lambda w: w.ticket, default=None)
     if first is not None and (first.owner.token, first.job_id) != (owner.token, want.job_id):
         return f"step '{first.step_key}' of run {first.run_id[:8]} waits first (FIFO)"
-    if want.alone and state.claims:
+    if want.alone and claims:
         return "it is larger than the machine and runs alone once nothing else runs"
     return ""
 
@@ -241,6 +261,7 @@ class AdmissionLedger:
                     want.memory_bytes,
                     gpu_ids=verdict.gpu_ids,
                     alone=want.alone,
+                    parent_step_key=want.parent_step_key,
                 )
                 state = replace(state, claims=(*state.claims, claim), waiters=others)
             elif others == waiters:  # not in line yet: take a ticket
