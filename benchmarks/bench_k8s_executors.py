@@ -44,7 +44,7 @@ TENANT = "team-a"
 NAMESPACE = "default"
 ROOT = Path(__file__).resolve().parents[1]
 NODES = [NodeSpec(name=f"node-{i}", cpu="64", memory="256Gi") for i in range(2)]
-KINDS = ("create/delete", "log streams", "status reads")
+KINDS = ("create/delete", "log streams", "status reads", "pre-flight checks")
 
 
 @dataclass(frozen=True)
@@ -57,6 +57,7 @@ class RunFigures:
     wall_s: float
     launch_s: list[float]  # Job created -> op running, per sleeping op
     running_minutes: float
+    detail: dict[str, int]  # "GET pods" -> count
 
     def per_step(self, kind: str) -> float:
         return self.requests.get(kind, 0) / self.steps
@@ -171,6 +172,7 @@ def run_worker(
         result["wall_s"],
         launches,
         running,
+        result.get("detail", {}),
     )
 
 
@@ -182,7 +184,7 @@ def report_requests(duration: float, ours: RunFigures, theirs: RunFigures) -> No
     print(f"  steps of {duration:g}s: requests per step (ours / dagster-k8s = ratio)")
     for kind in KINDS:
         a, b = ours.per_step(kind), theirs.per_step(kind)
-        print(f"    {kind:<14} {a:6.2f} / {b:6.2f} = {_ratio(a, b)}  (target <= 1)")
+        print(f"    {kind:<17} {a:6.2f} / {b:6.2f} = {_ratio(a, b)}  (target <= 1)")
     a, b = ours.reads_per_step_minute, theirs.reads_per_step_minute
     print(
         f"    status reads per running step-minute {a:.2f} / {b:.2f} = {_ratio(a, b)}"
@@ -190,6 +192,12 @@ def report_requests(duration: float, ours: RunFigures, theirs: RunFigures) -> No
     )
     a, b = ours.cpu_s / ours.steps, theirs.cpu_s / theirs.steps
     print(f"    run-worker CPU s per step {a:.2f} / {b:.2f} = {_ratio(a, b)}  (target <= 0.50)")
+    print(f"    every request, ours:        {_detail(ours)}")
+    print(f"    every request, dagster-k8s: {_detail(theirs)}")
+
+
+def _detail(figures: RunFigures) -> str:
+    return ", ".join(f"{k} {v}" for k, v in sorted(figures.detail.items())) or "none"
 
 
 def _percentile(values: list[float], q: float) -> float:

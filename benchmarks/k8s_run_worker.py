@@ -4,7 +4,9 @@ Run as a child process so its CPU time is its own:
 `python -m benchmarks.k8s_run_worker --executor ai|dagster-k8s --config CONFIG.json --out OUT`.
 
 It counts every Kubernetes API request this process sends (the official client's REST layer),
-by kind: create/delete, log streams, status reads (GET, LIST and each WATCH stream) and other;
+by kind: create/delete, log streams, status reads (GET, LIST and each WATCH stream of pods,
+Jobs and events), pre-flight checks (any other GET: secrets, quotas, nodes; access reviews)
+and other;
 it records when each step's Job was created; the ops record when they started and ended. All
 of it goes to OUT as JSON.
 """
@@ -67,11 +69,34 @@ defs = Definitions(
 )
 
 
+# Reads of what a step's Job is doing; any other GET (the tenant's kubeconfig secret, its
+# ResourceQuotas, nodes, PriorityClasses) and the permission reviews check the cluster
+# before a submit ("pre-flight checks").
+STATUS_RESOURCES = ("pods", "jobs", "events")
+
+
+def resource_of(path: str) -> str:
+    """`pods`, `pods/log`, `jobs`, `secrets`... from an API path.
+
+    Example:
+        >>> resource_of("/api/v1/namespaces/default/pods/step-0/log")
+        'pods/log'
+        >>> resource_of("/apis/batch/v1/namespaces/default/jobs")
+        'jobs'
+    """
+    parts = [p for p in path.split("/") if p]
+    parts = parts[2:] if parts[:1] == ["api"] else parts[3:]
+    if parts[:1] == ["namespaces"] and len(parts) > 2:
+        parts = parts[2:]
+    return parts[0] + (f"/{parts[2]}" if len(parts) > 2 else "") if parts else "/"
+
+
 class RequestCounter:
     """Counts this process's Kubernetes API requests; records Job creation times."""
 
     def __init__(self) -> None:
         self.kinds: Counter[str] = Counter()
+        self.detail: Counter[str] = Counter()  # "GET pods", "POST jobs", ...
         self.created: dict[str, float] = {}  # step key → when its Job was created
         self._lock = threading.Lock()
         self._request = rest.RESTClientObject.request
@@ -90,17 +115,22 @@ class RequestCounter:
         rest.RESTClientObject.request = request  # type: ignore[method-assign]
 
     def count(self, method: str, url: str, query: Any) -> None:
-        parsed = urllib.parse.urlsplit(url)
-        if method in ("POST", "DELETE"):
+        resource = resource_of(urllib.parse.urlsplit(url).path)
+        if resource.endswith("accessreviews"):  # a permission check: POST, but creates nothing
+            kind = "pre-flight checks"
+        elif method in ("POST", "DELETE"):
             kind = "create/delete"
-        elif parsed.path.endswith("/log"):
+        elif resource == "pods/log":
             kind = "log streams"
-        elif method == "GET":
+        elif method == "GET" and resource.split("/")[0] in STATUS_RESOURCES:
             kind = "status reads"
+        elif method == "GET":
+            kind = "pre-flight checks"
         else:
             kind = "other"
         with self._lock:
             self.kinds[kind] += 1
+            self.detail[f"{method} {resource}"] += 1
 
     def job_created(self, body: Any) -> None:
         meta = body.get("metadata") if isinstance(body, dict) else getattr(body, "metadata", None)
@@ -141,6 +171,7 @@ def main() -> None:
                 "success": result.success,
                 "wall_s": time.time() - started,
                 "requests": dict(counter.kinds),
+                "detail": dict(counter.detail),
                 "created": counter.created,
                 "marks": marks,
             }

@@ -30,6 +30,7 @@ from dagster._utils.error import SerializableErrorInfo
 
 from ..errors import ConfigError
 from ..launch.settings import ExecutorSettings
+from .pace import Pace
 from .schema import CONFIG_SCHEMA
 from .step_handler import AIStepHandler
 from .validation import RunCheck
@@ -45,7 +46,8 @@ def ai_executor(init_context: InitExecutorContext) -> Executor:
 
     Config keys: backend, size_classes, local {cpus, memory, gpus, oversize, log_dir, start_method},
     kubernetes, slurm, default_tenant, allowed_tenants, oom_escalation {factor, max_memory,
-    max_attempts}, max_preemption_retries, grace_period_s, poll_interval_s, max_concurrent,
+    max_attempts}, max_preemption_retries, grace_period_s, poll_interval_s,
+    idle_poll_interval_s, max_concurrent,
     retries. See docs/executor-config.md.
 
     Example:
@@ -74,16 +76,26 @@ class AIExecutor(StepDelegatingExecutor):
         settings: ExecutorSettings,
         max_concurrent: int | None = None,
     ) -> None:
+        self._settings = settings
+        self._pace = Pace(settings.poll_interval_s, settings.idle_poll_interval_s)
         super().__init__(
             handler,
             retries=retries,
             sleep_seconds=settings.poll_interval_s,
-            check_step_health_interval_seconds=0,
+            check_step_health_interval_seconds=0,  # every pass: passes slow down when idle
             max_concurrent=max_concurrent,
         )
         self._handler = handler
-        self._settings = settings
         self._held: dict[str, tuple[DagsterEvent, float]] = {}
+
+    @property
+    def _sleep_seconds(self) -> float:  # type: ignore[override]
+        """Read by `StepDelegatingExecutor.execute` once per pass: the adaptive wait."""
+        return self._pace.next_wait()
+
+    @_sleep_seconds.setter
+    def _sleep_seconds(self, _fixed: float) -> None:
+        """The base class sets a fixed sleep; the pace (from the settings) stands for it."""
 
     def execute(
         self, plan_context: PlanOrchestrationContext, execution_plan: ExecutionPlan
@@ -127,6 +139,8 @@ class AIExecutor(StepDelegatingExecutor):
                 self._handler.finish_attempt(key, final=event.is_step_success)
             released.append(event)
         released.extend(self._release_held())
+        if released:
+            self._pace.busy()
         return released
 
     def _release_held(self) -> list[DagsterEvent]:

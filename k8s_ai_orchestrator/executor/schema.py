@@ -203,7 +203,15 @@ CONFIG_SCHEMA = {
     ),
     "max_preemption_retries": Field(Int, default_value=3, description="Relaunches; >= 0."),
     "grace_period_s": Field(Float, default_value=30.0, description="SIGTERM → SIGKILL; >= 0."),
-    "poll_interval_s": Field(Float, default_value=0.1, description="Event/state poll; > 0."),
+    "poll_interval_s": Field(
+        Float, default_value=0.1, description="Wait between passes after activity; > 0."
+    ),
+    "idle_poll_interval_s": Field(
+        Float,
+        is_required=False,
+        description="Longest wait between passes while nothing happens; >= poll_interval_s "
+        "(default: 1, or poll_interval_s if larger).",
+    ),
     "max_concurrent": _opt(Noneable(Int), "Steps in flight at once; >= 1 (default: no limit)."),
     "retries": get_retries_config(),
 }

@@ -44,6 +44,7 @@ class ExecutorSettings:
     relaunch: RelaunchPolicy = RelaunchPolicy()
     grace_period_s: float = 30.0  # SIGTERM → SIGKILL, for the checkpoint save
     poll_interval_s: float = 0.1
+    idle_poll_interval_s: float = 1.0  # the pass interval backs off to this while idle
     max_concurrent: int | None = None  # steps in flight at once; None = unlimited
     gang_backend: str | None = None  # multi-node steps: slurm | kubernetes | local; None = auto
     growth: MemoryGrowth | None = None  # grow memory in place (oom_escalation.grow_at)
@@ -105,6 +106,7 @@ class ExecutorSettings:
                 f"executor config: default_tenant '{default_tenant}' is not in allowed_tenants "
                 f"{list(allowed)}: add it to allowed_tenants or choose a default_tenant from them"
             )
+        poll = float(config_number(raw.get("poll_interval_s", 0.1), "poll_interval_s", above=True))
         return cls(
             backend=backend,
             size_classes=table,
@@ -119,9 +121,8 @@ class ExecutorSettings:
             max_concurrent=_max_concurrent(raw.get("max_concurrent")),
             gang_backend=gang_backend,
             grace_period_s=float(config_number(raw.get("grace_period_s", 30.0), "grace_period_s")),
-            poll_interval_s=float(
-                config_number(raw.get("poll_interval_s", 0.1), "poll_interval_s", above=True)
-            ),
+            poll_interval_s=poll,
+            idle_poll_interval_s=_idle_poll(raw, poll),
         )
 
     def check_memory_cap(self, step_key: str, spec: ComputeSpec) -> None:
@@ -225,6 +226,15 @@ def _auto_sizing(raw: Any) -> AutoSizing:
     headroom = config_number(raw.get("headroom", 1.2), "auto_sizing.headroom", minimum=1)
     runs = config_number(raw.get("runs", 5), "auto_sizing.runs", minimum=1, integer=True)
     return AutoSizing(float(headroom), int(runs))
+
+
+def _idle_poll(raw: Mapping[str, Any], poll: float) -> float:
+    """`idle_poll_interval_s`: at least `poll_interval_s`, so the pass interval only grows."""
+    return float(
+        config_number(
+            raw.get("idle_poll_interval_s", max(1.0, poll)), "idle_poll_interval_s", minimum=poll
+        )
+    )
 
 
 def _max_concurrent(value: Any) -> int | None:

@@ -258,8 +258,15 @@ class KubernetesBackend:
         return attempt.follower.read_since(offset)
 
     def cancel(self, handle: JobHandle) -> None:
-        """Delete the attempt's Job and its pods (propagation Background); idempotent."""
+        """Delete the attempt's Job and its pods (propagation Background); idempotent.
+
+        A Job seen to succeed is left to its `ttlSecondsAfterFinished` (one day, as
+        dagster-k8s sets it): its pods have ended, so there is nothing to stop.
+        """
         attempt = self._attempts.get(handle.job_id)
+        if attempt is not None and attempt.final is not None:
+            if attempt.final.state == StepState.SUCCEEDED:
+                return
         if attempt is not None:
             attempt.cancelled = True
             if attempt.follower is not None:

@@ -1,9 +1,11 @@
 """One list+watch of a run's pods per tenant namespace, kept in memory for `status()`.
 
-A background thread lists the run's pods once, then watches from that resourceVersion. All
-steps of the run in that namespace share it, so asking a step's status costs no API request.
-A 410 Gone (the resourceVersion is too old) re-lists; any other error reconnects after a
-backoff that doubles up to 30 s. Pods that vanish between two lists count as deleted.
+A background thread watches the run's pods: its first request is one watch without a
+resourceVersion (the server sends what exists, then every change); each renewal resumes from
+the last resourceVersion seen. All steps of the run in that namespace share it, so asking a
+step's status costs no API request. A 410 Gone (the resourceVersion is too old) re-lists and
+watches from the list; any other error reconnects after a backoff that doubles up to 30 s.
+Pods that vanish between two lists count as deleted.
 
 Example:
     >>> watch = PodWatch(core_api, "default", "k8s-ai/run-id=r1")  # doctest: +SKIP
@@ -106,13 +108,16 @@ class PodWatch:
             self._lock.wait(timeout)
 
     def _run(self) -> None:
-        version: str | None = None
+        # The first request is a watch without a resourceVersion: the server sends the pods
+        # that exist (none yet, for a new run) as ADDED, then every change, so no list is
+        # needed. Later connections resume from the last version seen, or re-list.
+        version: str | None = ""
         backoff = self._backoff_s
         while not self._stopped.is_set():
             try:
-                if version is None:
+                if version is None or (not version and self._known()):
                     version = self._relist()
-                version = self._watch(version)
+                version = self._watch(version) or None
                 backoff = self._backoff_s
             except ApiException as error:
                 if error.status == 410:
@@ -137,6 +142,11 @@ class PodWatch:
                     backoff,
                 )
                 backoff = self._pause(backoff)
+
+    def _known(self) -> bool:
+        """Whether any pod was seen (a reconnect must then re-list to find vanished ones)."""
+        with self._lock:
+            return bool(self._pods or self._gone)
 
     def _pause(self, backoff: float) -> float:
         self._sleep(backoff)
@@ -167,12 +177,13 @@ class PodWatch:
             self.namespace,
             label_selector=self._selector,
             watch=True,
-            resource_version=version,
+            resource_version=version or None,
             allow_watch_bookmarks=True,
             timeout_seconds=self._timeout_s,
             _preload_content=False,
             _request_timeout=(10, self._timeout_s + 30),
         )
+        self._synced.set()
         try:
             for line in iter_resp_lines(self._response):
                 if self._stopped.is_set():
