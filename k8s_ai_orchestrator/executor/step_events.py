@@ -77,3 +77,27 @@ def interrupted_error(error: SerializableErrorInfo | None) -> bool:
             return True
         error = error.cause or error.context
     return False
+
+
+def user_output(text: str, run_id: str) -> str:
+    """A step's log text without the lines Dagster's console logger printed for this run.
+
+    Those lines repeat events the step process already wrote to the run's event log; what is
+    left is the step's own output (prints, library logs, tracebacks).
+
+    Example:
+        >>> log = (
+        ...     "2026-12-01 04:05:28 +0000 - dagster - DEBUG - fan_out - 99825c30 - 16409 - "
+        ...     "gather - STEP_START - Started execution of step 'gather'.\\n"
+        ...     "loaded 3 tiles\\n"
+        ... )
+        >>> user_output(log, "99825c30")
+        'loaded 3 tiles\\n'
+    """
+    marker = f" - {run_id} - "
+    kept = [
+        line
+        for line in text.splitlines(keepends=True)
+        if not (" - dagster - " in line and marker in line)
+    ]
+    return "".join(kept)

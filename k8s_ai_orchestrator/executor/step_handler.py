@@ -46,12 +46,17 @@ from .step_events import (
     interrupted,
     interrupted_error,
     metadata_values,
+    user_output,
 )
 from .validation import RunCheck, check_run
 
 LOG_TAIL_LINES = 30
 LOG_FORWARD_INTERVAL_S = 1.0  # how often new remote log lines become an engine event
 LOG_FORWARD_MAX_CHARS = 8000
+# A step Pending with no reason yet, or with its containers being created, is starting as
+# usual: said only once it lasts this long (a reason from the scheduler is said at once).
+STARTING_REASONS = (None, "", "ContainerCreating", "PodInitializing")
+STARTING_QUIET_S = 5.0
 DAGSTER_K8S_TAGS = ("dagster-k8s/config", "dagster-k8s/resource_requirements")
 
 
@@ -215,7 +220,9 @@ class AIStepHandler(StepHandler):
         self, key: str, live: StepAttempts, status: StepStatus, step_context: IStepContext
     ) -> CheckStepHealthResult:
         note = status.message or status.reason or "Pending"
-        if note != live.last_note:
+        starting = status.reason in STARTING_REASONS and not status.message
+        quiet = starting and time.monotonic() - live.launched_at < STARTING_QUIET_S
+        if note != live.last_note and not quiet:
             live.last_note = note
             self._event(step_context, f"Step '{key}' is Pending: {note}", {"reason": note})
         timeout = live.spec.timeout_s
@@ -422,6 +429,7 @@ class AIStepHandler(StepHandler):
             text, live.log_offset = logs_since(live.handle, live.log_offset)
         except BackendError:
             return
+        text = user_output(text, self._plan_context.run_id if self._plan_context else "")
         if text.strip():
             lines = text.rstrip("\n")[-LOG_FORWARD_MAX_CHARS:]
             self._event(step_context, f"[{live.backend} log] {key}:\n{lines}")

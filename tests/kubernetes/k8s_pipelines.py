@@ -15,6 +15,7 @@ def hungry(context: OpExecutionContext) -> int:
 
     It keeps holding for 3 s: the kernel kills at once, the kubelet stand-ins sample RSS.
     """
+    print(f"hungry: attempt {os.environ.get('K8S_AI_ATTEMPT')} allocates 160 MB", flush=True)
     blocks = [bytearray(16 << 20) for _ in range(10)]
     time.sleep(3)
     context.log.info(f"held {len(blocks) * 16} MB on attempt {os.environ.get('K8S_AI_ATTEMPT')}")

@@ -123,6 +123,9 @@ def test_oom_killed_step_is_relaunched_with_double_memory(cluster: Any) -> None:
         assert result.success
         messages = engine_messages(instance, result.run_id)
     assert any("OOMKilled" in m for m in messages)
+    forwarded = [m for m in messages if m.startswith("[kubernetes log] hungry:")]
+    assert any("hungry: attempt 1 allocates 160 MB" in m for m in forwarded)  # the step's print
+    assert not any(" - dagster - " in m for m in forwarded)  # its own events are not repeated
     limits = sorted(
         j["spec"]["template"]["spec"]["containers"][0]["resources"]["limits"]["memory"]
         for j in cluster.jobs("team-a", NAMESPACE)
