@@ -110,6 +110,15 @@ def test_an_unschedulable_step_is_pending_with_the_real_scheduler_message(
         assert "0/2 nodes are available" in pending.message
         assert "Insufficient cpu" in pending.message
         assert "untolerated taint" in pending.message
+        real_kube.wait_for(  # the host scheduler's event, copied onto the tenant pod
+            lambda: any(
+                e.get("reason") == "FailedScheduling"
+                and e["involvedObject"]["name"].startswith(handle.job_id)
+                and "0/2 nodes are available" in (e.get("message") or "")
+                for e in real_kube.events("team-a", NAMESPACE)
+            ),
+            30,
+        )
         clock.advance(601)
         status = backend.status(handle)
         assert status.reason == FailureReason.UNSCHEDULABLE.value
@@ -174,6 +183,8 @@ def test_the_real_scheduler_preempts_a_preemptible_gpu_step_for_a_standard_one(
         preempted = wait_terminal(real_kube, backend, filler)
         assert preempted.reason == FailureReason.PREEMPTED.value
         assert "PreemptionByScheduler" in preempted.message
+        # the scheduler's Preempted event on the host pod, copied to the tenant, names the step
+        assert "preempted by step 'train'" in preempted.message
         assert wait_terminal(real_kube, backend, trainer).state == StepState.SUCCEEDED
     finally:
         backend.cancel(trainer)

@@ -14,12 +14,12 @@ from .store import Obj
 
 VERSION = {
     "major": "1",
-    "minor": "31",
-    "gitVersion": "v1.31.0-emulator",
+    "minor": "37",
+    "gitVersion": "v1.37.2-emulator",
     "gitCommit": "0000000000000000000000000000000000000000",
     "gitTreeState": "clean",
-    "buildDate": "2024-08-13T00:00:00Z",
-    "goVersion": "go1.22.5",
+    "buildDate": "2026-11-01T00:00:00Z",
+    "goVersion": "go1.26.0",
     "compiler": "gc",
     "platform": "linux/amd64",
 }

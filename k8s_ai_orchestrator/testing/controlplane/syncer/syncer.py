@@ -12,7 +12,9 @@ What it does, as vCluster does with our recommended values (`helm/vcluster-value
   to the same node, and the host pod's status flows back;
 - deletion both ways: a tenant delete deletes the host pod with the same grace period; when the
   host pod is gone (finished deletion, eviction, preemption) its last status is copied and the
-  tenant pod's deletion is completed (grace 0), which is what a kubelet would do.
+  tenant pod's deletion is completed (grace 0), which is what a kubelet would do;
+- events on host pods (the scheduler's `FailedScheduling` and `Preempted`, the agent's) are
+  copied to the tenant pod, host pod UIDs in the message turned into the tenant's (`events.py`).
 
 Jobs stay in the tenant, where the tenant's controller manager runs them.
 
@@ -36,6 +38,7 @@ from .. import pki
 from ..agent.logserver import LogLookup, LogServer
 from ..informer import Informer, Obj
 from . import translate
+from .events import EventSync, PodRef
 from .nodes import NodeSync
 
 TICK_S = 5.0  # a safety net: every watched change wakes the loop at once
@@ -94,6 +97,13 @@ class TenantSyncer:
             tenant_api, self.virtual.list_pod_for_all_namespaces, self._wake.set
         )
         self.host_nodes = Informer(host_api, self.host.list_node, self._wake.set)
+        self.host_events = Informer(
+            host_api,
+            self.host.list_namespaced_event,
+            self._wake.set,
+            namespace=self.host_namespace,
+        )
+        self.events = EventSync(self._write_event)
         ca = pki.write_ca(Path(workdir) / "pki", f"k8s-ai-syncer-{tenant}")
         serving = pki.write_serving_cert(ca, Path(workdir) / "serving", ["127.0.0.1"])
         self._host_logs = host_logs
@@ -111,7 +121,7 @@ class TenantSyncer:
         """Create the host namespace and secret, start the watches, the log proxy and the loop."""
         self._publish_secret()
         self.logs.start()
-        for informer in (self.host_nodes, self.host_pods, self.tenant_pods):
+        for informer in self._informers():
             informer.start()
         self._loop.start()
         return self
@@ -122,9 +132,12 @@ class TenantSyncer:
         self._wake.set()
         if self._loop.is_alive():
             self._loop.join(timeout=10)
-        for informer in (self.host_nodes, self.host_pods, self.tenant_pods):
+        for informer in self._informers():
             informer.stop()
         self.logs.stop()
+
+    def _informers(self) -> tuple[Informer, ...]:
+        return (self.host_nodes, self.host_pods, self.tenant_pods, self.host_events)
 
     def _publish_secret(self) -> None:
         with _ignore(409):
@@ -157,9 +170,18 @@ class TenantSyncer:
             self._wake.wait(TICK_S)
 
     def reconcile(self) -> None:
-        """One pass: nodes, every tenant pod, then host pods whose tenant pod is gone."""
+        """One pass: nodes, events, every tenant pod, then host pods whose tenant pod is gone."""
         self.nodes.sync(self.host_nodes.items())
         virtual = {self._host_name(p): p for p in self.tenant_pods.items()}
+        for name, pod in virtual.items():
+            meta = pod["metadata"]
+            self.events.remember(name, PodRef(meta["namespace"], meta["name"], meta["uid"]))
+        for hpod in self.host_pods.items():
+            owner = virtual.get(hpod["metadata"]["name"])
+            if owner is not None and _owner_uid(hpod) == owner["metadata"]["uid"]:
+                ref = self.events.pods[hpod["metadata"]["name"]]
+                self.events.remember(hpod["metadata"]["name"], ref, hpod["metadata"]["uid"])
+        self.events.sync(self.host_events.items())  # before a pod's end is copied
         for pod in virtual.values():
             self._sync_pod(pod)
         for pod in self.host_pods.items():
@@ -297,6 +319,14 @@ class TenantSyncer:
         )
         with _ignore(404, 409):
             self.virtual.delete_namespaced_pod(meta["name"], meta["namespace"], body=options)
+
+    def _write_event(self, event: Obj, exists: bool) -> None:
+        meta = event["metadata"]
+        with _ignore(404, 409, 422):
+            if exists:
+                self.virtual.replace_namespaced_event(meta["name"], meta["namespace"], event)
+            else:
+                self.virtual.create_namespaced_event(meta["namespace"], event)
 
     # -- logs ----------------------------------------------------------------------------------
 

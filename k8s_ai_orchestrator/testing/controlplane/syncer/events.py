@@ -1,0 +1,98 @@
+"""Host events about a tenant's pods, copied into the tenant as vCluster's syncer copies them.
+
+The host's scheduler and node agent record events on host pods (`FailedScheduling`,
+`Preempted`, `Killing`...). A tenant user (and the executor, which names a preemptor from the
+`Preempted` event) reads them in the tenant, on the tenant pod. Each host event whose
+involved object is a synced pod becomes a tenant event on that pod, in its namespace, with the
+host's pod names and UIDs in the message replaced by the tenant's where the pod is this
+tenant's. An event seen again with a new resourceVersion (its count went up) is updated.
+
+Example:
+    >>> host_pod_event = {"metadata": {"name": "a.1", "uid": "e1", "resourceVersion": "7"},
+    ...     "involvedObject": {"kind": "Pod", "name": "a-x-default-x-team-a", "uid": "h1"},
+    ...     "reason": "Preempted", "message": "Preempted by pod h2 on node gpu-1",
+    ...     "type": "Normal", "count": 1}
+    >>> pods = {"a-x-default-x-team-a": PodRef("default", "a", "t1")}
+    >>> tenant_event(host_pod_event, pods["a-x-default-x-team-a"], {"h2": "t2"})["message"]
+    'Preempted by pod t2 on node gpu-1'
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+Obj = dict[str, Any]
+_KEPT = ("reason", "type", "count", "source", "firstTimestamp", "lastTimestamp")
+
+
+@dataclass(frozen=True)
+class PodRef:
+    """A tenant pod, as a host event's involved object is translated to."""
+
+    namespace: str
+    name: str
+    uid: str
+
+
+def tenant_event(event: Obj, pod: PodRef, uids: Mapping[str, str]) -> Obj:
+    """The tenant's copy of a host event on the host pod of `pod`."""
+    message = event.get("message") or ""
+    for host_uid, tenant_uid in uids.items():
+        if host_uid in message:
+            message = message.replace(host_uid, tenant_uid)
+    meta = event["metadata"]
+    copied = {k: event[k] for k in _KEPT if event.get(k) is not None}
+    when = event.get("eventTime")
+    copied.setdefault("firstTimestamp", when)
+    copied.setdefault("lastTimestamp", when)
+    return {
+        **{k: v for k, v in copied.items() if v is not None},
+        "apiVersion": "v1",
+        "kind": "Event",
+        "metadata": {"name": f"{pod.name}.{meta['uid'][:13]}", "namespace": pod.namespace},
+        "involvedObject": {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "namespace": pod.namespace,
+            "name": pod.name,
+            "uid": pod.uid,
+        },
+        "message": message,
+    }
+
+
+class EventSync:
+    """Copies host pod events into the tenant; remembers what it copied.
+
+    Args:
+        write: creates (or, given the existing name, replaces) a tenant event.
+    """
+
+    def __init__(self, write: Callable[[Obj, bool], None]) -> None:
+        self._write = write
+        self._copied: dict[str, str] = {}  # host event uid → resourceVersion copied
+        self.pods: dict[str, PodRef] = {}  # host pod name → tenant pod, every one seen
+        self.uids: dict[str, str] = {}  # host pod uid → tenant pod uid
+
+    def remember(self, host_name: str, pod: PodRef, host_uid: str | None = None) -> None:
+        self.pods[host_name] = pod
+        if host_uid:
+            self.uids[host_uid] = pod.uid
+
+    def sync(self, events: list[Obj]) -> None:
+        for event in events:
+            involved = event.get("involvedObject") or {}
+            pod = self.pods.get(str(involved.get("name")))
+            if involved.get("kind") != "Pod" or pod is None:
+                continue
+            meta = event["metadata"]
+            seen = self._copied.get(meta["uid"])
+            if seen == meta.get("resourceVersion"):
+                continue
+            self._write(tenant_event(event, pod, self.uids), seen is not None)
+            self._copied[meta["uid"]] = str(meta.get("resourceVersion"))
+
+
+__all__ = ["EventSync", "PodRef", "tenant_event"]
