@@ -2,8 +2,8 @@
 
 `k8s_cluster` gives what a test needs of a cluster: the `kubernetes` config section (a
 kubeconfig per tenant), the tenants' Jobs and pods, a wait helper, and a way to preempt a pod.
-Today its one target is the emulator; the real control plane joins as a second parameter once
-it has a node agent.
+Two targets: the emulator, and the real control plane (`plane_with_nodes`, seen through a
+`fresh()` view so earlier tests' Jobs do not count).
 """
 
 from __future__ import annotations
@@ -53,6 +53,21 @@ def _emulator_target() -> Iterator[PipesCluster]:
         )
 
 
-@pytest.fixture(scope="module", params=["emulator"])
+def _control_plane_target(request: pytest.FixtureRequest) -> PipesCluster:
+    kube = request.getfixturevalue("plane_with_nodes").fresh()
+    return PipesCluster(
+        name="control-plane",
+        kubernetes=tenant_config(kube),
+        jobs=lambda tenant: kube.jobs(tenant, NAMESPACE),
+        pods=lambda tenant: kube.pods(tenant, NAMESPACE),
+        preempt=lambda tenant, pod: kube.preempt_pod(tenant, NAMESPACE, pod),
+        wait_for=kube.wait_for,
+    )
+
+
+@pytest.fixture(scope="module", params=["emulator", "control-plane"])
 def k8s_cluster(request: pytest.FixtureRequest) -> Iterator[PipesCluster]:
+    if request.param == "control-plane":
+        yield _control_plane_target(request)
+        return
     yield from _emulator_target()

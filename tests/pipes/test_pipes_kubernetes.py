@@ -129,7 +129,7 @@ def test_a_program_larger_than_any_node_is_refused_before_a_job_is_created(
     k8s_cluster: PipesCluster, tmp_path: Path
 ) -> None:
     before = len(k8s_cluster.jobs("team-b"))
-    size = {"cpu": 64, "memory": "1Gi", "tenant": "team-b"}
+    size = {"cpu": 128, "memory": "1Gi", "tenant": "team-b"}  # no node of either target has 128
 
     result = materialize_tiles(k8s_ai(k8s_cluster), size, {}, f"file://{tmp_path}")
 

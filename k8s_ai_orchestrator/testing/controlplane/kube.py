@@ -3,7 +3,7 @@
 `RealKube` starts the node agent (host nodes that run pods as local processes) and one
 vCluster-style syncer per tenant on a running `ControlPlane`, and offers the emulator's test
 surface (`tenant(name).kubeconfig_path`, `api_client()`, `pods`, `jobs`, `events`,
-`evict_pod`, `wait_for`, `processes_alive`), so the same test can run on both.
+`evict_pod`, `preempt_pod`, `wait_for`, `processes_alive`), so the same test can run on both.
 
 `fresh()` returns a view that hides every object that exists now: a session-wide plane then
 looks empty to each test.
@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -30,7 +31,7 @@ from ..kube.emulator import wait_until
 from ..kube.nodes import NodeSpec
 from .agent import NodeAgent
 from .cluster import ApiServer, ControlPlane
-from .syncer import TenantSyncer
+from .syncer import TenantSyncer, translate
 
 Obj = dict[str, Any]
 
@@ -160,6 +161,56 @@ class RealKube:
         """Evict a pod through the Eviction API of its apiserver."""
         body = client.V1Eviction(metadata=client.V1ObjectMeta(name=name, namespace=namespace))
         client.CoreV1Api(self._client(server)).create_namespaced_pod_eviction(name, namespace, body)
+
+    def preempt_pod(self, server: str, namespace: str, name: str) -> None:
+        """Preempt a pod as kube-scheduler's preemption does, without a preemptor to place.
+
+        On the host pod (a tenant pod's is found by vCluster's naming): the `DisruptionTarget`
+        condition with reason `PreemptionByScheduler`, a `Preempted` event, then a delete with
+        the pod's own grace period. The tenant sees it through the syncer. (The scheduler's own
+        preemption is tested with a real preemptor in `tests/kubernetes`.)
+        """
+        if server == "host":
+            host_namespace, host_pod = namespace, name
+        else:
+            host_namespace = self.host_namespace(server)
+            host_pod = translate.host_name(name, namespace, server)
+        core = client.CoreV1Api(self._client("host"))
+        pod = core.read_namespaced_pod(host_pod, host_namespace)
+        now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        condition = {
+            "type": "DisruptionTarget",
+            "status": "True",
+            "reason": "PreemptionByScheduler",
+            "message": "default-scheduler: preempting to accommodate a higher priority pod",
+            "lastTransitionTime": now,
+        }
+        core.patch_namespaced_pod_status(
+            host_pod,
+            host_namespace,
+            {"status": {"conditions": [condition]}},
+            _content_type="application/strategic-merge-patch+json",
+        )
+        node = pod.spec.node_name or "unknown"
+        event = {
+            "metadata": {"generateName": f"{host_pod}.", "namespace": host_namespace},
+            "involvedObject": {
+                "kind": "Pod",
+                "name": host_pod,
+                "namespace": host_namespace,
+                "uid": pod.metadata.uid,
+                "apiVersion": "v1",
+            },
+            "reason": "Preempted",
+            "message": f"Preempted by pod test-preemptor on node {node}",
+            "type": "Normal",
+            "source": {"component": "default-scheduler"},
+            "firstTimestamp": now,
+            "lastTimestamp": now,
+            "count": 1,
+        }
+        core.create_namespaced_event(host_namespace, event)
+        core.delete_namespaced_pod(host_pod, host_namespace)
 
     def processes_alive(self) -> int:
         """Container process groups still running on the agent's nodes."""
