@@ -121,6 +121,9 @@ def apiserver_args(
         "--allow-privileged=true",
         "--profiling=false",
         "--kubelet-preferred-address-types=InternalIP",
+        # Config maps are read from etcd, not the watch cache (whose window keeps old events
+        # far longer than a test session): the contract's history check sees etcd compaction.
+        "--watch-cache-sizes=configmaps#0",
         *gates.feature_gate_args(),
     ]
     if gates.runtime_config:
