@@ -6,9 +6,11 @@ Run: `python -m benchmarks.bench_k8s_executors [--durations 2,30,120] [--steps 4
 Each executor runs the same Dagster job (N ops sleeping D seconds, + 1 gather) in its own run
 worker process (`benchmarks.k8s_run_worker`), against one vCluster-style tenant. Printed per
 target, with the ratio ours / dagster-k8s:
-1. API requests per step for steps of each duration, split into create/delete, log streams and
-   status reads (a WATCH stream counts as one read), and status reads per running step-minute
-   (target: ours <= theirs at every duration; status reads per step-minute <= 0.1x);
+1. API requests per step for steps of each duration, split into create/delete, log streams,
+   status reads of pods, Jobs and events (a WATCH stream counts as one read) and pre-flight
+   checks (any other read, and access reviews), and status reads per running step-minute
+   (target: ours <= theirs at every duration; status reads per step-minute <= 0.1x); then
+   every request by method and resource, for both;
 2. launch -> running (Job created -> the op's code runs), p50 and p99, `--launch-steps`
    concurrent steps (target: ours <= theirs);
 3. run-worker CPU-seconds per step (target <= 0.5x).
