@@ -43,20 +43,13 @@ def _emulator_target() -> Iterator[PipesCluster]:
     with kube.KubeEmulator(nodes=nodes, tenants=list(TENANTS), tls=False, workdir=None) as emu:
         for tenant in TENANTS:
             install_priority_classes(emu.tenant(tenant).api_client())
-        yield PipesCluster(
-            name="emulator",
-            kubernetes=tenant_config(emu),
-            jobs=lambda tenant: emu.jobs(tenant, NAMESPACE),
-            pods=lambda tenant: emu.pods(tenant, NAMESPACE),
-            preempt=lambda tenant, pod: emu.preempt_pod(tenant, NAMESPACE, pod),
-            wait_for=emu.wait_for,
-        )
+        yield _pipes_cluster("emulator", emu)
 
 
-def _control_plane_target(request: pytest.FixtureRequest) -> PipesCluster:
-    kube = request.getfixturevalue("plane_with_nodes").fresh()
+def _pipes_cluster(name: str, kube: Any) -> PipesCluster:
+    """A target from a `KubeEmulator` or a `RealKube` (the same test surface)."""
     return PipesCluster(
-        name="control-plane",
+        name=name,
         kubernetes=tenant_config(kube),
         jobs=lambda tenant: kube.jobs(tenant, NAMESPACE),
         pods=lambda tenant: kube.pods(tenant, NAMESPACE),
@@ -68,6 +61,6 @@ def _control_plane_target(request: pytest.FixtureRequest) -> PipesCluster:
 @pytest.fixture(scope="module", params=["emulator", "control-plane"])
 def k8s_cluster(request: pytest.FixtureRequest) -> Iterator[PipesCluster]:
     if request.param == "control-plane":
-        yield _control_plane_target(request)
+        yield _pipes_cluster("control-plane", request.getfixturevalue("plane_with_nodes").fresh())
         return
     yield from _emulator_target()
