@@ -113,6 +113,29 @@ def plane_with_nodes(control_plane: ControlPlane) -> Iterator[RealKube]:
     shutil.rmtree(work, ignore_errors=True)
 
 
+GANG_NODES = [NodeSpec(name=f"node-{n}", cpu="8", memory="16Gi", gpus=4) for n in "ab"]
+
+
+@pytest.fixture(scope="session")
+def gang_plane(kubeplane_bin_dir: Path) -> Iterator[RealKube]:
+    """A second real control plane for the gang tests, with the emulator gang target's nodes:
+    two untainted nodes of 8 CPUs, 16Gi and 4 GPUs each (the session plane's nodes are shaped
+    for the single-node tests)."""
+    run_dir = Path(tempfile.mkdtemp(prefix="k8sai-gangplane-"))
+    with start_control_plane(kubeplane_bin_dir, run_dir, tenants=list(TENANTS)) as plane:
+        with RealKube(plane, GANG_NODES, run_dir / "nodes") as kube:
+            for tenant_name in TENANTS:
+                scheduling = client.SchedulingV1Api(kube.tenant(tenant_name).api_client())
+                for name, value, policy in PRIORITY_CLASSES:
+                    body = {"metadata": {"name": name}, "value": value, "preemptionPolicy": policy}
+                    scheduling.create_priority_class(body)
+            for tenant_name in TENANTS:
+                core = client.CoreV1Api(kube.tenant(tenant_name).api_client())
+                kube.wait_for(lambda c=core: len(c.list_node().items) == len(GANG_NODES), 60)
+            yield kube
+    shutil.rmtree(run_dir, ignore_errors=True)
+
+
 @pytest.fixture
 def real_kube(plane_with_nodes: RealKube) -> RealKube:
     """The real plane with nodes, showing only what the test creates."""

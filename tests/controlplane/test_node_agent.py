@@ -3,6 +3,7 @@ vCluster's: what the scheduler, the Job controller and our backend observe."""
 
 from __future__ import annotations
 
+import re
 import sys
 import threading
 import uuid
@@ -101,6 +102,11 @@ def test_a_tenant_pod_log_is_followed_through_the_tenant_apiserver(real_kube: Re
     response = core.read_namespaced_pod_log(name, "default", follow=True, _preload_content=False)
     text = b"".join(response.stream()).decode()
     assert text == "line 0\nline 1\nline 2\n"
+    answer = core.read_namespaced_pod_log(name, "default", timestamps=True, _preload_content=False)
+    stamped = answer.data.decode().splitlines()
+    assert [line.split(" ", 1)[1] for line in stamped] == ["line 0", "line 1", "line 2"]
+    rfc3339 = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{9}Z")
+    assert all(rfc3339.fullmatch(line.split(" ")[0]) for line in stamped)
 
 
 def test_a_tenant_pod_is_a_host_pod_under_vclusters_name_and_binds_to_its_node(

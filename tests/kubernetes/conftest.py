@@ -53,5 +53,5 @@ def gang_target(
     request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[GangTarget]:
     """A cluster for the gang tests, one per module and target (gang_support.GANG_TARGETS)."""
-    with GANG_TARGETS[request.param](tmp_path_factory.mktemp("gangs")) as built:
+    with GANG_TARGETS[request.param](tmp_path_factory.mktemp("gangs"), request) as built:
         yield built

@@ -49,7 +49,7 @@ class GangTarget:
 
 
 @contextmanager
-def emulated_gang_target(workdir: Path) -> Iterator[GangTarget]:
+def emulated_gang_target(workdir: Path, request: Any) -> Iterator[GangTarget]:
     """The emulator with 2 nodes of 8 CPUs, 16Gi and 4 fake GPUs, tenants team-a and team-b."""
     from k8s_ai_orchestrator.testing.kube import KubeEmulator, NodeSpec
 
@@ -57,37 +57,48 @@ def emulated_gang_target(workdir: Path) -> Iterator[GangTarget]:
     with KubeEmulator(nodes=nodes, tenants=list(TENANTS), tls=False, workdir=None) as emu:
         for tenant in TENANTS:
             install_priority_classes(emu.tenant(tenant).api_client())
-
-        def config(**overrides: Any) -> dict[str, Any]:
-            raw: dict[str, Any] = {
-                "image": "k8s-ai-test:latest",
-                "python": sys.executable,
-                "command_prefix": [sys.executable, "-m", "dagster"],
-                "watch_reconnect_backoff_s": 0.05,
-                "pending_events_interval_s": 0.0,
-                "gpu_tolerations": [],
-                "gang_workdir": str(workdir),
-                "tenants": {
-                    name: {"kubeconfig": emu.tenant(name).kubeconfig_path, "namespace": NAMESPACE}
-                    for name in TENANTS
-                },
-            }
-            raw.update(overrides)
-            return raw
-
-        yield GangTarget(
-            name="emulator",
-            config=config,
-            core=lambda tenant: CoreV1Api(emu.tenant(tenant).api_client()),
-            pods=lambda tenant: emu.pods(tenant, NAMESPACE),
-            jobs=lambda tenant: emu.jobs(tenant, NAMESPACE),
-            wait_for=emu.wait_for,
-            processes_alive=emu.processes_alive,
-            evict=lambda tenant, pod: emu.evict_pod(tenant, NAMESPACE, pod),
-        )
+        yield _gang_target("emulator", emu, workdir)
 
 
-GANG_TARGETS = {"emulator": emulated_gang_target}
+@contextmanager
+def control_plane_gang_target(workdir: Path, request: Any) -> Iterator[GangTarget]:
+    """The real control plane with the same nodes (the session's `gang_plane`), fresh view."""
+    yield _gang_target("control-plane", request.getfixturevalue("gang_plane").fresh(), workdir)
+
+
+def _gang_target(name: str, kube: Any, workdir: Path) -> GangTarget:
+    """A target from a `KubeEmulator` or a `RealKube` (the same test surface)."""
+
+    def config(**overrides: Any) -> dict[str, Any]:
+        raw: dict[str, Any] = {
+            "image": "k8s-ai-test:latest",
+            "python": sys.executable,
+            "command_prefix": [sys.executable, "-m", "dagster"],
+            "watch_reconnect_backoff_s": 0.05,
+            "pending_events_interval_s": 0.0,
+            "gpu_tolerations": [],
+            "gang_workdir": str(workdir),
+            "tenants": {
+                tenant: {"kubeconfig": kube.tenant(tenant).kubeconfig_path, "namespace": NAMESPACE}
+                for tenant in TENANTS
+            },
+        }
+        raw.update(overrides)
+        return raw
+
+    return GangTarget(
+        name=name,
+        config=config,
+        core=lambda tenant: CoreV1Api(kube.tenant(tenant).api_client()),
+        pods=lambda tenant: kube.pods(tenant, NAMESPACE),
+        jobs=lambda tenant: kube.jobs(tenant, NAMESPACE),
+        wait_for=kube.wait_for,
+        processes_alive=kube.processes_alive,
+        evict=lambda tenant, pod: kube.evict_pod(tenant, NAMESPACE, pod),
+    )
+
+
+GANG_TARGETS = {"emulator": emulated_gang_target, "control-plane": control_plane_gang_target}
 
 
 def gang_step(

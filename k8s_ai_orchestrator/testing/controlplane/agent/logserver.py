@@ -2,8 +2,10 @@
 
 The apiserver proxies `GET pods/{name}/log` to `https://<node InternalIP>:<daemonEndpoints
 port>/containerLogs/{namespace}/{pod}/{container}` with the query parameters `follow`,
-`previous`, `tailLines` and `limitBytes`. This server answers from the log files the kubelet
-keeps per container run, following a running container until it exits.
+`previous`, `tailLines`, `limitBytes` and `timestamps`. This server answers from the log files
+the kubelet keeps per container run, following a running container until it exits. As in the
+emulator, a line is stamped with the time it is first served (`timestamps=true`); `sinceSeconds`
+serves the whole log.
 
 Example:
     >>> parse_path("/containerLogs/default/train-0/main")
@@ -22,7 +24,7 @@ from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
-from ...kube.logs import tail_lines
+from ...kube.logs import Stamper, tail_lines
 from ..pki import KeyPair
 
 FOLLOW_POLL_S = 0.1
@@ -93,10 +95,11 @@ class _Handler(BaseHTTPRequestHandler):
             data = tail_lines(data, int(query["tailLines"]))
         if query.get("limitBytes"):
             data = data[: int(query["limitBytes"])]
+        stamper = Stamper(query.get("timestamps") in ("true", "1"))
         if query.get("follow") not in ("true", "1") or previous:
-            self._send(200, data)
+            self._send(200, stamper.stamp(data))
             return
-        self._follow(path, data, size, running)
+        self._follow(path, stamper.stamp(data), size, running, stamper)
 
     def _send(self, code: int, body: bytes) -> None:
         self.send_response(code)
@@ -105,7 +108,14 @@ class _Handler(BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.write(body)
 
-    def _follow(self, path: Path, first: bytes, offset: int, running: Callable[[], bool]) -> None:
+    def _follow(
+        self,
+        path: Path,
+        first: bytes,
+        offset: int,
+        running: Callable[[], bool],
+        stamper: Stamper,
+    ) -> None:
         self.send_response(200)
         self.send_header("Content-Type", "text/plain")
         self.send_header("Transfer-Encoding", "chunked")
@@ -118,7 +128,7 @@ class _Handler(BaseHTTPRequestHandler):
                     log.seek(offset)
                     fresh = log.read()
                 offset += len(fresh)
-                self._chunk(fresh)
+                self._chunk(stamper.stamp(fresh))
                 if not alive:
                     break
                 time.sleep(FOLLOW_POLL_S)

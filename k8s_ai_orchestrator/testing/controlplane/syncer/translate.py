@@ -125,6 +125,7 @@ def host_pod(pod: Obj, tenant: str, host_namespace: str, priority_synced: bool) 
             spec.pop("priorityClassName")
     for container in spec.get("containers") or []:
         _rewrite_env(container, namespace, tenant)
+    _scope_affinity(spec, namespace, tenant)
     labels = {**(meta.get("labels") or {}), MANAGED_BY: tenant, NAMESPACE_LABEL: namespace}
     annotations = {
         **(meta.get("annotations") or {}),
@@ -144,6 +145,37 @@ def host_pod(pod: Obj, tenant: str, host_namespace: str, priority_synced: bool) 
         },
         "spec": spec,
     }
+
+
+def _scope_affinity(spec: Obj, namespace: str, tenant: str) -> None:
+    """Pod (anti-)affinity terms of the pod's own namespace match only its namespace's pods.
+
+    On the host every namespace of the tenant shares one namespace, so each term's selector
+    also requires the host labels of the tenant and the pod's namespace, as vCluster does.
+
+    Example:
+        >>> term = {"labelSelector": {"matchLabels": {"job": "j"}}, "topologyKey": "h"}
+        >>> anti = {"requiredDuringSchedulingIgnoredDuringExecution": [term]}
+        >>> _scope_affinity({"affinity": {"podAntiAffinity": anti}}, "default", "team-a")
+        >>> sorted(term["labelSelector"]["matchLabels"].items())  # doctest: +NORMALIZE_WHITESPACE
+        [('job', 'j'), ('vcluster.loft.sh/managed-by', 'team-a'),
+         ('vcluster.loft.sh/namespace', 'default')]
+    """
+    affinity = spec.get("affinity") or {}
+    for kind in ("podAffinity", "podAntiAffinity"):
+        rules = affinity.get(kind) or {}
+        terms = list(rules.get("requiredDuringSchedulingIgnoredDuringExecution") or [])
+        terms += [
+            weighted.get("podAffinityTerm") or {}
+            for weighted in rules.get("preferredDuringSchedulingIgnoredDuringExecution") or []
+        ]
+        for term in terms:
+            if term.get("namespaces") or term.get("namespaceSelector") is not None:
+                continue  # other namespaces: left as they are
+            selector = term.setdefault("labelSelector", {})
+            selector.setdefault("matchLabels", {}).update(
+                {MANAGED_BY: tenant, NAMESPACE_LABEL: namespace}
+            )
 
 
 def host_copy(obj: Obj, kind: str, tenant: str, host_namespace: str) -> Obj:
