@@ -10,6 +10,7 @@ from dagster import DagsterInstance
 
 from tests.plane_fixtures import (
     control_plane,
+    gang_plane,
     host,
     kubeplane_bin_dir,
     plane_with_nodes,
@@ -19,7 +20,15 @@ from tests.plane_fixtures import (
 )
 
 # the real control plane
-__all__ = ["control_plane", "host", "kubeplane_bin_dir", "plane_with_nodes", "real_kube", "tenant"]
+__all__ = [
+    "control_plane",
+    "gang_plane",
+    "host",
+    "kubeplane_bin_dir",
+    "plane_with_nodes",
+    "real_kube",
+    "tenant",
+]
 
 
 @pytest.fixture

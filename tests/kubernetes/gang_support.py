@@ -2,9 +2,9 @@
 
 `GangTarget` is what a gang test needs of a cluster: a backend config for its tenants, its
 pods and a way to place a blocking pod. `emulated_gang_target` builds one on the emulator
-(2 nodes × 4 fake GPUs); a real control plane with a node agent is a second builder with
-the same fields, added to `GANG_TARGETS`, over which the `gang_target` fixture of
-tests/kubernetes/conftest.py is parametrised.
+(2 nodes × 4 fake GPUs), `control_plane_gang_target` on a second real control plane with
+the same nodes (the session fixture `gang_plane`); the `gang_target` fixture of
+tests/kubernetes/conftest.py is parametrised over both (`GANG_TARGETS`).
 
 The rank functions live at module level so the ranks can import them (`Gang.run` pickles
 by reference).

@@ -1,7 +1,7 @@
 """Multi-node steps on the kubernetes backend: one Indexed Job, one pod per node, the same
 rank environment as on Slurm, and the gang failing, relaunching and stopping as one.
 
-Runs on every target of `gang_support.GANG_TARGETS` (today the emulator).
+Runs on every target of `gang_support.GANG_TARGETS`: the emulator and a real control plane.
 """
 
 from __future__ import annotations

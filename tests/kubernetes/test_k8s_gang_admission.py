@@ -2,7 +2,7 @@
 preemptible steps: the guard waits for room for every pod, counts preemptible pods as room,
 deletes a gang that only partly runs, and a preemptible step learns who preempted it.
 
-Runs on every target of `gang_support.GANG_TARGETS` (today the emulator).
+Runs on every target of `gang_support.GANG_TARGETS`: the emulator and a real control plane.
 """
 
 from __future__ import annotations
