@@ -101,16 +101,21 @@ def plane_with_nodes(control_plane: ControlPlane) -> Iterator[RealKube]:
     """The session control plane with the node agent, tenant syncers and PriorityClasses."""
     work = Path(tempfile.mkdtemp(prefix="k8sai-nodes-"))
     with RealKube(control_plane, PLANE_NODES, work) as kube:
-        for tenant_name in TENANTS:
-            scheduling = client.SchedulingV1Api(kube.tenant(tenant_name).api_client())
-            for name, value, policy in PRIORITY_CLASSES:
-                body = {"metadata": {"name": name}, "value": value, "preemptionPolicy": policy}
-                scheduling.create_priority_class(body)
-        for tenant_name in TENANTS:
-            core = client.CoreV1Api(kube.tenant(tenant_name).api_client())
-            kube.wait_for(lambda c=core: len(c.list_node().items) == len(PLANE_NODES), 60)
+        _prepare_tenants(kube, len(PLANE_NODES))
         yield kube
     shutil.rmtree(work, ignore_errors=True)
+
+
+def _prepare_tenants(kube: RealKube, nodes: int) -> None:
+    """The tenant PriorityClasses, then wait until every tenant lists the host's nodes."""
+    for tenant_name in TENANTS:
+        scheduling = client.SchedulingV1Api(kube.tenant(tenant_name).api_client())
+        for name, value, policy in PRIORITY_CLASSES:
+            body = {"metadata": {"name": name}, "value": value, "preemptionPolicy": policy}
+            scheduling.create_priority_class(body)
+    for tenant_name in TENANTS:
+        core = client.CoreV1Api(kube.tenant(tenant_name).api_client())
+        kube.wait_for(lambda c=core: len(c.list_node().items) == nodes, 60)
 
 
 GANG_NODES = [NodeSpec(name=f"node-{n}", cpu="8", memory="16Gi", gpus=4) for n in "ab"]
@@ -124,14 +129,7 @@ def gang_plane(kubeplane_bin_dir: Path) -> Iterator[RealKube]:
     run_dir = Path(tempfile.mkdtemp(prefix="k8sai-gangplane-"))
     with start_control_plane(kubeplane_bin_dir, run_dir, tenants=list(TENANTS)) as plane:
         with RealKube(plane, GANG_NODES, run_dir / "nodes") as kube:
-            for tenant_name in TENANTS:
-                scheduling = client.SchedulingV1Api(kube.tenant(tenant_name).api_client())
-                for name, value, policy in PRIORITY_CLASSES:
-                    body = {"metadata": {"name": name}, "value": value, "preemptionPolicy": policy}
-                    scheduling.create_priority_class(body)
-            for tenant_name in TENANTS:
-                core = client.CoreV1Api(kube.tenant(tenant_name).api_client())
-                kube.wait_for(lambda c=core: len(c.list_node().items) == len(GANG_NODES), 60)
+            _prepare_tenants(kube, len(GANG_NODES))
             yield kube
     shutil.rmtree(run_dir, ignore_errors=True)
 

@@ -53,9 +53,9 @@ from .validation import RunCheck, check_run
 LOG_TAIL_LINES = 30
 LOG_FORWARD_INTERVAL_S = 1.0  # how often new remote log lines become an engine event
 LOG_FORWARD_MAX_CHARS = 8000
-# A step Pending with no reason yet, or with its containers being created, is starting as
-# usual: said only once it lasts this long (a reason from the scheduler is said at once).
-STARTING_REASONS = (None, "", "ContainerCreating", "PodInitializing")
+# A step Pending with no reason yet (the backends report none while a pod is unbound or its
+# containers are being created) is starting as usual: said only once it lasts this long; a
+# reason from the scheduler, a quota or the kubelet is said at once.
 STARTING_QUIET_S = 5.0
 DAGSTER_K8S_TAGS = ("dagster-k8s/config", "dagster-k8s/resource_requirements")
 
@@ -220,7 +220,7 @@ class AIStepHandler(StepHandler):
         self, key: str, live: StepAttempts, status: StepStatus, step_context: IStepContext
     ) -> CheckStepHealthResult:
         note = status.message or status.reason or "Pending"
-        starting = status.reason in STARTING_REASONS and not status.message
+        starting = not status.reason and not status.message
         quiet = starting and time.monotonic() - live.launched_at < STARTING_QUIET_S
         if note != live.last_note and not quiet:
             live.last_note = note

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from k8s_support import NAMESPACE, TENANTS, install_priority_classes
+from k8s_support import NAMESPACE, TENANTS, install_priority_classes, tenant_config
 from kubernetes.client import CoreV1Api
 
 from k8s_ai_orchestrator.backends.base import JobHandle, LaunchRequest, StepStatus
@@ -70,21 +70,8 @@ def _gang_target(name: str, kube: Any, workdir: Path) -> GangTarget:
     """A target from a `KubeEmulator` or a `RealKube` (the same test surface)."""
 
     def config(**overrides: Any) -> dict[str, Any]:
-        raw: dict[str, Any] = {
-            "image": "k8s-ai-test:latest",
-            "python": sys.executable,
-            "command_prefix": [sys.executable, "-m", "dagster"],
-            "watch_reconnect_backoff_s": 0.05,
-            "pending_events_interval_s": 0.0,
-            "gpu_tolerations": [],
-            "gang_workdir": str(workdir),
-            "tenants": {
-                tenant: {"kubeconfig": kube.tenant(tenant).kubeconfig_path, "namespace": NAMESPACE}
-                for tenant in TENANTS
-            },
-        }
-        raw.update(overrides)
-        return raw
+        gang = {"gpu_tolerations": [], "gang_workdir": str(workdir)}
+        return tenant_config(kube, **{**gang, **overrides})
 
     return GangTarget(
         name=name,

@@ -264,10 +264,9 @@ class KubernetesBackend:
         dagster-k8s sets it): its pods have ended, so there is nothing to stop.
         """
         attempt = self._attempts.get(handle.job_id)
-        if attempt is not None and attempt.final is not None:
-            if attempt.final.state == StepState.SUCCEEDED:
-                return
         if attempt is not None:
+            if attempt.final is not None and attempt.final.state == StepState.SUCCEEDED:
+                return
             attempt.cancelled = True
             if attempt.follower is not None:
                 attempt.follower.close()

@@ -44,11 +44,12 @@ def tenant_event(event: Obj, pod: PodRef, uids: Mapping[str, str]) -> Obj:
             message = message.replace(host_uid, tenant_uid)
     meta = event["metadata"]
     copied = {k: event[k] for k in _KEPT if event.get(k) is not None}
-    when = event.get("eventTime")
-    copied.setdefault("firstTimestamp", when)
-    copied.setdefault("lastTimestamp", when)
+    when = event.get("eventTime")  # events.k8s.io events carry only this time
+    if when:
+        copied.setdefault("firstTimestamp", when)
+        copied.setdefault("lastTimestamp", when)
     return {
-        **{k: v for k, v in copied.items() if v is not None},
+        **copied,
         "apiVersion": "v1",
         "kind": "Event",
         "metadata": {"name": f"{pod.name}.{meta['uid'][:13]}", "namespace": pod.namespace},

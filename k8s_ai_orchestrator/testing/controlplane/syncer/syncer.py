@@ -175,12 +175,13 @@ class TenantSyncer:
         virtual = {self._host_name(p): p for p in self.tenant_pods.items()}
         for name, pod in virtual.items():
             meta = pod["metadata"]
-            self.events.remember(name, PodRef(meta["namespace"], meta["name"], meta["uid"]))
-        for hpod in self.host_pods.items():
-            owner = virtual.get(hpod["metadata"]["name"])
-            if owner is not None and _owner_uid(hpod) == owner["metadata"]["uid"]:
-                ref = self.events.pods[hpod["metadata"]["name"]]
-                self.events.remember(hpod["metadata"]["name"], ref, hpod["metadata"]["uid"])
+            hpod = self.host_pods.get(self.host_namespace, name)
+            host_uid = None
+            if hpod is not None and _owner_uid(hpod) == meta["uid"]:
+                host_uid = hpod["metadata"]["uid"]
+            self.events.remember(
+                name, PodRef(meta["namespace"], meta["name"], meta["uid"]), host_uid
+            )
         self.events.sync(self.host_events.items())  # before a pod's end is copied
         for pod in virtual.values():
             self._sync_pod(pod)
