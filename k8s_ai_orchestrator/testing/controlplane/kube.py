@@ -84,6 +84,7 @@ class RealKube:
                 server.kubeconfig,
                 self.agent.log_lookup,
                 self.workdir / f"syncer-{name}",
+                host_stats=self.agent.kubelet.summary,
             )
             self.syncers[name] = syncer.start()
         return self

@@ -20,6 +20,7 @@ from typing import Any
 
 from .lifecycle import delete_object, put_or_release
 from .patch import APPLY_PATCH, apply_patch
+from .resize import check_node_capacity, resized
 from .resources import RESOURCES, ResourceType, default_object, validate_name, validate_object
 from .schema import unknown_fields
 from .selectors import parse_field_selector, parse_label_selector
@@ -291,7 +292,12 @@ class ObjectApi:
         return self._write(rt, current, patched, sub, dry)
 
     def _write(self, rt: ResourceType, current: Obj, new: Obj, sub: str, dry: bool) -> Obj:
-        if sub == "status":
+        if sub == "resize":
+            new = resized(rt, current, new)
+            node = new["spec"].get("nodeName")
+            if new["metadata"].get("generation") != current["metadata"].get("generation"):
+                check_node_capacity(new, self.store.get("nodes", "", node) if node else None)
+        elif sub == "status":
             merged = copy.deepcopy(current)
             merged["status"] = new.get("status") or {}
             new = merged

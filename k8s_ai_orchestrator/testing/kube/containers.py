@@ -182,6 +182,13 @@ class ContainerProcess:
             self.oom = True
             self.signal_group(signal.SIGKILL)
 
+    def memory_in_use(self) -> int:
+        """The group's memory now, as the limit is enforced against (0 once it ended)."""
+        try:
+            return charged_memory(self.proc.pid, self.memory_limit or 1 << 62)
+        except (ProcessLookupError, PermissionError, OSError):
+            return 0
+
     def reap(self) -> Exit | None:
         """The exit, once the main process ended; leftover group members are killed."""
         code = self.proc.poll()

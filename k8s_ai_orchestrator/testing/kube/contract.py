@@ -17,6 +17,7 @@ Example:
 from __future__ import annotations
 
 import functools
+import json
 from collections.abc import Callable
 from typing import Any
 
@@ -200,6 +201,116 @@ def check_required_pod_anti_affinity(target: ContractTarget) -> None:
         core.delete_namespaced_pod(f"contract-spread-{created}", ns, grace_period_seconds=0)
 
 
+def _resize_memory(target: ContractTarget, name: str, memory: str) -> client.V1Pod:
+    """Resize the pod's container `main` to `memory` (request and limit) in place."""
+    body = {
+        "spec": {
+            "containers": [
+                {
+                    "name": "main",
+                    "resources": {"requests": {"memory": memory}, "limits": {"memory": memory}},
+                }
+            ]
+        }
+    }
+    return target.core().patch_namespaced_pod_resize(name, target.namespace, body)
+
+
+def _running_with_resources(target: ContractTarget, name: str) -> client.V1Pod | None:
+    pod = target.core().read_namespaced_pod(name, target.namespace)
+    statuses = pod.status.container_statuses or []
+    return pod if statuses and statuses[0].state.running and statuses[0].resources else None
+
+
+def check_pod_resize_in_place(target: ContractTarget) -> None:
+    """A running pod resized from 128Mi to 512Mi through `pods/resize` keeps running (same
+    UID, no restart), reports the new limit in `containerStatuses[].resources`, and may then
+    use more than its old limit."""
+    code = (
+        "import os, time\n"
+        "time.sleep(float(os.environ.get('WAIT', '0')))\n"
+        "chunk = b'x' * (300 * 1024 * 1024)\n"
+        "print('grown', len(chunk) // 2**20, flush=True)\n"
+    )
+    pod = target.pod("contract-resize", code, "128Mi")
+    pod.spec.containers[0].env = [client.V1EnvVar(name="WAIT", value="12")]
+    created = target.core().create_namespaced_pod(target.namespace, pod)
+    target.wait(lambda: _running_with_resources(target, "contract-resize"))
+    answer = _resize_memory(target, "contract-resize", "512Mi")
+    assert answer.spec.containers[0].resources.limits == {"memory": "512Mi"}
+    assert answer.metadata.generation == (created.metadata.generation or 1) + 1
+
+    def applied() -> client.V1Pod | None:
+        pod = target.core().read_namespaced_pod("contract-resize", target.namespace)
+        status = (pod.status.container_statuses or [None])[0]
+        limits = (status.resources.limits or {}) if status and status.resources else {}
+        return pod if limits.get("memory") == "512Mi" else None
+
+    target.wait(applied)
+    target.wait(lambda: _phase(target, "contract-resize") in ("Succeeded", "Failed"))
+    done = target.core().read_namespaced_pod("contract-resize", target.namespace)
+    assert done.metadata.uid == created.metadata.uid
+    assert done.status.phase == "Succeeded", done.status.container_statuses
+    assert done.status.container_statuses[0].restart_count == 0
+    log = target.core().read_namespaced_pod_log(
+        "contract-resize", target.namespace, _preload_content=False
+    )
+    assert log.data.decode() == "grown 300\n"
+
+
+def check_pod_resize_is_deferred_without_room(target: ContractTarget) -> None:
+    """A resize past the node's allocatable is refused at once (403, cause NodeCapacity); one
+    the node could hold but not now waits: `PodResizePending` (reason Deferred, "Node didn't
+    have enough resource: memory, ...") and a `ResizeDeferred` warning, the old limit kept.
+    Changing a GPU amount through `pods/resize` is refused (422)."""
+    core, ns = target.core(), target.namespace
+    sleeper = "import time; time.sleep(120)"
+    core.create_namespaced_pod(ns, target.pod("contract-deferred", sleeper, "128Mi"))
+    pod = target.wait(lambda: _running_with_resources(target, "contract-deferred"))
+    node = core.read_node(pod.spec.node_name)
+    try:
+        _resize_memory(target, "contract-deferred", "64Ti")
+    except client.ApiException as error:
+        assert error.status == 403, error.body
+        assert "node didn't have enough allocatable resources: memory" in error.body
+        assert json.loads(error.body)["details"]["causes"] == [{"reason": "NodeCapacity"}]
+    else:
+        raise AssertionError("a resize past the node's allocatable was accepted")
+    filler = target.pod("contract-filler", sleeper, "128Mi")
+    filler.spec.node_name = pod.spec.node_name
+    core.create_namespaced_pod(ns, filler)
+    _resize_memory(target, "contract-deferred", node.status.allocatable["memory"])
+
+    def pending() -> client.V1PodCondition | None:
+        pod = core.read_namespaced_pod("contract-deferred", ns)
+        found = [c for c in pod.status.conditions or [] if c.type == "PodResizePending"]
+        return found[0] if found else None
+
+    condition = target.wait(pending)
+    assert (condition.status, condition.reason) == ("True", "Deferred")
+    assert condition.message.startswith("Node didn't have enough resource: memory, requested: ")
+    pod = core.read_namespaced_pod("contract-deferred", ns)
+    assert pod.status.container_statuses[0].resources.limits == {"memory": "128Mi"}
+
+    def warned() -> list[str]:
+        selector = "involvedObject.name=contract-deferred"
+        events = core.list_namespaced_event(ns, field_selector=selector)
+        return [e.message for e in events.items if e.reason == "ResizeDeferred"]
+
+    assert target.wait(warned)[0].startswith("Pod resize Deferred: {")
+    gpus = {"nvidia.com/gpu": "1"}
+    body = {"spec": {"containers": [{"name": "main", "resources": {"limits": gpus}}]}}
+    try:
+        core.patch_namespaced_pod_resize("contract-deferred", ns, body)
+    except client.ApiException as error:
+        assert error.status == 422
+        assert "only cpu and memory resources are mutable" in error.body
+    else:
+        raise AssertionError("a GPU amount was changed through pods/resize")
+    for name in ("contract-deferred", "contract-filler"):
+        core.delete_namespaced_pod(name, ns, grace_period_seconds=0)
+
+
 Check = Callable[[ContractTarget], None]
 
 NODE_CHECKS: tuple[Check, ...] = (
@@ -211,6 +322,8 @@ NODE_CHECKS: tuple[Check, ...] = (
     check_unschedulable_pod_is_explained,
     check_indexed_job_pods_know_their_index,
     check_required_pod_anti_affinity,
+    check_pod_resize_in_place,
+    check_pod_resize_is_deferred_without_room,
 )
 """Checks that need a node running containers (a kubelet, or the emulator's)."""
 

@@ -8,6 +8,7 @@ Example:
 from __future__ import annotations
 
 import json
+import re
 import socket
 import threading
 import time
@@ -20,6 +21,7 @@ from .api import ObjectApi
 from .discovery import document
 from .lifecycle import delete_pod, disrupt
 from .patch import APPLY_PATCH
+from .resources import RESOURCES
 from .routing import FaultPlan, Route, parse_route
 from .store import ApiError, Obj
 from .views import render
@@ -43,6 +45,7 @@ class ServedApi(Protocol):
     def count(self, verb: str, resource: str) -> None: ...
 
 
+_NODE_STATS = re.compile(r"^/api/v1/nodes/([^/]+)/proxy/stats/summary/?$")
 _REASONS = {
     400: "BadRequest",
     401: "Unauthorized",
@@ -148,6 +151,10 @@ class ApiHandler(BaseHTTPRequestHandler):
     def _dispatch(
         self, method: str, path: str, route: Route | None, verb: str, params: dict, body: bytes
     ) -> None:
+        proxied = _NODE_STATS.match(path)
+        if route is None and proxied is not None and method == "GET":
+            self._node_stats(proxied.group(1))
+            return
         if route is None:
             found = document(path) if method == "GET" else None
             if found is None:
@@ -227,6 +234,17 @@ class ApiHandler(BaseHTTPRequestHandler):
             finally:
                 if verb not in ("get", "list"):
                     self.api_server.wake.set()
+
+    def _node_stats(self, node: str) -> None:
+        """`nodes/{node}/proxy/stats/summary`: the kubelet's summary, this server's pods only."""
+        nodes = RESOURCES[("", "nodes")]
+        self._authorize(Route(nodes, None, node, "proxy"), "get")
+        api, kubelet = self.api_server.api, self.api_server.logs
+        with api.store.cluster.lock:
+            api.get(nodes, "", node)  # 404 for an unknown node
+        if kubelet is None:
+            raise ApiError(503, "ServiceUnavailable", f'no kubelet serves node "{node}"')
+        self._send_json(200, kubelet.summary(node, store=api.store.name))
 
     def _review(self, payload: Obj) -> Obj:
         attributes = (payload.get("spec") or {}).get("resourceAttributes") or {}

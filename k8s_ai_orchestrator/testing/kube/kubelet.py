@@ -2,7 +2,8 @@
 
 It enforces memory limits by sampling the RSS of each container's process tree (OOMKilled,
 exit 137), honours terminationGracePeriodSeconds (SIGTERM, then SIGKILL), restarts containers
-per restartPolicy, and keeps each container's current and previous log.
+per restartPolicy, keeps each container's current and previous log, and applies in-place
+resizes of running pods when the node has room (`resize.py`).
 
 Example:
     >>> _exit_phase([0, 0]), _exit_phase([0, 1])
@@ -34,6 +35,7 @@ from .containers import (
     terminated_state,
 )
 from .lifecycle import is_terminal, put_or_release, record_event, releasable, set_condition
+from .resize import DEFERRED, PENDING, desired, event_message, memory_limits, requests_of, shortfall
 from .store import ClusterState, Obj, Store, now_rfc3339, parse_rfc3339
 
 # The emulator's own interpreter directory (a venv's bin) comes first on the containers' PATH,
@@ -71,6 +73,12 @@ class PodRun:
     waiting: dict[str, tuple[str, str]] = field(default_factory=dict)  # name → (reason, message)
     started: bool = False
     deadline_exceeded: bool = False  # spec.activeDeadlineSeconds passed: the pod is killed
+    node: str = ""
+    namespace: str = ""
+    name: str = ""
+    allocated: dict[str, dict[str, Any]] = field(default_factory=dict)  # container → resources
+    resize_pending: str = ""  # why the desired resources wait (PodResizePending message)
+    resize_generation: int = 0  # the pod generation the pending resize was reported for
 
 
 class Kubelet:
@@ -95,11 +103,11 @@ class Kubelet:
                 if node is None or not _ready(node):
                     continue
                 seen.add(pod["metadata"]["uid"])
-                self._sync(store, pod)
+                self._sync(store, pod, node)
         for uid in [uid for uid in self.runs if uid not in seen]:
             self._forget(uid)
 
-    def _sync(self, store: Store, pod: Obj) -> None:
+    def _sync(self, store: Store, pod: Obj, node: Obj) -> None:
         uid = pod["metadata"]["uid"]
         run = self.runs.get(uid)
         if is_terminal(pod) and not pod["metadata"].get("deletionTimestamp"):
@@ -107,6 +115,7 @@ class Kubelet:
                 return  # finished and published: nothing left to do
         if run is None:
             run = self._new_run(store, pod)
+            run.node = node["metadata"]["name"]
         if pod["metadata"].get("deletionTimestamp"):
             self._terminate(run, pod, int(pod["metadata"].get("deletionGracePeriodSeconds") or 0))
         elif run.deadline_exceeded or _past_deadline(run, pod):
@@ -115,6 +124,7 @@ class Kubelet:
         elif not run.started:
             self._try_start(run, pod)
         else:
+            self._resize(run, pod, node)
             self._poll(run, pod)
         self._publish(run, pod)
 
@@ -129,6 +139,8 @@ class Kubelet:
             for c in pod["spec"]["containers"]
         }
         run = PodRun(store, meta["uid"], directory, containers, now_rfc3339())
+        run.allocated = desired(pod)
+        run.namespace, run.name = meta["namespace"], meta["name"]
         self.runs[meta["uid"]] = run
         return run
 
@@ -182,9 +194,8 @@ class Kubelet:
             cwd.mkdir(parents=True, exist_ok=True)
             fallback = container.get("terminationMessagePolicy") == "FallbackToLogsOnError"
             on_exit = self.wake.set if self.wake is not None else None
-            state.process = ContainerProcess(
-                argv, env, cwd, log_path, memory_limit_of(container), fallback, on_exit
-            )
+            limit = memory_limits(run.allocated).get(state.name, memory_limit_of(container))
+            state.process = ContainerProcess(argv, env, cwd, log_path, limit, fallback, on_exit)
         except (FileNotFoundError, PermissionError, NotADirectoryError) as error:
             state.exit = start_error(f"exec: {argv[0]!r}: {error.strerror or error}")
             return
@@ -197,6 +208,35 @@ class Kubelet:
             )
         record_event(run.store, pod, "Created", f"Created container {state.name}")
         record_event(run.store, pod, "Started", f"Started container {state.name}")
+
+    def _resize(self, run: PodRun, pod: Obj, node: Obj) -> None:
+        """Allocate a running pod's new resources when the node has room, else defer them."""
+        wanted = desired(pod)
+        if wanted == run.allocated:
+            run.resize_pending = ""
+            return
+        used: dict[str, int] = {}
+        for other in self.runs.values():
+            active = not other.started or any(s.process for s in other.containers.values())
+            if other is run or other.node != run.node or not active:
+                continue
+            for name, amount in requests_of(other.allocated).items():
+                used[name] = used.get(name, 0) + amount
+        problem = shortfall(pod, node, used)
+        generation = int(pod["metadata"].get("generation") or 1)
+        if problem is not None:
+            if not run.resize_pending or run.resize_generation != generation:
+                message = event_message(f"Pod resize {DEFERRED}", pod, problem)
+                record_event(run.store, pod, "ResizeDeferred", message, "Warning")
+            run.resize_pending, run.resize_generation = problem, generation
+            return
+        record_event(run.store, pod, "ResizeStarted", event_message("Pod resize started", pod))
+        run.allocated, run.resize_pending = wanted, ""
+        for name, limit in memory_limits(wanted).items():
+            state = run.containers.get(name)
+            if state is not None and state.process is not None:
+                state.process.memory_limit = limit
+        record_event(run.store, pod, "ResizeCompleted", event_message("Pod resize completed", pod))
 
     def _poll(self, run: PodRun, pod: Obj) -> None:
         policy = pod["spec"].get("restartPolicy", "Always")
@@ -250,6 +290,10 @@ class Kubelet:
             self._container_status(run, s) for s in run.containers.values()
         ]
         _pod_conditions(status, ready=bool(running) and len(running) == len(run.containers))
+        if run.resize_pending and not is_terminal(new):
+            set_condition(status, PENDING, "True", DEFERRED, run.resize_pending)
+        else:
+            status["conditions"] = [c for c in status["conditions"] if c["type"] != PENDING]
         status.update(hostIP="127.0.0.1", hostIPs=[{"ip": "127.0.0.1"}], podIP="127.0.0.1")
         status.update(podIPs=[{"ip": "127.0.0.1"}], startTime=run.started_at)
         if deleting and is_terminal(new):
@@ -286,6 +330,8 @@ class Kubelet:
         }
         if state.container_id:
             status["containerID"] = state.container_id
+        if state.process is not None and state.name in run.allocated:
+            status["resources"] = copy.deepcopy(run.allocated[state.name])
         return status
 
     def _forget(self, uid: str) -> None:
@@ -321,6 +367,39 @@ class Kubelet:
         run = self.runs.get(uid)
         state = run.containers.get(container) if run else None
         return state is not None and state.process is not None
+
+    def summary(self, node: str, store: str | None = None) -> dict[str, Any]:
+        """The kubelet's `/stats/summary` for `node`: memory in use per running container.
+
+        `store` keeps only the pods of one API server (an emulator tenant).
+        """
+        stamp = now_rfc3339()
+        pods = []
+        for run in list(self.runs.values()):
+            if run.node != node or (store is not None and run.store.name != store):
+                continue
+            containers: list[dict[str, Any]] = []
+            total = 0
+            for state in list(run.containers.values()):
+                process = state.process
+                if process is None:
+                    continue
+                used = process.memory_in_use()
+                total += used
+                memory = {"time": stamp, "workingSetBytes": used, "rssBytes": used}
+                memory["usageBytes"] = used
+                containers.append(
+                    {"name": state.name, "startTime": process.started_at, "memory": memory}
+                )
+            pods.append(
+                {
+                    "podRef": {"name": run.name, "namespace": run.namespace, "uid": run.uid},
+                    "startTime": run.started_at,
+                    "containers": containers,
+                    "memory": {"time": stamp, "workingSetBytes": total},
+                }
+            )
+        return {"node": {"nodeName": node}, "pods": pods}
 
     def processes_alive(self) -> int:
         """Container process groups still alive."""

@@ -127,7 +127,7 @@ _TYPES = [
         "v1",
         True,
         ("po",),
-        ("status", "log", "eviction", "binding"),
+        ("status", "log", "eviction", "binding", "resize"),
         fields=_POD_FIELDS,
         categories=("all",),
     ),

@@ -3,8 +3,10 @@
 It registers Nodes, keeps their leases fresh, runs the containers of pods the real scheduler
 binds to them as local process groups (the emulator's `Kubelet`: RSS-enforced memory limits →
 OOMKilled 137, SIGTERM → grace → SIGKILL on deletion, restartPolicy, activeDeadlineSeconds),
-writes `pods/status` as a kubelet does (terminal phase before the final grace-0 delete) and
-serves `/containerLogs` so `pods/log` works through the apiserver.
+writes `pods/status` as a kubelet does (terminal phase before the final grace-0 delete),
+applies in-place resizes (`pods/resize`) when the node has room, and serves `/containerLogs`
+and `/stats/summary` (one server per node) so `pods/log` and the node proxy work through the
+apiserver.
 
 Example:
     >>> nodes = [NodeSpec("node-a", cpu="8", memory="16Gi")]
@@ -18,6 +20,7 @@ from __future__ import annotations
 import signal
 import threading
 from collections.abc import Callable, Sequence
+from functools import partial
 from pathlib import Path
 from types import TracebackType
 
@@ -63,10 +66,13 @@ class NodeAgent:
         self.kubelet = Kubelet(state, self._nodes_view, self.workdir / "pods", self._wake)
         ca = pki.write_ca(self.workdir / "pki", "k8s-ai-node-agent")
         serving = pki.write_serving_cert(ca, self.workdir / "serving", ["127.0.0.1", "localhost"])
-        self.logs = LogServer(self.log_lookup, serving)
+        self.servers = {
+            n.name: LogServer(self.log_lookup, serving, stats=partial(self.kubelet.summary, n.name))
+            for n in nodes
+        }
         version = client.VersionApi(self.api_client).get_code().git_version
         self._specs = {n.name: n for n in nodes}
-        self.node_objects = [node_object(n, version, self.logs.port) for n in nodes]
+        self.node_objects = [node_object(n, version, self.servers[n.name].port) for n in nodes]
         self.heartbeat = NodeHeartbeat(self.api_client, self.node_objects)
         self._loop = threading.Thread(target=self._run, name="agent-kubelet", daemon=True)
         self._errors: list[BaseException] = []
@@ -75,7 +81,8 @@ class NodeAgent:
 
     def start(self) -> NodeAgent:
         """Serve logs, register the nodes, start watching pods and running them."""
-        self.logs.start()
+        for server in self.servers.values():
+            server.start()
         for node in self.node_objects:
             self._nodes_view.put("nodes", node)
         self.heartbeat.register()
@@ -92,7 +99,8 @@ class NodeAgent:
         self.kubelet.stop()
         self.heartbeat.stop()
         self.store.stop()
-        self.logs.stop()
+        for server in self.servers.values():
+            server.stop()
 
     def __enter__(self) -> NodeAgent:
         return self.start()

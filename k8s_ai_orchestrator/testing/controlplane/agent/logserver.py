@@ -1,11 +1,13 @@
-"""The kubelet's `/containerLogs` endpoint, so `pods/log` works through the apiserver.
+"""The kubelet's `/containerLogs` and `/stats/summary` endpoints, reached through the apiserver.
 
 The apiserver proxies `GET pods/{name}/log` to `https://<node InternalIP>:<daemonEndpoints
 port>/containerLogs/{namespace}/{pod}/{container}` with the query parameters `follow`,
 `previous`, `tailLines`, `limitBytes` and `timestamps`. This server answers from the log files
 the kubelet keeps per container run, following a running container until it exits. As in the
 emulator, a line is stamped with the time it is first served (`timestamps=true`); `sinceSeconds`
-serves the whole log.
+serves the whole log. `GET /api/v1/nodes/{node}/proxy/stats/summary` reaches
+`/stats/summary`, the memory in use of each running container on that node (what
+metrics-server and the executor's in-place growth read); one server answers for one node.
 
 Example:
     >>> parse_path("/containerLogs/default/train-0/main")
@@ -16,6 +18,7 @@ Example:
 
 from __future__ import annotations
 
+import json
 import ssl
 import threading
 import time
@@ -23,6 +26,7 @@ import urllib.parse
 from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from typing import Any
 
 from ...kube.logs import Stamper, tail_lines
 from ..pki import KeyPair
@@ -30,6 +34,7 @@ from ..pki import KeyPair
 FOLLOW_POLL_S = 0.1
 # (namespace, pod, container, previous) → (log file, still running?) or an error text
 LogLookup = Callable[[str, str, str, bool], tuple[Path, Callable[[], bool]] | str]
+StatsSummary = Callable[[], dict[str, Any]]  # the node's /stats/summary document
 
 
 def parse_path(path: str) -> tuple[str, str, str] | None:
@@ -41,10 +46,14 @@ def parse_path(path: str) -> tuple[str, str, str] | None:
 
 
 class LogServer:
-    """An HTTPS server on 127.0.0.1 answering `/containerLogs` from `lookup`."""
+    """An HTTPS server on 127.0.0.1 answering `/containerLogs` from `lookup` and
+    `/stats/summary` from `stats` (404 without it)."""
 
-    def __init__(self, lookup: LogLookup, serving: KeyPair, port: int = 0) -> None:
+    def __init__(
+        self, lookup: LogLookup, serving: KeyPair, port: int = 0, stats: StatsSummary | None = None
+    ) -> None:
         self.lookup = lookup
+        self.stats = stats
         self.stopping = threading.Event()
         handler = type("Handler", (_Handler,), {"log_server": self})
         self._server = ThreadingHTTPServer(("127.0.0.1", port), handler)
@@ -78,6 +87,10 @@ class _Handler(BaseHTTPRequestHandler):
 
     def do_GET(self) -> None:  # noqa: N802 - http.server's naming
         url = urllib.parse.urlsplit(self.path)
+        if url.path.rstrip("/") == "/stats/summary" and self.log_server.stats is not None:
+            body = json.dumps(self.log_server.stats()).encode()
+            self._send(200, body, "application/json")
+            return
         target = parse_path(url.path)
         if target is None:
             self._send(404, b"not found")
@@ -101,9 +114,9 @@ class _Handler(BaseHTTPRequestHandler):
             return
         self._follow(path, stamper.stamp(data), size, running, stamper)
 
-    def _send(self, code: int, body: bytes) -> None:
+    def _send(self, code: int, body: bytes, content_type: str = "text/plain") -> None:
         self.send_response(code)
-        self.send_header("Content-Type", "text/plain")
+        self.send_header("Content-Type", content_type)
         self.send_header("Content-Length", str(len(body)))
         self.end_headers()
         self.wfile.write(body)

@@ -29,8 +29,7 @@ from kubernetes.client.rest import ApiException
 from ...kube.lifecycle import is_terminal
 from ...kube.store import ClusterState, Obj, Store
 from ..informer import Informer
-
-_STRATEGIC = "application/strategic-merge-patch+json"
+from ..patches import STRATEGIC, status_patch
 
 
 class RemoteStore(Store):
@@ -129,13 +128,14 @@ class RemoteStore(Store):
     def _patch_status(self, pod: Obj) -> None:
         meta = pod["metadata"]
         status = copy.deepcopy(pod.get("status") or {})
+        before = self._sent.get(meta["uid"])
         self.requests += 1
         try:
             answer = self.core.patch_namespaced_pod_status(
                 meta["name"],
                 meta["namespace"],
-                {"status": status},
-                _content_type=_STRATEGIC,  # conditions merge by type, as a kubelet's patch
+                status_patch(before, status),
+                _content_type=STRATEGIC,  # conditions merge by type, as a kubelet's patch
             )
         except ApiException as error:
             if error.status in (404, 409):

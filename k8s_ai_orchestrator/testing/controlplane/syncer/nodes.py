@@ -1,7 +1,8 @@
 """Host nodes shown in a tenant, as vCluster's `sync.fromHost.nodes` (selector: all) does.
 
 Each host node is mirrored with its labels, taints and status, except that its kubelet
-endpoint points at the syncer's log proxy (the tenant apiserver sends `pods/log` there).
+endpoint points at the syncer's proxy for that node (the tenant apiserver sends `pods/log`
+and the node proxy's `/stats/summary` there).
 Only changes are written; a node gone from the host is deleted from the tenant.
 
 Example:
@@ -14,6 +15,7 @@ Example:
 from __future__ import annotations
 
 import copy
+from collections.abc import Callable
 from typing import Any
 
 from kubernetes import client
@@ -43,14 +45,17 @@ def mirror(host: Obj, log_port: int) -> Obj:
 class NodeSync:
     """Keeps a tenant's nodes equal to the host's (see the module docstring)."""
 
-    def __init__(self, virtual: client.CoreV1Api, log_port: int) -> None:
+    def __init__(self, virtual: client.CoreV1Api, proxy_port: Callable[[str], int]) -> None:
         self.virtual = virtual
-        self.log_port = log_port
+        self.proxy_port = proxy_port  # host node name → the port of its proxy
         self._written: dict[str, Obj] = {}
 
     def sync(self, host_nodes: list[Obj]) -> None:
         """Create, update or delete tenant nodes so they mirror `host_nodes`."""
-        wanted = {n["metadata"]["name"]: mirror(n, self.log_port) for n in host_nodes}
+        wanted = {
+            n["metadata"]["name"]: mirror(n, self.proxy_port(n["metadata"]["name"]))
+            for n in host_nodes
+        }
         for name, node in wanted.items():
             if self._written.get(name) != node:
                 self._write(name, node)

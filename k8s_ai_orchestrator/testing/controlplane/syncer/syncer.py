@@ -5,11 +5,14 @@ What it does, as vCluster does with our recommended values (`helm/vcluster-value
 - host namespace `vcluster-<tenant>` with the secret `vc-<tenant>` (key `config`: the tenant's
   kubeconfig; labels `app=vcluster`, `vcluster-name=<tenant>`);
 - nodes from the host: every host node appears in the tenant with its labels, taints and
-  status, its kubelet endpoint pointing at this syncer's log proxy;
+  status, its kubelet endpoint pointing at this syncer's proxy for that node, which serves
+  `/containerLogs` and `/stats/summary` with host pod names turned into the tenant's;
 - pods to the host: a tenant pod (the tenant has no scheduler) becomes a host pod named
   `<name>-x-<namespace>-x-<tenant>` in `vcluster-<tenant>`, with the secrets and config maps it
   reads and its PriorityClass copied; when the host scheduler places it, the tenant pod is bound
   to the same node, and the host pod's status flows back;
+- resizes: a tenant pod resized in place (`pods/resize`) has its host pod resized the same way;
+  whether the node had room comes back with the status (`PodResizePending`, the resources);
 - deletion both ways: a tenant delete deletes the host pod with the same grace period; when the
   host pod is gone (finished deletion, eviction, preemption) its last status is copied and the
   tenant pod's deletion is completed (grace 0), which is what a kubelet would do;
@@ -27,22 +30,25 @@ Example:
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
+from ...kube import resize
 from ...kube.lifecycle import is_terminal
 from .. import pki
 from ..agent.logserver import LogLookup, LogServer
 from ..informer import Informer, Obj
+from ..patches import STRATEGIC, status_patch
 from . import translate
 from .events import EventSync, PodRef
 from .nodes import NodeSync
 
 TICK_S = 5.0  # a safety net: every watched change wakes the loop at once
-_STRATEGIC = "application/strategic-merge-patch+json"
 
 
 def _ignore(*codes: int) -> Any:
@@ -66,7 +72,8 @@ class TenantSyncer:
         tenant: the tenant (vCluster) name.
         tenant_kubeconfig: the kubeconfig stored in `vc-<tenant>`.
         host_logs: the node agent's log lookup, by host namespace and pod name.
-        workdir: the log proxy's serving certificate goes here.
+        workdir: the node proxies' serving certificate goes here.
+        host_stats: a host node's `/stats/summary` (node name → document), if any.
     """
 
     def __init__(
@@ -77,6 +84,7 @@ class TenantSyncer:
         tenant_kubeconfig: Path,
         host_logs: LogLookup,
         workdir: Path,
+        host_stats: Callable[[str], Obj] | None = None,
     ) -> None:
         self.tenant = tenant
         self.host_namespace = f"vcluster-{tenant}"
@@ -107,8 +115,10 @@ class TenantSyncer:
         ca = pki.write_ca(Path(workdir) / "pki", f"k8s-ai-syncer-{tenant}")
         serving = pki.write_serving_cert(ca, Path(workdir) / "serving", ["127.0.0.1"])
         self._host_logs = host_logs
-        self.logs = LogServer(self._tenant_logs, serving)
-        self.nodes = NodeSync(self.virtual, self.logs.port)
+        self._host_stats = host_stats
+        self._serving = serving
+        self.proxies: dict[str, LogServer] = {}  # host node → its proxy for the tenant
+        self.nodes = NodeSync(self.virtual, self._proxy_port)
         self._copied: dict[str, Obj] = {}  # tenant pod uid → the status last copied
         self._gone: set[str] = set()  # tenant pod uids whose host pod is gone
         self._synced_classes: set[str] = set()
@@ -120,7 +130,6 @@ class TenantSyncer:
     def start(self) -> TenantSyncer:
         """Create the host namespace and secret, start the watches, the log proxy and the loop."""
         self._publish_secret()
-        self.logs.start()
         for informer in self._informers():
             informer.start()
         self._loop.start()
@@ -134,7 +143,8 @@ class TenantSyncer:
             self._loop.join(timeout=10)
         for informer in self._informers():
             informer.stop()
-        self.logs.stop()
+        for proxy in list(self.proxies.values()):
+            proxy.stop()
 
     def _informers(self) -> tuple[Informer, ...]:
         return (self.host_nodes, self.host_pods, self.tenant_pods, self.host_events)
@@ -214,6 +224,8 @@ class TenantSyncer:
         self._copy_status(vpod, hpod)
         if meta.get("deletionTimestamp") and not hpod["metadata"].get("deletionTimestamp"):
             self._delete_host(hpod, meta.get("deletionGracePeriodSeconds"))
+        elif not is_terminal(hpod) and resize.desired(vpod) != resize.desired(hpod):
+            self._resize_host(hpod, vpod)
 
     def _host_name(self, vpod: Obj) -> str:
         meta = vpod["metadata"]
@@ -297,11 +309,34 @@ class TenantSyncer:
         status = translate.tenant_status(hpod)
         if not status or self._copied.get(meta["uid"]) == status:
             return
+        before = self._copied.get(meta["uid"])  # only conditions copied earlier are removed
         with _ignore(404, 409):
             self.virtual.patch_namespaced_pod_status(
-                meta["name"], meta["namespace"], {"status": status}, _content_type=_STRATEGIC
+                meta["name"],
+                meta["namespace"],
+                status_patch(before, status),
+                _content_type=STRATEGIC,
             )
             self._copied[meta["uid"]] = status
+
+    def _resize_host(self, hpod: Obj, vpod: Obj) -> None:
+        """Give the host pod the tenant pod's new container resources (`pods/resize`)."""
+        wanted = {c["name"]: c for c in vpod["spec"]["containers"]}
+        containers = [
+            {
+                "name": c["name"],
+                "resources": wanted[c["name"]].get("resources") or {},
+                **({"resizePolicy": c["resizePolicy"]} if "resizePolicy" in c else {}),
+            }
+            for c in hpod["spec"]["containers"]
+            if c["name"] in wanted
+        ]
+        meta = hpod["metadata"]
+        with _ignore(404, 409, 422):
+            answer = self.host.patch_namespaced_pod_resize(
+                meta["name"], meta["namespace"], {"spec": {"containers": containers}}
+            )
+            self.host_pods.update(self.host_api.sanitize_for_serialization(answer))
 
     def _delete_host(self, hpod: Obj, grace: int | None) -> None:
         meta = hpod["metadata"]
@@ -329,7 +364,35 @@ class TenantSyncer:
             else:
                 self.virtual.create_namespaced_event(meta["namespace"], event)
 
-    # -- logs ----------------------------------------------------------------------------------
+    # -- the node proxies ----------------------------------------------------------------------
+
+    def _proxy_port(self, node: str) -> int:
+        """The port of `node`'s proxy (started on first use)."""
+        proxy = self.proxies.get(node)
+        if proxy is None:
+            stats = partial(self._tenant_stats, node) if self._host_stats else None
+            proxy = LogServer(self._tenant_logs, self._serving, stats=stats).start()
+            self.proxies[node] = proxy
+        return proxy.port
+
+    def _tenant_stats(self, node: str) -> Obj:
+        """The host node's summary with this tenant's pods only, under their tenant names."""
+        assert self._host_stats is not None
+        summary = self._host_stats(node)
+        refs = {}
+        for pod in self.tenant_pods.items():
+            meta = pod["metadata"]
+            refs[self._host_name(pod)] = {
+                "name": meta["name"],
+                "namespace": meta["namespace"],
+                "uid": meta["uid"],
+            }
+        pods = []
+        for pod in summary.get("pods") or []:
+            ref = pod.get("podRef") or {}
+            if ref.get("namespace") == self.host_namespace and ref.get("name") in refs:
+                pods.append({**pod, "podRef": refs[ref["name"]]})
+        return {**summary, "pods": pods}
 
     def _tenant_logs(self, namespace: str, name: str, container: str, previous: bool) -> Any:
         host = translate.host_name(name, namespace, self.tenant)
