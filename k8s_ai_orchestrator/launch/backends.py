@@ -32,6 +32,7 @@ def make_backend(name: str, settings: ExecutorSettings) -> Backend:
             KubernetesConfig.from_dict(settings.kubernetes),
             allowed_tenants=settings.allowed_tenants,
             default_tenant=settings.default_tenant,
+            growth=settings.growth,
         )
     if name == "slurm":
         from ..backends.slurm import SlurmBackend, config_from_mapping

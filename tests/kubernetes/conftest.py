@@ -1,8 +1,10 @@
-"""Fixtures: an emulated host cluster with two vCluster tenants, and backends wired to it."""
+"""Fixtures: an emulated host cluster with two vCluster tenants, and backends wired to it;
+`cluster`, the emulator or the real control plane, for the end-to-end runs."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -55,3 +57,22 @@ def gang_target(
     """A cluster for the gang tests, one per module and target (gang_support.GANG_TARGETS)."""
     with GANG_TARGETS[request.param](tmp_path_factory.mktemp("gangs"), request) as built:
         yield built
+
+
+@pytest.fixture(params=["emulator", "control-plane"])
+def cluster(request: pytest.FixtureRequest, dagster_home: Path) -> Iterator[Any]:
+    """A host with one node big enough for an xl step and one GPU node, two tenants: the
+    emulator, or the real v1.37 control plane with the node agent and tenant syncers."""
+    if request.param == "control-plane":
+        yield request.getfixturevalue("real_kube")
+        return
+    kube = pytest.importorskip("k8s_ai_orchestrator.testing.kube")
+    gpu_taint = {"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}
+    nodes = [
+        kube.NodeSpec(name="big-1", cpu="96", memory="768Gi"),
+        kube.NodeSpec(name="gpu-1", cpu="32", memory="256Gi", gpus=4, taints=(gpu_taint,)),
+    ]
+    with kube.KubeEmulator(nodes=nodes, tenants=list(TENANTS), tls=False, workdir=None) as emu:
+        for tenant in TENANTS:
+            install_priority_classes(emu.tenant(tenant).api_client())
+        yield emu

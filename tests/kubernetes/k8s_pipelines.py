@@ -42,6 +42,29 @@ def long_tile(context: OpExecutionContext, checkpoints: CheckpointStore) -> int:
     return start
 
 
+@op(tags=compute(cpu=0.5, memory="1Gi"))
+def grower(context: OpExecutionContext) -> int:
+    """Grows from the step process's own ~100 MiB to about 3 GiB in 4 MiB pieces, touching
+    every page (about 25 s), then holds it for a second: past its 1Gi limit unless grown."""
+    attempt = os.environ.get("K8S_AI_ATTEMPT")
+    print(f"grower: attempt {attempt} starts", flush=True)
+    blocks = []
+    for _ in range(int(os.environ.get("GROW_TO_MIB", "2900")) // 4):
+        block = bytearray(4 << 20)
+        for i in range(0, len(block), 4096):
+            block[i] = 1
+        blocks.append(block)
+        time.sleep(0.03)
+    time.sleep(1)
+    context.log.info(f"held {len(blocks) * 4} MiB on attempt {attempt}")
+    return len(blocks)
+
+
+@job(executor_def=ai_executor)
+def growing_job() -> None:
+    grower()
+
+
 @job(executor_def=ai_executor)
 def oom_job() -> None:
     hungry()
@@ -53,7 +76,7 @@ def eviction_job() -> None:
 
 
 defs = Definitions(
-    jobs=[oom_job, eviction_job],
+    jobs=[oom_job, eviction_job, growing_job],
     resources={
         "checkpoints": CheckpointStore(root=os.environ.get("CHECKPOINT_ROOT", "memory://k8s-e2e"))
     },

@@ -8,38 +8,18 @@ from __future__ import annotations
 
 import sys
 import threading
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 from dagster import DagsterEventType, DagsterInstance, execute_job
 from dagster._core.definitions.reconstruct import ReconstructableRepository
-from k8s_support import NAMESPACE, TENANTS, install_priority_classes
+from k8s_support import NAMESPACE, TENANTS
 
 pytestmark = [pytest.mark.emulator, pytest.mark.timeout(300)]
 
 ROOT = Path(__file__).parents[2]
 HERE = Path(__file__).parent
-
-
-@pytest.fixture(params=["emulator", "control-plane"])
-def cluster(request: pytest.FixtureRequest, dagster_home: Path) -> Iterator[Any]:
-    """A host with one node big enough for an xl step and one GPU node, two tenants: the
-    emulator, or the real v1.37 control plane with the node agent and tenant syncers."""
-    if request.param == "control-plane":
-        yield request.getfixturevalue("real_kube")
-        return
-    kube = pytest.importorskip("k8s_ai_orchestrator.testing.kube")
-    gpu_taint = {"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}
-    nodes = [
-        kube.NodeSpec(name="big-1", cpu="96", memory="768Gi"),
-        kube.NodeSpec(name="gpu-1", cpu="32", memory="256Gi", gpus=4, taints=(gpu_taint,)),
-    ]
-    with kube.KubeEmulator(nodes=nodes, tenants=list(TENANTS), tls=False, workdir=None) as emu:
-        for tenant in TENANTS:
-            install_priority_classes(emu.tenant(tenant).api_client())
-        yield emu
 
 
 def executor_config(emu: Any, aliases: dict[str, str] | None = None) -> dict[str, Any]:

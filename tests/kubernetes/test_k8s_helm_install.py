@@ -44,8 +44,8 @@ def _allowed(api: client.ApiClient, verb: str, resource: str, namespace: str) ->
     group, _, plural = resource.rpartition("/") if "/" in resource else ("", "", resource)
     attributes = review["spec"]["resourceAttributes"]
     attributes.update(resource=plural, group=group)
-    if resource == "pods/log":
-        attributes.update(resource="pods", subresource="log", group="")
+    if resource in ("pods/log", "pods/resize"):
+        attributes.update(resource="pods", subresource=resource.split("/")[1], group="")
     answer = client.AuthorizationV1Api(api).create_self_subject_access_review(review)
     return bool(answer.status.allowed)
 
@@ -110,12 +110,14 @@ def test_the_charts_executor_role_grants_nothing_the_executor_does_not_need(
         ("delete", "batch/jobs"),
         ("watch", "pods"),
         ("get", "pods/log"),
+        ("patch", "pods/resize"),
         ("list", "events"),
         ("list", "resourcequotas"),
     ]
     not_needed = [
         ("delete", "pods"),
         ("create", "pods"),
+        ("patch", "pods"),
         ("get", "secrets"),
         ("create", "secrets"),
         ("update", "batch/jobs"),

@@ -4,7 +4,9 @@ Submitting resolves the tenant (refusing ones outside `allowed_tenants`), runs t
 checks once per tenant and size, and creates the Job. Status comes from one pod watch per
 tenant namespace shared by all steps of the run; `status()` reads memory. A step that stays
 Pending is explained with the scheduler's message (or the quota error that keeps its pod from
-being created) and fails with that reason once Pending longer than its `timeout`.
+being created) and fails with that reason once Pending longer than its `timeout`. With a
+`MemoryGrowth` policy (or a `memory="auto"` step) a running pod's memory is read from its node
+and grown in place through `pods/resize` (`growth.py`).
 
 Example:
     >>> backend = KubernetesBackend(
@@ -34,6 +36,8 @@ from ..base import (
     GrowResult,
     JobHandle,
     LaunchRequest,
+    MemoryGrowth,
+    Resize,
     ResourceUsage,
     StepState,
     StepStatus,
@@ -41,6 +45,7 @@ from ..base import (
 from .api import ApiRetry, api_message
 from .config import KubernetesConfig, TenantConfig
 from .gangs import GangGuard, gang_status, pending_pod, pod_index, running_count
+from .growth import PodGrowth, PodMemory
 from .jobapi import JobApi
 from .jobs import build_job, config_problems, job_name, manifest_problems, run_selector
 from .logs import LogFollower, read_tail
@@ -76,6 +81,7 @@ class _Attempt:
     partial_since: float | None = None  # a gang's first pod Running, not all of them yet
     final_hint: StepStatus | None = None  # why a gang's Job waits for room (not created)
     room_checked_at: float = 0.0
+    memory: PodMemory | None = None  # measured (and grown) while it runs
 
 
 class KubernetesBackend:
@@ -88,6 +94,8 @@ class KubernetesBackend:
         clock: monotonic seconds (Pending timeouts and resource-seconds).
         sleep: waits between API retries and watch reconnects.
         logger: where reconnects and warnings go (never credentials).
+        growth: when to raise a running pod's memory in place (None: never; measured only
+            for `memory="auto"` steps).
     """
 
     name = "kubernetes"
@@ -101,6 +109,7 @@ class KubernetesBackend:
         clock: Callable[[], float] = time.monotonic,
         sleep: Callable[[float], None] = time.sleep,
         logger: logging.Logger | None = None,
+        growth: MemoryGrowth | None = None,
     ) -> None:
         self.config = config
         self.default_tenant = default_tenant
@@ -116,6 +125,7 @@ class KubernetesBackend:
         self._jobs = JobApi(self._tenants, self._retry)
         self._guard = GangGuard(config, self._retry)
         self._pending = PendingExplainer(config.pending_events_interval_s, clock)
+        self._growth = PodGrowth(growth, self._retry, clock, self._log)
         self._watches: dict[tuple[str, str, str], PodWatch] = {}
         self._attempts: dict[str, _Attempt] = {}
         self._lock = threading.Lock()
@@ -210,8 +220,11 @@ class KubernetesBackend:
             current = StepStatus.pending()
         if current.state == StepState.PENDING:
             current = self._explain_pending(handle, attempt, pod)
-        elif current.state == StepState.RUNNING and attempt.started_at is None:
-            attempt.started_at = self._clock()
+        elif current.state == StepState.RUNNING:
+            if attempt.started_at is None:
+                attempt.started_at = self._clock()
+            if pod is not None:
+                self._observe_memory(handle, attempt, pod)
         if current.is_terminal:
             victim = pod or gone
             if current.reason == FailureReason.PREEMPTED and victim is not None:
@@ -284,25 +297,55 @@ class KubernetesBackend:
         wall = max(0.0, end - attempt.started_at)
         spec = attempt.request.spec
         node = attempt.final.node if attempt.final else None
+        memory = attempt.memory
         return ResourceUsage(
             cpu_seconds=spec.total_cpu * wall,
             memory_gib_seconds=spec.memory_bytes * spec.nodes / _GiB * wall,
             gpu_seconds=spec.gpu * spec.nodes * wall,
             wall_seconds=wall,
             nodes=(node,) if node else (),
+            max_rss_bytes=memory.peak_bytes or None if memory is not None else None,
         )
 
     def grow_memory(self, handle: JobHandle, new_limit_bytes: int) -> GrowResult:
-        """Not yet: the pod `resize` subresource needs a node agent that applies resizes.
+        """Ask for the running pod's memory to be raised to `new_limit_bytes` in place.
 
-        Until then every request is refused, so a step at its limit is OOMKilled and the
-        executor relaunches it with more memory (oom_escalation).
+        The answer is pending until the kubelet applies it (see `resizes`); it is refused
+        when the attempt has no running pod or the API server says no.
         """
-        return GrowResult.refused(
-            f"in-place memory growth of pod {handle.job_id} in tenant '{handle.tenant}' is not "
-            "supported by the Kubernetes backend yet; the step is relaunched with more memory "
-            "when it is OOMKilled"
-        )
+        attempt = self._attempt(handle)
+        pod = self._running_pod(handle, attempt)
+        if pod is None or attempt.memory is None:
+            return GrowResult.refused(f"step '{handle.step_key}' has no running pod to resize")
+        memory = attempt.memory
+        before = len(memory.resizes)
+        core = self._core(attempt)
+        self._growth.ask(core, attempt.tenant, pod, memory, new_limit_bytes, memory.peak_bytes)
+        if len(memory.resizes) > before:
+            return GrowResult.refused(memory.resizes[-1].reason)
+        return GrowResult.pending("the kubelet applies it when the node has room")
+
+    def resizes(self, handle: JobHandle) -> tuple[Resize, ...]:
+        """Every in-place growth tried for the attempt so far, in order."""
+        attempt = self._attempts.get(handle.job_id)
+        memory = attempt.memory if attempt is not None else None
+        return tuple(memory.resizes) if memory is not None else ()
+
+    def _observe_memory(self, handle: JobHandle, attempt: _Attempt, pod: Mapping[str, Any]) -> None:
+        """Measure a running pod's memory (growth on, or a memory="auto" step) and grow it."""
+        spec = attempt.request.spec
+        if self._growth.growth is None and not spec.memory_auto:
+            return
+        if attempt.memory is None:
+            attempt.memory = PodMemory(limit_bytes=spec.memory_bytes)
+        self._growth.observe(self._core(attempt), attempt.tenant, pod, attempt.memory)
+
+    def _running_pod(self, handle: JobHandle, attempt: _Attempt) -> dict[str, Any] | None:
+        pods = attempt.watch.pods(handle.job_id)
+        pod = pods[-1] if pods else None
+        if pod is None or pod_status(pod).state != StepState.RUNNING:
+            return None
+        return dict(pod)
 
     def wait_for_change(self, timeout: float) -> None:
         """Block until a watched pod changes or `timeout` passes (lets a poller sleep less)."""

@@ -15,7 +15,7 @@ import time
 import traceback
 from http.server import BaseHTTPRequestHandler
 from typing import Any, Protocol
-from urllib.parse import parse_qsl, urlsplit
+from urllib.parse import parse_qsl, unquote, urlsplit
 
 from .api import ObjectApi
 from .discovery import document
@@ -151,7 +151,7 @@ class ApiHandler(BaseHTTPRequestHandler):
     def _dispatch(
         self, method: str, path: str, route: Route | None, verb: str, params: dict, body: bytes
     ) -> None:
-        proxied = _NODE_STATS.match(path)
+        proxied = _NODE_STATS.match(unquote(path))  # clients send stats%2Fsummary
         if route is None and proxied is not None and method == "GET":
             self._node_stats(proxied.group(1))
             return

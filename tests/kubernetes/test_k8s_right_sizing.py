@@ -1,0 +1,130 @@
+"""In-place memory growth on Kubernetes, end to end: `ai_executor` reads a running step's
+memory from its node and resizes its pod through `pods/resize` before the OOM; without room
+on the node the resize waits and the step falls back to OOM escalation.
+
+On the emulator only for now: the real kube-apiserver refuses to proxy to a node whose
+address is loopback ("address not allowed"), and the node agent's nodes are on 127.0.0.1, so
+`nodes/{node}/proxy/stats/summary` cannot reach it there. The resize itself (API, admission,
+node agent, Deferred) is held to the real plane by the contract checks
+`check_pod_resize_in_place` and `check_pod_resize_is_deferred_without_room`."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+from typing import Any
+
+import pytest
+from dagster import DagsterInstance, execute_job
+from dagster._core.definitions.reconstruct import ReconstructableRepository
+from k8s_support import NAMESPACE
+from kubernetes import client
+from test_k8s_executor_e2e import engine_messages, executor_config
+
+from k8s_ai_orchestrator.quantities import parse_memory
+
+pytestmark = [
+    pytest.mark.emulator,
+    pytest.mark.timeout(420),
+    pytest.mark.parametrize("cluster", ["emulator"], indirect=True),
+]
+
+HERE = Path(__file__).parent
+REPO = ReconstructableRepository.for_module("k8s_pipelines", "defs", working_directory=str(HERE))
+GROW = {"oom_escalation": {"grow_at": 0.6}}
+MiB = 1024**2
+
+
+def run_growing(instance: DagsterInstance, cluster: Any) -> Any:
+    config = executor_config(cluster) | GROW
+    return execute_job(
+        REPO.get_reconstructable_job("growing_job"),
+        instance=instance,
+        run_config={"execution": {"config": config}},
+        raise_on_error=False,
+    )
+
+
+def step_pods(cluster: Any) -> list[dict[str, Any]]:
+    return [
+        p
+        for p in cluster.pods("team-a", NAMESPACE)
+        if (p["metadata"].get("annotations") or {}).get("k8s-ai/step-key") == "grower"
+        or (p["metadata"].get("labels") or {}).get("k8s-ai/attempt") is not None
+    ]
+
+
+def test_a_step_growing_past_its_limit_is_resized_in_place_and_keeps_its_pod(
+    cluster: Any,
+) -> None:
+    with DagsterInstance.get() as instance:
+        result = run_growing(instance, cluster)
+        messages = engine_messages(instance, result.run_id)
+    assert result.success, messages
+    grew = [m for m in messages if m.startswith("Grew step 'grower' in place")]
+    assert any("memory 1Gi → 2Gi" in m for m in grew), messages
+    assert any("memory 2Gi → 4Gi" in m for m in grew), messages
+    assert not any(m.startswith("Relaunching") for m in messages)
+    assert len(cluster.jobs("team-a", NAMESPACE)) == 1  # one attempt
+    pods = step_pods(cluster)
+    assert len(pods) == 1  # the same pod (UID) ran it to the end
+    status = pods[0]["status"]["containerStatuses"][0]
+    assert status["restartCount"] == 0
+    assert parse_memory(status["resources"]["limits"]["memory"]) >= 4096 * MiB
+
+
+def test_without_room_on_the_node_the_resize_waits_and_the_step_is_relaunched(
+    cluster: Any,
+) -> None:
+    """A pod on the host fills the step's node but 512Mi: growing 1Gi → 2Gi is Deferred, the
+    step is OOMKilled at 1Gi and relaunched with 2Gi once the filler is gone."""
+    host = client.CoreV1Api(cluster.host.api_client())
+    node = host.read_node("big-1")
+    room = parse_memory(node.status.allocatable["memory"]) - 1536 * MiB
+    filler = client.V1Pod(
+        metadata=client.V1ObjectMeta(name="filler"),
+        spec=client.V1PodSpec(
+            node_name="big-1",
+            restart_policy="Never",
+            containers=[
+                client.V1Container(
+                    name="main",
+                    image="python:3.12-slim",
+                    command=["python", "-c", "import time; time.sleep(600)"],
+                    resources=client.V1ResourceRequirements(
+                        requests={"memory": f"{room // MiB}Mi"}
+                    ),
+                )
+            ],
+        ),
+    )
+    host.create_namespaced_pod("default", filler)
+    stop = threading.Event()
+
+    def free_the_node_after_the_oom() -> None:
+        while not stop.is_set():
+            failed = [p for p in step_pods(cluster) if p.get("status", {}).get("phase") == "Failed"]
+            if failed:
+                host.delete_namespaced_pod("filler", "default", grace_period_seconds=0)
+                return
+            stop.wait(0.2)
+
+    watcher = threading.Thread(target=free_the_node_after_the_oom, daemon=True)
+    watcher.start()
+    try:
+        with DagsterInstance.get() as instance:
+            result = run_growing(instance, cluster)
+            messages = engine_messages(instance, result.run_id)
+    finally:
+        stop.set()
+        watcher.join(timeout=5)
+        try:
+            host.delete_namespaced_pod("filler", "default", grace_period_seconds=0)
+        except client.ApiException:
+            pass
+    assert result.success, messages
+    pending = [m for m in messages if m.startswith("Growing step 'grower' in place")]
+    assert pending and "from 1Gi to 2Gi is pending" in pending[0], messages
+    assert "Node didn't have enough resource: memory" in pending[0]
+    assert any(m.startswith("Relaunching") and "1Gi → 2Gi" in m for m in messages), messages
+    assert len(cluster.jobs("team-a", NAMESPACE)) == 2
