@@ -1,12 +1,9 @@
 """In-place memory growth on Kubernetes, end to end: `ai_executor` reads a running step's
 memory from its node and resizes its pod through `pods/resize` before the OOM; without room
-on the node the resize waits and the step falls back to OOM escalation.
-
-On the emulator only for now: the real kube-apiserver refuses to proxy to a node whose
-address is loopback ("address not allowed"), and the node agent's nodes are on 127.0.0.1, so
-`nodes/{node}/proxy/stats/summary` cannot reach it there. The resize itself (API, admission,
-node agent, Deferred) is held to the real plane by the contract checks
-`check_pod_resize_in_place` and `check_pod_resize_is_deferred_without_room`."""
+on the node the resize waits and the step falls back to OOM escalation. On the emulator and on
+the real v1.37 control plane, where the executor reads the pod's memory through the tenant
+apiserver's node proxy, the syncer's proxy and the node agent, and the resize goes tenant →
+syncer → host → node agent."""
 
 from __future__ import annotations
 
@@ -23,11 +20,7 @@ from test_k8s_executor_e2e import engine_messages, executor_config
 
 from k8s_ai_orchestrator.quantities import parse_memory
 
-pytestmark = [
-    pytest.mark.emulator,
-    pytest.mark.timeout(420),
-    pytest.mark.parametrize("cluster", ["emulator"], indirect=True),
-]
+pytestmark = [pytest.mark.emulator, pytest.mark.timeout(420)]
 
 HERE = Path(__file__).parent
 REPO = ReconstructableRepository.for_module("k8s_pipelines", "defs", working_directory=str(HERE))

@@ -20,7 +20,7 @@ import tempfile
 import time
 import urllib.request
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import astuple, dataclass
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -30,6 +30,7 @@ from .flags import EtcdPorts, Gates
 from .process import Component, ControlPlaneError, HttpsTarget, free_port
 
 HOST = "host"
+KUBELET_CLIENT = "kube-apiserver-kubelet-client"  # the apiservers' identity towards nodes
 _TENANT_NAME = re.compile(r"^[a-z0-9]([-a-z0-9]{0,30}[a-z0-9])?$")
 
 
@@ -311,6 +312,9 @@ class _ApiServerPlan:
             token_file=pki.write_token_file(directory / "tokens.csv", [admin, kcm, scheduler]),
             service_account_key=sa_key,
             service_account_public_key=sa_public_key,
+            kubelet_client=astuple(
+                pki.write_client_cert(ca, directory / "kubelet-client", KUBELET_CLIENT)
+            ),
         )
         prefix = f"/kubeplane/{name}" if name == HOST else f"/kubeplane/tenant-{name}"
         return _ApiServerPlan(name, directory, prefix, ca, files, admin, kcm, scheduler)

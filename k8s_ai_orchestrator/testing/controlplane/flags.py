@@ -56,6 +56,7 @@ class ApiServerFiles:
     token_file: Path
     service_account_key: Path  # private: signs tokens (and the KCM signs legacy ones)
     service_account_public_key: Path  # verifies tokens
+    kubelet_client: tuple[Path, Path] | None = None  # cert, key: how it proves itself to nodes
 
 
 @dataclass(frozen=True)
@@ -128,6 +129,9 @@ def apiserver_args(
     ]
     if gates.runtime_config:
         args.append(f"--runtime-config={','.join(gates.runtime_config)}")
+    if files.kubelet_client is not None:
+        cert, key = files.kubelet_client
+        args += [f"--kubelet-client-certificate={cert}", f"--kubelet-client-key={key}"]
     return args
 
 

@@ -74,7 +74,12 @@ class RealKube:
     def start(self) -> RealKube:
         """Start the node agent, then a syncer per tenant."""
         assert self.plane.host is not None, "start the control plane first"
-        self.agent = NodeAgent(self.plane.host.kubeconfig, self.nodes, self.workdir / "agent")
+        self.agent = NodeAgent(
+            self.plane.host.kubeconfig,
+            self.nodes,
+            self.workdir / "agent",
+            client_ca=self.plane.host.ca_file,
+        )
         self.agent.start()
         for name, server in self.plane.tenants.items():
             syncer = TenantSyncer(
@@ -85,6 +90,8 @@ class RealKube:
                 self.agent.log_lookup,
                 self.workdir / f"syncer-{name}",
                 host_stats=self.agent.kubelet.summary,
+                address=self.agent.address,
+                client_ca=self.plane.host.ca_file,
             )
             self.syncers[name] = syncer.start()
         return self

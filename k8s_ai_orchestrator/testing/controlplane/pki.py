@@ -166,3 +166,18 @@ def write_serving_cert(ca: KeyPair, directory: Path, hosts: Sequence[str]) -> Ke
     path = directory / "tls.crt"
     path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
     return KeyPair(cert=path, key=directory / "tls.key")
+
+
+def write_client_cert(ca: KeyPair, directory: Path, user: str) -> KeyPair:
+    """Create `client.crt`/`client.key` in `directory`: a client certificate for `user`."""
+    ca_cert, ca_key = _load_ca(ca)
+    key = write_private_key(directory / "client.key")
+    cert = (
+        _builder(user, ca_cert.subject, key.public_key())
+        .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+        .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.CLIENT_AUTH]), critical=False)
+        .sign(ca_key, hashes.SHA256())
+    )
+    path = directory / "client.crt"
+    path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    return KeyPair(cert=path, key=directory / "client.key")

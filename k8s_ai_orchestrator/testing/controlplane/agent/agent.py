@@ -31,7 +31,7 @@ from ...kube.nodes import NodeSpec
 from ...kube.store import ClusterState
 from .. import pki
 from .logserver import LogServer
-from .nodes import NodeHeartbeat, node_object
+from .nodes import NodeHeartbeat, node_address, node_object
 from .remote import RemoteStore
 
 TICK_S = 0.1  # while containers run: memory sampling and exits
@@ -46,9 +46,19 @@ class NodeAgent:
             pods/status, events and delete pods).
         nodes: the nodes to register.
         workdir: pod directories, log files and the agent's serving certificate go here.
+        client_ca: serve only clients with a certificate this CA signed (the apiservers'
+            `--kubelet-client-certificate`); None serves anyone.
+        address: the nodes' InternalIP, where their servers listen (`node_address()`).
     """
 
-    def __init__(self, kubeconfig: Path, nodes: Sequence[NodeSpec], workdir: Path) -> None:
+    def __init__(
+        self,
+        kubeconfig: Path,
+        nodes: Sequence[NodeSpec],
+        workdir: Path,
+        client_ca: Path | None = None,
+        address: str | None = None,
+    ) -> None:
         if not nodes or len({n.name for n in nodes}) != len(nodes):
             names = [n.name for n in nodes]
             raise ValueError(f"a node agent needs distinct node names, got {names}")
@@ -65,14 +75,24 @@ class NodeAgent:
         del state.stores["nodes"]
         self.kubelet = Kubelet(state, self._nodes_view, self.workdir / "pods", self._wake)
         ca = pki.write_ca(self.workdir / "pki", "k8s-ai-node-agent")
-        serving = pki.write_serving_cert(ca, self.workdir / "serving", ["127.0.0.1", "localhost"])
+        self.address = address or node_address()
+        hosts = list(dict.fromkeys([self.address, "127.0.0.1", "localhost"]))
+        serving = pki.write_serving_cert(ca, self.workdir / "serving", hosts)
         self.servers = {
-            n.name: LogServer(self.log_lookup, serving, stats=partial(self.kubelet.summary, n.name))
+            n.name: LogServer(
+                self.log_lookup,
+                serving,
+                stats=partial(self.kubelet.summary, n.name),
+                address=self.address,
+                client_ca=client_ca,
+            )
             for n in nodes
         }
         version = client.VersionApi(self.api_client).get_code().git_version
         self._specs = {n.name: n for n in nodes}
-        self.node_objects = [node_object(n, version, self.servers[n.name].port) for n in nodes]
+        self.node_objects = [
+            node_object(n, version, self.servers[n.name].port, self.address) for n in nodes
+        ]
         self.heartbeat = NodeHeartbeat(self.api_client, self.node_objects)
         self._loop = threading.Thread(target=self._run, name="agent-kubelet", daemon=True)
         self._errors: list[BaseException] = []

@@ -46,20 +46,30 @@ def parse_path(path: str) -> tuple[str, str, str] | None:
 
 
 class LogServer:
-    """An HTTPS server on 127.0.0.1 answering `/containerLogs` from `lookup` and
-    `/stats/summary` from `stats` (404 without it)."""
+    """An HTTPS server answering `/containerLogs` from `lookup` and `/stats/summary` from
+    `stats` (404 without it), on `address`. With `client_ca`, only clients with a certificate
+    it signed are served (the apiservers' kubelet client certificate), as a kubelet does."""
 
     def __init__(
-        self, lookup: LogLookup, serving: KeyPair, port: int = 0, stats: StatsSummary | None = None
+        self,
+        lookup: LogLookup,
+        serving: KeyPair,
+        port: int = 0,
+        stats: StatsSummary | None = None,
+        address: str = "127.0.0.1",
+        client_ca: Path | None = None,
     ) -> None:
         self.lookup = lookup
         self.stats = stats
         self.stopping = threading.Event()
         handler = type("Handler", (_Handler,), {"log_server": self})
-        self._server = ThreadingHTTPServer(("127.0.0.1", port), handler)
+        self._server = ThreadingHTTPServer((address, port), handler)
         self._server.daemon_threads = True
         context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
         context.load_cert_chain(str(serving.cert), str(serving.key))
+        if client_ca is not None:
+            context.verify_mode = ssl.CERT_REQUIRED
+            context.load_verify_locations(cafile=str(client_ca))
         self._server.socket = context.wrap_socket(self._server.socket, server_side=True)
         self.port = int(self._server.server_address[1])
         self._thread = threading.Thread(

@@ -14,10 +14,14 @@ Example:
 
 from __future__ import annotations
 
+import ipaddress
+import os
+import socket
 import threading
 from datetime import UTC, datetime
 from typing import Any
 
+import psutil
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
@@ -51,7 +55,34 @@ def _conditions() -> list[dict[str, str]]:
     ]
 
 
-def node_object(spec: NodeSpec, version: str, log_port: int) -> dict[str, Any]:
+def node_address() -> str:
+    """The address the agent's nodes report and serve on: this machine's first IPv4 address
+    that is not loopback or link-local (kube-apiserver refuses to proxy to those, so
+    `nodes/{node}/proxy` needs it), else 127.0.0.1. `K8S_AI_NODE_ADDRESS` overrides it.
+
+    Example:
+        >>> ipaddress.ip_address(node_address()).version
+        4
+    """
+    chosen = os.environ.get("K8S_AI_NODE_ADDRESS")
+    if chosen:
+        return chosen
+    stats = psutil.net_if_stats()
+    for name, addresses in sorted(psutil.net_if_addrs().items()):
+        if name in stats and not stats[name].isup:
+            continue
+        for entry in addresses:
+            if entry.family != socket.AF_INET:
+                continue
+            ip = ipaddress.ip_address(entry.address)
+            if not (ip.is_loopback or ip.is_link_local or ip.is_unspecified):
+                return str(ip)
+    return "127.0.0.1"
+
+
+def node_object(
+    spec: NodeSpec, version: str, log_port: int, address: str = "127.0.0.1"
+) -> dict[str, Any]:
     """The Node this agent registers for `spec` (status included, as a kubelet sends it)."""
     emulated = spec.to_object()
     capacity = {**emulated["status"]["capacity"], "ephemeral-storage": "100Gi"}
@@ -66,7 +97,10 @@ def node_object(spec: NodeSpec, version: str, log_port: int) -> dict[str, Any]:
             "capacity": capacity,
             "allocatable": dict(capacity),
             "conditions": _conditions(),
-            "addresses": emulated["status"]["addresses"],
+            "addresses": [
+                {"type": "InternalIP", "address": address} if a["type"] == "InternalIP" else a
+                for a in emulated["status"]["addresses"]
+            ],
             "daemonEndpoints": {"kubeletEndpoint": {"Port": log_port}},
             "nodeInfo": info,
         },

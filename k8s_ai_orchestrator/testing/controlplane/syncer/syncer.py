@@ -74,6 +74,9 @@ class TenantSyncer:
         host_logs: the node agent's log lookup, by host namespace and pod name.
         workdir: the node proxies' serving certificate goes here.
         host_stats: a host node's `/stats/summary` (node name → document), if any.
+        address: where the node proxies listen (the host nodes' InternalIP, which the tenant's
+            copies keep).
+        client_ca: serve only the tenant apiserver's kubelet client certificate (its CA).
     """
 
     def __init__(
@@ -85,6 +88,8 @@ class TenantSyncer:
         host_logs: LogLookup,
         workdir: Path,
         host_stats: Callable[[str], Obj] | None = None,
+        address: str = "127.0.0.1",
+        client_ca: Path | None = None,
     ) -> None:
         self.tenant = tenant
         self.host_namespace = f"vcluster-{tenant}"
@@ -113,7 +118,9 @@ class TenantSyncer:
         )
         self.events = EventSync(self._write_event)
         ca = pki.write_ca(Path(workdir) / "pki", f"k8s-ai-syncer-{tenant}")
-        serving = pki.write_serving_cert(ca, Path(workdir) / "serving", ["127.0.0.1"])
+        hosts = list(dict.fromkeys([address, "127.0.0.1"]))
+        serving = pki.write_serving_cert(ca, Path(workdir) / "serving", hosts)
+        self._address, self._client_ca = address, client_ca
         self._host_logs = host_logs
         self._host_stats = host_stats
         self._serving = serving
@@ -371,7 +378,13 @@ class TenantSyncer:
         proxy = self.proxies.get(node)
         if proxy is None:
             stats = partial(self._tenant_stats, node) if self._host_stats else None
-            proxy = LogServer(self._tenant_logs, self._serving, stats=stats).start()
+            proxy = LogServer(
+                self._tenant_logs,
+                self._serving,
+                stats=stats,
+                address=self._address,
+                client_ca=self._client_ca,
+            ).start()
             self.proxies[node] = proxy
         return proxy.port
 
