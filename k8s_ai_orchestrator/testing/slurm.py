@@ -283,6 +283,7 @@ class LocalSlurmCluster:
             f"JobCompLoc={r}/log/jobcomp.txt",
             "JobAcctGatherType=jobacct_gather/linux",
             "JobAcctGatherFrequency=task=1",
+            "JobAcctGatherParams=OverMemoryKill",
             "AccountingStorageType=accounting_storage/none",
             "MpiDefault=none",
             "MailProg=/bin/true",

@@ -1,4 +1,5 @@
-"""A 2-node gang asset that `ai_executor` sends to Slurm (loaded by real step processes)."""
+"""Assets that `ai_executor` sends to Slurm: 2-node gangs, and one step that needs more memory
+than it declares (loaded by real step processes)."""
 
 import json
 import os
@@ -53,13 +54,22 @@ def failing_model() -> str:
     raise RuntimeError("training diverged")
 
 
+@asset(op_tags=compute(cpu=1, memory="256Mi"))
+def hungry_model() -> str:
+    """Holds 200Mi beside the step process itself (~120-180Mi): past 256Mi, within 512Mi."""
+    held = bytearray(200 * 2**20)
+    time.sleep(3)  # slurmstepd samples the step's memory every second
+    return f"attempt {os.environ['K8S_AI_ATTEMPT']} held {len(held) >> 20}Mi"
+
+
 defs = Definitions(
-    assets=[gang_model, resumable_model, relaunched_model, failing_model],
+    assets=[gang_model, resumable_model, relaunched_model, failing_model, hungry_model],
     jobs=[
         define_asset_job("train_gang", selection=[gang_model]),
         define_asset_job("train_resumable", selection=[resumable_model]),
         define_asset_job("train_relaunched", selection=[relaunched_model]),
         define_asset_job("train_failing", selection=[failing_model]),
+        define_asset_job("train_hungry", selection=[hungry_model]),
     ],
     resources={"gang": Gang(timeout_s=120)},
     executor=ai_executor,

@@ -119,6 +119,26 @@ def _text_under(folder: Path) -> str:
     )
 
 
+def test_a_step_slurm_kills_over_its_memory_is_relaunched_with_double_memory(
+    cluster: LocalSlurmCluster, instance: DagsterInstance
+) -> None:
+    slurm = {"workdir": str(cluster.workdir), "slurm_conf": str(cluster.conf_path)}
+
+    result = execute_job(
+        JOBS.get_reconstructable_job("train_hungry"),
+        instance=instance,
+        run_config={"execution": {"config": {"backend": "slurm", "slurm": slurm}}},
+        raise_on_error=False,
+    )
+
+    assert result.success, [e.message for e in result.all_events if e.is_failure]
+    assert defs.load_asset_value("hungry_model", instance=instance) == "attempt 1 held 200Mi"
+    notes = [e.message or "" for e in result.all_events if e.is_engine_event]
+    relaunch = next(note for note in notes if note.startswith("Relaunching:"))
+    assert "was OOMKilled with 256Mi; relaunching with 256Mi → 512Mi" in relaunch, notes
+    assert ".batch exceeded memory limit (" in relaunch and "> 268435456)" in relaunch
+
+
 def test_a_failing_gang_run_over_slurmrestd_stores_its_token_nowhere(
     cluster: LocalSlurmCluster,
     instance: DagsterInstance,

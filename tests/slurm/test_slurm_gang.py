@@ -67,6 +67,20 @@ def test_a_failed_gang_fails_the_slurm_job_even_when_the_step_process_exits_0(
     assert "JobState=FAILED" in job and "ExitCode=1:0" in job
 
 
+def test_a_rank_past_its_nodes_memory_fails_the_step_as_oom_killed(
+    backend: SlurmBackend,
+) -> None:
+    request = launch_request(program("gang_step.py", "hold_memory_on_rank_one", "400"))
+    handle = backend.submit(request)
+
+    status = wait_for_status(backend, handle, lambda s: s.is_terminal, timeout_s=150)
+
+    assert (status.state, status.reason) == (StepState.FAILED, "OOMKilled"), backend.logs(handle)
+    assert f"StepId={handle.job_id}.0 exceeded memory limit" in status.message  # the srun step
+    assert status.exit_code == 3  # the step process's own exit after the GangError
+    assert "GANG ERROR: gang rank" in backend.logs(handle)
+
+
 def test_a_gang_past_its_timeout_is_stopped_and_fails_the_step(
     backend: SlurmBackend, cluster: LocalSlurmCluster
 ) -> None:

@@ -19,6 +19,7 @@ from k8s_ai_orchestrator.backends.slurm.states import expand_hostlist
 from k8s_ai_orchestrator.checkpoint.keys import CheckpointKey
 from k8s_ai_orchestrator.testing.slurm import LocalSlurmCluster
 from tests.pipes.pipes_support import (
+    attempt_rows,
     check_evaluation,
     log_messages,
     materialization_metadata,
@@ -55,6 +56,30 @@ def test_a_two_node_program_reports_through_a_file_in_the_shared_workdir(
     assert len(metadata["nodes_used"].split(", ")) == 2
     assert check_evaluation(result) == ("tiles_complete", True)
     assert list((cluster.workdir / "pipes").glob("*.jsonl")) == []  # removed with the session
+
+
+def test_an_undersized_program_killed_by_slurm_succeeds_after_memory_escalation(
+    cluster: LocalSlurmCluster, tmp_path: Path, instance: DagsterInstance
+) -> None:
+    result = materialize_tiles(
+        AICompute(**slurm_config(cluster)),
+        {**SIZE, "memory": "64Mi"},
+        {"NEED_MIB": "150"},
+        f"file://{tmp_path}",
+        instance=instance,
+    )
+
+    assert result.success, [e.message for e in result.all_events if e.is_failure]
+    metadata = materialization_metadata(result)
+    assert metadata["memory_tried"] == "64Mi → 128Mi → 256Mi" and metadata["attempt"] == 2
+    rows = attempt_rows(metadata)
+    assert [r["outcome"] for r in rows] == ["OOMKilled", "OOMKilled", "Succeeded"]
+    first = cluster.run(["scontrol", "show", "job", "-o", rows[0]["job"]]).stdout
+    assert "JobState=FAILED" in first and "mem=64M" in first  # killed by slurmstepd
+    assert (
+        "Relaunching: step 'tiles-pipes' was OOMKilled with 64Mi; relaunching with "
+        "64Mi → 128Mi (attempt 2/4)" in log_messages(instance, result.run_id)
+    )
 
 
 def test_a_program_on_a_lost_node_is_relaunched_and_resumes_from_its_checkpoint(

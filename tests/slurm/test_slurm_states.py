@@ -9,6 +9,7 @@ from k8s_ai_orchestrator.backends.slurm import JobInfo, SlurmConfig, to_step_sta
 from k8s_ai_orchestrator.backends.slurm.config import config_from_mapping
 from k8s_ai_orchestrator.backends.slurm.states import (
     expand_hostlist,
+    memory_kill,
     parse_scontrol_job,
     parse_tres,
 )
@@ -54,6 +55,56 @@ def test_a_failure_names_the_job_exit_code_signal_and_nodes() -> None:
 
     assert status.message == "Slurm job 42 ended FAILED with exit code 1 (signal 9); nodes n1,n2"
     assert (status.exit_code, status.node) == (1, "n1")
+
+
+OVER_MEMORY_KILL = (
+    "slurmstepd-n1: error: StepId=42.batch exceeded memory limit (179089408 > 67108864), "
+    "being killed"
+)
+
+
+def test_a_failed_job_slurmstepd_killed_over_its_memory_is_oom_killed() -> None:
+    info = JobInfo(
+        "42",
+        "FAILED",
+        reason="JobLaunchFailure",
+        exit_code=0,
+        signal=9,
+        nodes=("n1",),
+        memory_kill=OVER_MEMORY_KILL,
+    )
+
+    status = to_step_status(info)
+
+    assert (status.state, status.reason) == (StepState.FAILED, "OOMKilled")
+    assert status.message == (
+        f"Slurm job 42 ended FAILED with exit code 0 (signal 9); nodes n1; {OVER_MEMORY_KILL}"
+    )
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        OVER_MEMORY_KILL,  # JobAcctGatherParams=OverMemoryKill
+        "slurmstepd-n2: error: StepId=42.0 exceeded memory limit (204992512 > 67108864), "
+        "being killed",  # the same for a gang's srun step
+        "slurmstepd: error: Detected 1 oom-kill event(s) in StepId=42.batch. Some of your "
+        "processes may have been killed by the cgroup out-of-memory handler.",  # task/cgroup
+        "slurmstepd: error: Detected 2 oom-kill event(s) in step 42.0 cgroup. Some of your "
+        "processes may have been killed by the cgroup out-of-memory handler.",  # before 21.08
+    ],
+)
+def test_slurmstepds_memory_kill_is_found_in_the_job_output(line: str) -> None:
+    output = f"training\n{line}\nTraceback (most recent call last):\n"
+
+    assert memory_kill(output, "42") == line
+    assert memory_kill(output, "4") == ""
+
+
+def test_a_program_printing_about_memory_is_no_memory_kill() -> None:
+    output = "warning: StepId=42.batch exceeded memory limit (1 > 0), being killed\n"
+
+    assert memory_kill(output, "42") == ""
 
 
 def test_scontrol_job_line_is_parsed() -> None:

@@ -4,6 +4,7 @@ quotes, `$()`, `;` and newlines reach the step verbatim and never run."""
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 from urllib.parse import unquote
 
@@ -103,6 +104,19 @@ def test_rest_transport_reports_exit_codes(rest_backend: SlurmBackend) -> None:
     status = wait_for_status(rest_backend, handle, lambda s: s.is_terminal)
 
     assert (status.reason, status.exit_code) == (FailureReason.ERROR.value, 3)
+
+
+def test_a_step_slurm_kills_over_its_memory_is_reported_oom_killed(
+    any_backend: SlurmBackend,
+) -> None:
+    hog = "import time; block = bytearray(400 * 2**20); time.sleep(60)"
+    handle = any_backend.submit(launch_request([sys.executable, "-c", hog], nodes=1))
+
+    status = wait_for_status(any_backend, handle, lambda s: s.is_terminal, timeout_s=60)
+
+    assert (status.state, status.reason) == (StepState.FAILED, "OOMKilled"), status
+    assert f"StepId={handle.job_id}.batch exceeded memory limit" in status.message
+    assert "> 268435456), being killed" in status.message  # 256Mi, the step's memory
 
 
 def test_rest_transport_refuses_oversized_gangs_and_cancels(

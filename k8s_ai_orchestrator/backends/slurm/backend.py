@@ -9,10 +9,11 @@ Example:
 
 from __future__ import annotations
 
+import os
 import time
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Protocol
 
@@ -22,7 +23,12 @@ from .cli import CliTransport, NodeLimits, Runner
 from .config import SlurmConfig
 from .rest import HttpCall, RestTransport
 from .script import BatchJob, batch_job, render_script
-from .states import RUNNING_STATES, JobInfo, to_step_status
+from .states import RUNNING_STATES, JobInfo, memory_kill, to_step_status
+
+# How much of a failed job's output is searched for slurmstepd's memory kill: the line comes
+# last when the step process itself was killed, before the step process's own failure report
+# when a gang's srun step was.
+OUTPUT_TAIL_BYTES = 1024**2
 
 
 class Transport(Protocol):
@@ -44,6 +50,7 @@ class _Attempt:
     last_info: JobInfo | None = None
     max_rss_bytes: int | None = None
     rss_sampled_at: float = float("-inf")
+    memory_kill: str | None = None  # read once from the output when the job ended FAILED
 
 
 class SlurmBackend:
@@ -140,7 +147,19 @@ class SlurmBackend:
         if attempt is not None:
             attempt.last_info = info
             self._sample_rss(handle.job_id, attempt, info)
+        if info.state.upper() == "FAILED":
+            info = replace(info, memory_kill=self._memory_kill(info, attempt))
         return to_step_status(info)
+
+    def _memory_kill(self, info: JobInfo, attempt: _Attempt | None) -> str:
+        """slurmstepd's line in the job's output saying it killed a step over its memory."""
+        if attempt is not None and attempt.memory_kill is not None:
+            return attempt.memory_kill
+        output = attempt.job.output_path if attempt is not None else info.output_path
+        found = memory_kill(_tail(output, OUTPUT_TAIL_BYTES), info.job_id) if output else ""
+        if attempt is not None:
+            attempt.memory_kill = found
+        return found
 
     def _sample_rss(self, job_id: str, attempt: _Attempt, info: JobInfo) -> None:
         now = self._clock()
@@ -197,3 +216,13 @@ class SlurmBackend:
 
     def close(self) -> None:
         """Nothing to release: every call is a short command or HTTP request."""
+
+
+def _tail(path: str, max_bytes: int) -> str:
+    """The last `max_bytes` of a file as text ("" when it cannot be read)."""
+    try:
+        with open(path, "rb") as file:
+            file.seek(max(0, os.fstat(file.fileno()).st_size - max_bytes))
+            return file.read().decode(errors="replace")
+    except OSError:
+        return ""

@@ -1,7 +1,16 @@
 """Slurm job states → `StepStatus`, and the `JobInfo` both transports report.
 
+A job whose step slurmstepd killed over its memory ends OUT_OF_MEMORY only with the cgroup
+OOM killer on a batch step; the sampling enforcement (`JobAcctGatherParams=OverMemoryKill`)
+ends it FAILED (reason JobLaunchFailure, exit code 0:9, exactly like a `kill -9`), and a gang
+whose srun step was killed ends FAILED with the step process's exit code. What tells them apart
+is slurmstepd's line in the job's output (`memory_kill`); such a FAILED job is OOMKilled too.
+
 Example:
     >>> to_step_status(JobInfo("7", "OUT_OF_MEMORY", exit_code=0, signal=9)).reason
+    'OOMKilled'
+    >>> line = "slurmstepd-n1: error: StepId=7.batch exceeded memory limit (90 > 64), being killed"
+    >>> to_step_status(JobInfo("7", "FAILED", exit_code=0, signal=9, memory_kill=line)).reason
     'OOMKilled'
 """
 
@@ -49,6 +58,7 @@ class JobInfo:
     memory_mb: int = 0  # allocated memory, all nodes
     gpus: int = 0  # allocated GPUs, all nodes
     output_path: str | None = None  # the batch script's stdout file
+    memory_kill: str = ""  # slurmstepd's line in that file: it killed a step over its memory
 
 
 def to_step_status(info: JobInfo) -> StepStatus:
@@ -68,16 +78,47 @@ def to_step_status(info: JobInfo) -> StepStatus:
     if state == "COMPLETED":
         return StepStatus.succeeded(node)
     failure = FAILURE_REASONS.get(state, FailureReason.ERROR)
+    memory_killed = state == "FAILED" and bool(info.memory_kill)
     message = f"Slurm job {info.job_id} ended {state}"
     if info.exit_code is not None:
         message += f" with exit code {info.exit_code}"
     if info.signal:
         message += f" (signal {info.signal})"
-    if info.reason and info.reason != "None":
+    if info.reason and info.reason != "None" and not memory_killed:
         message += f"; reason: {info.reason}"
     if info.nodes:
         message += f"; nodes {','.join(info.nodes)}"
+    if memory_killed:
+        failure = FailureReason.OOM_KILLED
+        message += f"; {info.memory_kill}"
     return StepStatus.failed(failure, message, exit_code=info.exit_code, node=node)
+
+
+# What slurmstepd writes to a job's output when it kills one of the job's steps over its
+# memory: the sampling enforcement (JobAcctGatherParams=OverMemoryKill) and the cgroup OOM
+# killer (TaskPlugin=task/cgroup with ConstrainRAMSpace=yes), old and new wording.
+_MEMORY_KILL = re.compile(
+    r"slurmstepd[^\s:]*: error: (?:"
+    r"StepId=(?P<sampled>\d+)\.\S+ exceeded memory limit \(\d+ > \d+\), being killed"
+    r"|Detected \d+ oom-kill event\(s\) in (?:StepId=|step )(?P<cgroup>\d+)\.[^\n]*)"
+)
+
+
+def memory_kill(output: str, job_id: str) -> str:
+    """slurmstepd's line in a job's output saying it killed a step of job `job_id` over its
+    memory, or "" when there is none.
+
+    Example:
+        >>> output = "start\\nslurmstepd-n1: error: Detected 1 oom-kill event(s) in StepId=7.0.\\n"
+        >>> memory_kill(output, "7")
+        'slurmstepd-n1: error: Detected 1 oom-kill event(s) in StepId=7.0.'
+        >>> memory_kill(output, "8")
+        ''
+    """
+    for match in _MEMORY_KILL.finditer(output):
+        if job_id in (match.group("sampled"), match.group("cgroup")):
+            return match.group(0).strip()
+    return ""
 
 
 def parse_time(text: str | None) -> float | None:

@@ -24,6 +24,15 @@ def fail_on_rank_one() -> None:
     time.sleep(300)
 
 
+def hold_memory_on_rank_one(mib: str) -> None:
+    """Rank 1 holds `mib` MiB until Slurm kills its srun step; rank 0 waits."""
+    import time
+
+    held = bytearray(int(mib) * 2**20 if os.environ["RANK"] == "1" else 0)
+    time.sleep(300)
+    del held
+
+
 def sleep_forever() -> None:
     import time
 
