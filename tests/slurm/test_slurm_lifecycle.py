@@ -25,7 +25,7 @@ def running(status: StepStatus) -> bool:
 def test_busy_nodes_leave_the_step_pending_with_slurms_reason(
     backend: SlurmBackend, cluster: LocalSlurmCluster
 ) -> None:
-    cluster.run(["sbatch", "--nodes=3", "--exclusive", "--wrap=sleep 300"])
+    cluster.run(["sbatch", "--nodes=3", "--exclusive", "--output=/dev/null", "--wrap=sleep 300"])
 
     status = wait_for_status(
         backend,
