@@ -1,16 +1,25 @@
-"""Right-sizing on the local backend: in-place growth vs OOM relaunch vs a generous size, and
-`memory="auto"` vs a declared size.
+"""Right-sizing: in-place growth vs OOM relaunch vs a generous size, and `memory="auto"` vs a
+declared size, on the local backend or on the real Kubernetes control plane.
 
-A step of 20 work units (0.1 s each, no checkpoint) that grows by 40Mi per unit from unit 8
-on, to about 500Mi, declared with 256Mi, runs three ways on the same `LocalBackend` setup:
-- in place: `oom_escalation.grow_at: 0.85`, its limit raised while it runs (256Mi → ...);
+A step of 20 work units (no checkpoint) that grows by 40Mi per unit from unit 8 on, to about
+500Mi, declared with 256Mi, runs three ways on the same backend setup:
+- in place: `oom_escalation.grow_at`, its limit raised while it runs (256Mi → ...);
 - OOM relaunch: killed at its limit and relaunched with memory × 2 (the executor's decision);
 - generous: declared with 2Gi from the start (the baseline).
 Prints wall time and units redone for each, the ratio in place / generous (target ≤ 1.05
 with zero units redone), and for `auto`: requested memory-seconds over used (peak × wall
 time) after one run at a declared 2Gi, against that declared size's ratio (target ≤ 1.5).
 
-Run: `python -m benchmarks.bench_right_sizing [--rounds N]` (median of N rounds, default 2).
+Backends:
+- `local` (default): units of 0.1 s, `grow_at: 0.85` (memory sampled every 50 ms);
+- `kubernetes`: the real v1.37 control plane (node agent, one vCluster-style tenant, built by
+  `scripts/build-kubeplane.sh`); the step is a Job's pod, its memory read from the node's
+  kubelet summary once a second and grown through `pods/resize`. Units of 1 s and
+  `grow_at: 0.6`, so the 40Mi/s growth leaves the 1 s sampling and the resize's way through
+  the tenant and the host time to act before the limit.
+
+Run: `python -m benchmarks.bench_right_sizing [--backend local|kubernetes] [--rounds N]`
+(median of N rounds, default 2).
 """
 
 from __future__ import annotations
@@ -20,17 +29,34 @@ import statistics
 import sys
 import tempfile
 import time
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
-from k8s_ai_orchestrator.backends.base import LaunchRequest, MemoryGrowth, ResourceUsage
+from k8s_ai_orchestrator.backends.base import Backend, LaunchRequest, MemoryGrowth, ResourceUsage
 from k8s_ai_orchestrator.backends.local import AdmissionLedger, LocalBackend, LocalCapacity
 from k8s_ai_orchestrator.launch.autosize import AutoSizing, UsageRecord, size_from_history
 from k8s_ai_orchestrator.launch.relaunch import RelaunchPolicy, StepHistory, decide
 from k8s_ai_orchestrator.spec import ComputeSpec
 
 MiB, GiB = 1024**2, 1024**3
-UNITS, UNIT_S, GROW_FROM, MIB_PER_UNIT = 20, 0.1, 8, 40
-GENEROUS, IN_PLACE = "generous static 2Gi", "in place (grow_at 0.85)"
+UNITS, GROW_FROM, MIB_PER_UNIT = 20, 8, 40
+GENEROUS, IN_PLACE, RELAUNCH = "generous static 2Gi", "in place", "OOM relaunch (× 2)"
+
+
+@dataclass(frozen=True)
+class Target:
+    """Where the step runs: a backend factory and its pace."""
+
+    name: str
+    unit_s: float  # seconds per work unit
+    grow_at: float
+    make: Any  # (folder, growth) -> Backend
+
+
 STEP = """
 import sys, time
 out, units, unit_s, grow_from, mib = sys.argv[1], *map(float, sys.argv[2:6])
@@ -49,15 +75,16 @@ for unit in range(int(units)):
 
 
 def _run_until_done(
-    backend: LocalBackend, spec: ComputeSpec, out: Path, escalate: bool
+    backend: Backend, spec: ComputeSpec, out: Path, escalate: bool, unit_s: float
 ) -> tuple[float, list[ResourceUsage]]:
     """Wall seconds from the first submit to success, and each attempt's usage."""
-    argv = [sys.executable, "-c", STEP, str(out), *map(str, (UNITS, UNIT_S, GROW_FROM))]
+    argv = [sys.executable, "-c", STEP, str(out), *map(str, (UNITS, unit_s, GROW_FROM))]
     argv.append(str(MIB_PER_UNIT))
     history, usages, start = StepHistory("grower"), [], time.perf_counter()
+    run_id = uuid.uuid4().hex[:12]
     while True:
         history = history.launched(spec.memory_bytes)
-        request = LaunchRequest("bench", "grower", len(usages), argv, {}, spec)
+        request = LaunchRequest(run_id, "grower", len(usages), argv, {}, spec, raw_command=True)
         handle = backend.submit(request)
         while not (status := backend.status(handle)).is_terminal:
             time.sleep(0.01)
@@ -70,9 +97,33 @@ def _run_until_done(
         spec = spec.with_memory(decision.memory_bytes)
 
 
-def _backend(folder: Path, growth: MemoryGrowth | None) -> LocalBackend:
+def _local(folder: Path, growth: MemoryGrowth | None) -> Backend:
     capacity = LocalCapacity(cpus=2, memory_bytes=4 * GiB)
     return LocalBackend(capacity, ledger=AdmissionLedger(folder / "ledger"), growth=growth)
+
+
+@contextmanager
+def _target(name: str, folder: Path) -> Iterator[Target]:
+    if name == "local":
+        yield Target("local backend", 0.1, 0.85, _local)
+        return
+    from k8s_ai_orchestrator.backends.kubernetes import KubernetesBackend, KubernetesConfig
+
+    from .bench_k8s_executors import NAMESPACE, TENANT, control_plane_tenant
+
+    with control_plane_tenant(folder) as kubeconfig:
+
+        def make(_: Path, growth: MemoryGrowth | None) -> Backend:
+            config = {
+                "image": "ghcr.io/acme/bench:1",
+                "python": sys.executable,
+                "tenants": {TENANT: {"kubeconfig": kubeconfig, "namespace": NAMESPACE}},
+            }
+            return KubernetesBackend(
+                KubernetesConfig.from_dict(config), default_tenant=TENANT, growth=growth
+            )
+
+        yield Target("real v1.37 control plane (tenant, node agent)", 1.0, 0.6, make)
 
 
 def _redone(out: Path) -> int:
@@ -82,43 +133,53 @@ def _redone(out: Path) -> int:
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--backend", choices=("local", "kubernetes"), default="local")
     args = parser.parse_args()
-    growth = MemoryGrowth(grow_at=0.85, factor=2.0, max_memory_bytes=4 * GiB)
+    with tempfile.TemporaryDirectory() as tmp, _target(args.backend, Path(tmp)) as target:
+        _compare(target, Path(tmp), args.rounds)
+        _auto(target, Path(tmp))
+
+
+def _compare(target: Target, folder: Path, rounds: int) -> None:
+    growth = MemoryGrowth(grow_at=target.grow_at, factor=2.0, max_memory_bytes=4 * GiB)
     ways = {
         GENEROUS: (2 * GiB, None, False),
         IN_PLACE: (256 * MiB, growth, False),
-        "OOM relaunch (× 2)": (256 * MiB, None, True),
+        RELAUNCH: (256 * MiB, None, True),
     }
     walls: dict[str, list[float]] = {label: [] for label in ways}
     notes: dict[str, str] = {}
-    with tempfile.TemporaryDirectory() as tmp:
-        folder = Path(tmp)
-        for round_ in range(args.rounds):
-            for n, (label, (memory, policy, escalate)) in enumerate(ways.items()):
-                backend, out = _backend(folder, policy), folder / f"units-{round_}-{n}.txt"
-                wall, usages = _run_until_done(backend, ComputeSpec(1, memory), out, escalate)
-                backend.close()
-                walls[label].append(wall)
-                notes[label] = f"{len(usages)} attempt(s), {_redone(out)} units redone"
-        grown_to = (UNITS - GROW_FROM) * MIB_PER_UNIT
-        print(f"a {UNITS}-unit step growing to ~{grown_to}Mi, no checkpoint, declared 256Mi")
-        print(f"({args.rounds} rounds, median wall time)")
-        for label in ways:
-            rounds = ", ".join(f"{t:.2f}" for t in walls[label])
-            median = statistics.median(walls[label])
-            print(f"  {label:<26} {median:6.2f} s  [{rounds}]  {notes[label]}")
-        ratio = statistics.median(walls[IN_PLACE]) / statistics.median(walls[GENEROUS])
-        print(f"  in place / generous: {ratio:.3f} (target <= 1.05, zero units redone)")
-        _auto(folder)
+    for round_ in range(rounds):
+        for n, (label, (memory, policy, escalate)) in enumerate(ways.items()):
+            backend, out = target.make(folder, policy), folder / f"units-{round_}-{n}.txt"
+            spec = ComputeSpec(1, memory)
+            wall, usages = _run_until_done(backend, spec, out, escalate, target.unit_s)
+            backend.close()
+            walls[label].append(wall)
+            notes[label] = f"{len(usages)} attempt(s), {_redone(out)} units redone"
+    grown_to = (UNITS - GROW_FROM) * MIB_PER_UNIT
+    print(f"{target.name}: a {UNITS}-unit step ({target.unit_s} s each) growing to")
+    print(f"~{grown_to}Mi, no checkpoint, declared 256Mi ({rounds} rounds, median wall time)")
+    for label in ways:
+        shown = f"{label} (grow_at {target.grow_at})" if label == IN_PLACE else label
+        runs = ", ".join(f"{t:.2f}" for t in walls[label])
+        median = statistics.median(walls[label])
+        print(f"  {shown:<26} {median:6.2f} s  [{runs}]  {notes[label]}")
+    for label in (IN_PLACE, RELAUNCH):
+        ratio = statistics.median(walls[label]) / statistics.median(walls[GENEROUS])
+        print(f"  {label} / generous: {ratio:.3f}")
+    print("  (target: in place <= 1.05 with zero units redone)")
 
 
-def _auto(folder: Path) -> None:
+def _auto(target: Target, folder: Path) -> None:
     declared = ComputeSpec(1, 2 * GiB, memory_auto=True)
-    backend = _backend(folder, None)
-    _, (first,) = _run_until_done(backend, declared, folder / "auto-1.txt", False)
+    backend = target.make(folder, None)
+    _, (first,) = _run_until_done(backend, declared, folder / "auto-1.txt", False, target.unit_s)
     record = UsageRecord("declared-run", None, peak_memory_bytes=first.max_rss_bytes)
     sizing = size_from_history("grower", declared, [record], AutoSizing(), 4 * GiB, 2.0)
-    _, (second,) = _run_until_done(backend, sizing.spec, folder / "auto-2.txt", False)
+    _, (second,) = _run_until_done(
+        backend, sizing.spec, folder / "auto-2.txt", False, target.unit_s
+    )
     backend.close()
     print("memory-seconds requested / used (used = peak × wall time)")
     for label, usage in (

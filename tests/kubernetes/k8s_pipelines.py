@@ -42,22 +42,39 @@ def long_tile(context: OpExecutionContext, checkpoints: CheckpointStore) -> int:
     return start
 
 
-@op(tags=compute(cpu=0.5, memory="1Gi"))
-def grower(context: OpExecutionContext) -> int:
-    """Grows from the step process's own ~100 MiB to about 3 GiB in 4 MiB pieces, touching
-    every page (about 25 s), then holds it for a second: past its 1Gi limit unless grown."""
-    attempt = os.environ.get("K8S_AI_ATTEMPT")
-    print(f"grower: attempt {attempt} starts", flush=True)
+def _grow(mib: int) -> list[bytearray]:
+    """Allocate `mib` in 4 MiB pieces, touching every page, then hold it for 1.5 s."""
     blocks = []
-    for _ in range(int(os.environ.get("GROW_TO_MIB", "2900")) // 4):
+    for _ in range(mib // 4):
         block = bytearray(4 << 20)
         for i in range(0, len(block), 4096):
             block[i] = 1
         blocks.append(block)
         time.sleep(0.03)
-    time.sleep(1)
+    time.sleep(1.5)
+    return blocks
+
+
+@op(tags=compute(cpu=0.5, memory="1Gi"))
+def grower(context: OpExecutionContext) -> int:
+    """Grows from the step process's own ~100 MiB to about 3 GiB (about 25 s): past its 1Gi
+    limit unless grown."""
+    attempt = os.environ.get("K8S_AI_ATTEMPT")
+    print(f"grower: attempt {attempt} starts", flush=True)
+    blocks = _grow(2900)
     context.log.info(f"held {len(blocks) * 4} MiB on attempt {attempt}")
     return len(blocks)
+
+
+@op(tags=compute(cpu=0.5, memory="auto", memory_default="2Gi"))
+def auto_sized(context: OpExecutionContext) -> int:
+    """Uses about 500 MiB, whatever it is given."""
+    return len(_grow(400))
+
+
+@job(executor_def=ai_executor)
+def auto_job() -> None:
+    auto_sized()
 
 
 @job(executor_def=ai_executor)
@@ -76,7 +93,7 @@ def eviction_job() -> None:
 
 
 defs = Definitions(
-    jobs=[oom_job, eviction_job, growing_job],
+    jobs=[oom_job, eviction_job, growing_job, auto_job],
     resources={
         "checkpoints": CheckpointStore(root=os.environ.get("CHECKPOINT_ROOT", "memory://k8s-e2e"))
     },

@@ -1,6 +1,7 @@
-"""In-place memory growth on Kubernetes, end to end: `ai_executor` reads a running step's
-memory from its node and resizes its pod through `pods/resize` before the OOM; without room
-on the node the resize waits and the step falls back to OOM escalation. On the emulator and on
+"""Right-sizing on Kubernetes, end to end: `ai_executor` reads a running step's memory from
+its node and resizes its pod through `pods/resize` before the OOM; without room on the node
+the resize waits and the step falls back to OOM escalation; `memory="auto"` is sized from the
+peak the last run measured. On the emulator and on
 the real v1.37 control plane, where the executor reads the pod's memory through the tenant
 apiserver's node proxy, the syncer's proxy and the node agent, and the resize goes tenant →
 syncer → host → node agent."""
@@ -12,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from dagster import DagsterInstance, execute_job
+from dagster import DagsterEventType, DagsterInstance, execute_job
 from dagster._core.definitions.reconstruct import ReconstructableRepository
 from k8s_support import NAMESPACE
 from kubernetes import client
@@ -121,3 +122,30 @@ def test_without_room_on_the_node_the_resize_waits_and_the_step_is_relaunched(
     assert "Node didn't have enough resource: memory" in pending[0]
     assert any(m.startswith("Relaunching") and "1Gi → 2Gi" in m for m in messages), messages
     assert len(cluster.jobs("team-a", NAMESPACE)) == 2
+
+
+def step_summary(instance: DagsterInstance, run_id: str) -> dict[str, Any]:
+    records = instance.all_logs(run_id, of_type=DagsterEventType.ENGINE_EVENT)
+    metas = [
+        {k: v.value for k, v in r.dagster_event.engine_event_data.metadata.items()}
+        for r in records
+        if r.dagster_event
+    ]
+    return [m for m in metas if "k8s_ai/peak_memory_bytes" in m][-1]
+
+
+def test_memory_auto_converges_within_1_3x_of_the_true_peak_after_one_run(cluster: Any) -> None:
+    config = {"execution": {"config": executor_config(cluster)}}
+    job = REPO.get_reconstructable_job("auto_job")
+    with DagsterInstance.get() as instance:
+        first = execute_job(job, instance=instance, run_config=config)
+        assert first.success
+        assert step_summary(instance, first.run_id)["k8s_ai/peak_memory_bytes"] > 400 * MiB
+        second = execute_job(job, instance=instance, run_config=config)
+        assert second.success
+        messages = engine_messages(instance, second.run_id)
+        peak = step_summary(instance, second.run_id)["k8s_ai/peak_memory_bytes"]
+    launch = next(m for m in messages if m.startswith("Launching step 'auto_sized'"))
+    assert "memory auto: 1.2 × peak" in launch and f"of run {first.run_id[:8]}" in launch
+    sized = parse_memory(launch.split(" with 0.5 CPU / ")[1].split(" ")[0])
+    assert peak <= sized <= 1.3 * peak, (launch, peak)
