@@ -26,6 +26,7 @@ from k8s_ai_orchestrator.testing.controlplane import (
     start_control_plane,
 )
 from k8s_ai_orchestrator.testing.controlplane.agent import NodeSpec
+from k8s_ai_orchestrator.testing.controlplane.flags import Gates
 from k8s_ai_orchestrator.testing.controlplane.kube import RealKube
 
 BUILD_SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "build-kubeplane.sh"
@@ -125,9 +126,13 @@ GANG_NODES = [NodeSpec(name=f"node-{n}", cpu="8", memory="16Gi", gpus=4) for n i
 def gang_plane(kubeplane_bin_dir: Path) -> Iterator[RealKube]:
     """A second real control plane for the gang tests, with the emulator gang target's nodes:
     two untainted nodes of 8 CPUs, 16Gi and 4 GPUs each (the session plane's nodes are shaped
-    for the single-node tests)."""
+    for the single-node tests), and the gang-scheduling API (`GenericWorkload`, PodGroups in
+    scheduling.k8s.io/v1beta1) on every component."""
     run_dir = Path(tempfile.mkdtemp(prefix="k8sai-gangplane-"))
-    with start_control_plane(kubeplane_bin_dir, run_dir, tenants=list(TENANTS)) as plane:
+    gates = Gates({"GenericWorkload": True}, ["scheduling.k8s.io/v1beta1=true"])
+    with start_control_plane(
+        kubeplane_bin_dir, run_dir, tenants=list(TENANTS), gates=gates
+    ) as plane:
         with RealKube(plane, GANG_NODES, run_dir / "nodes") as kube:
             _prepare_tenants(kube, len(GANG_NODES))
             yield kube

@@ -55,7 +55,11 @@ TENANT_SCHEMA = Shape(
         "gang_admission": _opt(
             Shape(
                 {
-                    "mode": _opt(String, "guard (workload and kueue: not available yet)."),
+                    "mode": _opt(
+                        String,
+                        "guard (the executor's own) or workload (PodGroups, Kubernetes 1.37 "
+                        "gang scheduling); kueue: not available yet.",
+                    ),
                     "all_running_timeout_s": _opt(
                         Float, "Cancel a gang not all Running this long after its first pod."
                     ),

@@ -176,15 +176,19 @@ def test_a_gang_larger_than_the_pool_is_refused_before_anything_is_created(
     )
 
 
-@pytest.mark.parametrize("mode", ["workload", "kueue"])
-def test_workload_and_kueue_admission_are_refused_until_they_exist(mode: str) -> None:
-    raw = {"tenants": {"t": {"kubeconfig": "/k", "gang_admission": {"mode": mode}}}}
+def test_kueue_admission_is_refused_until_it_exists() -> None:
+    raw = {"tenants": {"t": {"kubeconfig": "/k", "gang_admission": {"mode": "kueue"}}}}
     with pytest.raises(ConfigError) as refused:
         KubernetesConfig.from_dict(raw)
     assert str(refused.value).startswith(
-        f"kubernetes.tenants.t.gang_admission.mode='{mode}' is not available yet"
+        "kubernetes.tenants.t.gang_admission.mode='kueue' is not available yet"
     )
-    assert "issue #13" in str(refused.value) and "use mode: guard" in str(refused.value)
+    assert "use mode: guard" in str(refused.value) and "or workload" in str(refused.value)
+
+
+def test_workload_admission_is_accepted_in_config() -> None:
+    raw = {"tenants": {"t": {"kubeconfig": "/k", "gang_admission": {"mode": "workload"}}}}
+    assert KubernetesConfig.from_dict(raw).tenants["t"].gang_admission.mode == "workload"
 
 
 @pytest.mark.parametrize(

@@ -111,6 +111,7 @@ def test_the_charts_executor_role_grants_nothing_the_executor_does_not_need(
         ("watch", "pods"),
         ("get", "pods/log"),
         ("patch", "pods/resize"),
+        ("create", "scheduling.k8s.io/podgroups"),
         ("list", "events"),
         ("list", "resourcequotas"),
     ]

@@ -50,6 +50,7 @@ from .jobapi import JobApi
 from .jobs import build_job, config_problems, job_name, manifest_problems, run_selector
 from .logs import LogFollower, read_tail
 from .pending import PendingExplainer
+from .podgroups import check_served, create_podgroup
 from .preemption import who_preempted
 from .preflight import Preflight
 from .status import deleted_pod_status, pod_name, pod_status
@@ -126,6 +127,7 @@ class KubernetesBackend:
         self._guard = GangGuard(config, self._retry)
         self._pending = PendingExplainer(config.pending_events_interval_s, clock)
         self._growth = PodGrowth(growth, self._retry, clock, self._log)
+        self._podgroups_served: set[str] = set()  # tenants seen to serve PodGroups
         self._watches: dict[tuple[str, str, str], PodWatch] = {}
         self._attempts: dict[str, _Attempt] = {}
         self._lock = threading.Lock()
@@ -150,7 +152,8 @@ class KubernetesBackend:
         tenant = str(request.tenant)
         watch = self._watch_for(tenant, settings.namespace, request.run_id, api_client)
         attempt = _Attempt(request, tenant, settings.namespace, watch, self._clock())
-        if request.spec.is_gang:
+        workload = request.spec.is_gang and settings.gang_admission.mode == "workload"
+        if request.spec.is_gang and not workload:
             attempt.final_hint = self._guard.waiting_for_room(
                 CoreV1Api(api_client), tenant, settings.namespace, request.spec
             )
@@ -158,6 +161,10 @@ class KubernetesBackend:
             attempt.waiting_manifest = manifest  # created by status() once there is room
         else:
             self._jobs.create(request, settings.namespace, manifest)
+        if workload:  # the scheduler binds all the Job's pods or none
+            name = manifest["metadata"]["name"]
+            priority = self._priority_class(request)
+            create_podgroup(request, settings.namespace, name, priority, api_client, self._retry)
         name = job_name(request)
         with self._lock:
             self._attempts[name] = attempt
@@ -192,6 +199,10 @@ class KubernetesBackend:
         api_client = self._tenants.client(tenant, request.step_key)
         try:
             self._preflight.run(request, settings, api_client)
+            workload = request.spec.is_gang and settings.gang_admission.mode == "workload"
+            if workload and tenant not in self._podgroups_served:
+                check_served(request.step_key, tenant, api_client, self._retry)
+                self._podgroups_served.add(tenant)
         except ApiException as error:
             raise SubmitError(
                 f"step '{request.step_key}': tenant '{tenant}' refused the pre-flight checks "
@@ -324,6 +335,10 @@ class KubernetesBackend:
         if len(memory.resizes) > before:
             return GrowResult.refused(memory.resizes[-1].reason)
         return GrowResult.pending("the kubelet applies it when the node has room")
+
+    def _priority_class(self, request: LaunchRequest) -> str:
+        classes = self.config.priority_classes
+        return classes.preemptible if request.spec.preemptible else classes.default
 
     def resizes(self, handle: JobHandle) -> tuple[Resize, ...]:
         """Every in-place growth tried for the attempt so far, in order."""

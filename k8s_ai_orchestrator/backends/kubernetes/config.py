@@ -44,9 +44,8 @@ class PriorityClasses:
 
 
 GANG_ADMISSION_MODES = ("guard", "workload", "kueue")
-# Modes that need an API the real control plane brings; refused until issue #13 adds them.
+# Modes not built yet; refused with a clear error until they are.
 _GANG_MODES_NOT_YET = {
-    "workload": "the Kubernetes gang-scheduling API (Workload / PodGroup)",
     "kueue": "Kueue (a ClusterQueue per tenant, the queue-name label on the Jobs)",
 }
 
@@ -58,6 +57,11 @@ class GangAdmission:
     `guard`, the executor's own: the Job is created only when the tenant's nodes and quota
     have room for every pod, and the whole gang is deleted when not all its pods run within
     `all_running_timeout_s` of the first one, so a partial gang never holds GPUs.
+
+    `workload`, the Kubernetes gang-scheduling API (`scheduling.k8s.io/v1beta1`, Kubernetes
+    1.37 with the `GenericWorkload` feature gate): the Job is created at once with a
+    `PodGroup` (gang `minCount` = nodes) that its pods join, and the scheduler binds all of
+    them or none. The all-running timeout stays as a safety net.
 
     Example:
         >>> GangAdmission.from_dict({"all_running_timeout_s": 120}, "kubernetes.tenants.t")
@@ -81,8 +85,8 @@ class GangAdmission:
         if mode in _GANG_MODES_NOT_YET:
             raise ConfigError(
                 f"{where}.mode={mode!r} is not available yet: admission through "
-                f"{_GANG_MODES_NOT_YET[mode]} comes with issue #13 on the real control plane; "
-                "use mode: guard until then"
+                f"{_GANG_MODES_NOT_YET[mode]} is not built; use mode: guard (the executor's "
+                "own) or workload (the Kubernetes gang-scheduling API)"
             )
         timeout = config_number(
             raw.get("all_running_timeout_s", cls.all_running_timeout_s),

@@ -118,7 +118,7 @@ def build_job(
         env_vars=[{"name": k, "value": v} for k, v in sorted(request.env.items())],
     )
     manifest: dict[str, Any] = _SERIALIZER.sanitize_for_serialization(job)
-    _apply_spec(manifest, request, config)
+    _apply_spec(manifest, request, config, tenant)
     annotations = {
         f"{LABEL_PREFIX}/run-id": request.run_id,
         f"{LABEL_PREFIX}/step-key": request.step_key,
@@ -172,7 +172,9 @@ def _labels(request: LaunchRequest, name: str, config: KubernetesConfig) -> dict
     return {k: sanitize_k8s_label(v) for k, v in labels.items()}
 
 
-def _apply_spec(manifest: dict[str, Any], request: LaunchRequest, config: KubernetesConfig) -> None:
+def _apply_spec(
+    manifest: dict[str, Any], request: LaunchRequest, config: KubernetesConfig, tenant: TenantConfig
+) -> None:
     spec = request.spec
     job_spec = manifest["spec"]
     job_spec["backoffLimit"] = 0
@@ -199,7 +201,7 @@ def _apply_spec(manifest: dict[str, Any], request: LaunchRequest, config: Kubern
         _place_on_gpus(pod, request, config)
     resources["requests"], resources["limits"] = requests, limits
     if spec.is_gang:
-        _lay_out_gang(manifest, request, config)
+        _lay_out_gang(manifest, request, config, tenant.gang_admission.mode == "workload")
 
 
 def gang_dir(request: LaunchRequest, config: KubernetesConfig) -> str:
@@ -208,9 +210,10 @@ def gang_dir(request: LaunchRequest, config: KubernetesConfig) -> str:
 
 
 def _lay_out_gang(
-    manifest: dict[str, Any], request: LaunchRequest, config: KubernetesConfig
+    manifest: dict[str, Any], request: LaunchRequest, config: KubernetesConfig, workload: bool
 ) -> None:
-    """One Indexed Job, one pod per node: index 0 runs the step, the others its ranks."""
+    """One Indexed Job, one pod per node: index 0 runs the step, the others its ranks. With
+    `workload` admission its pods join the PodGroup named as the Job (`podgroups.py`)."""
     if config.gang_workdir is None:
         raise ConfigError(
             f"step '{request.step_key}' ({request.spec.describe()}) is a multi-node gang: set "
@@ -231,6 +234,8 @@ def _lay_out_gang(
         }
     )
     pod["affinity"] = affinity
+    if workload:
+        pod["schedulingGroup"] = {"podGroupName": name}
     container = pod["containers"][0]
     container["args"] = [config.python, "-c", GANG_POD_MAIN, "--", *container["args"]]
     container.setdefault("env", []).extend(

@@ -11,6 +11,8 @@ What it does, as vCluster does with our recommended values (`helm/vcluster-value
   `<name>-x-<namespace>-x-<tenant>` in `vcluster-<tenant>`, with the secrets and config maps it
   reads and its PriorityClass copied; when the host scheduler places it, the tenant pod is bound
   to the same node, and the host pod's status flows back;
+- PodGroups (gang scheduling, when the tenant serves them) to the host, and the pods' group
+  names with them (`podgroups.py`);
 - resizes: a tenant pod resized in place (`pods/resize`) has its host pod resized the same way;
   whether the node had room comes back with the status (`PodResizePending`, the resources);
 - deletion both ways: a tenant delete deletes the host pod with the same grace period; when the
@@ -44,7 +46,7 @@ from .. import pki
 from ..agent.logserver import LogLookup, LogServer
 from ..informer import Informer, Obj
 from ..patches import STRATEGIC, status_patch
-from . import translate
+from . import podgroups, translate
 from .events import EventSync, PodRef
 from .nodes import NodeSync
 
@@ -117,6 +119,16 @@ class TenantSyncer:
             namespace=self.host_namespace,
         )
         self.events = EventSync(self._write_event)
+        self.tenant_groups: Informer | None = None  # PodGroups, when the tenant serves them
+        self.host_groups: Informer | None = None
+        if podgroups.served(tenant_api):
+            self.tenant_groups = Informer(tenant_api, podgroups.lister(tenant_api), self._wake.set)
+            self.host_groups = Informer(
+                host_api,
+                podgroups.lister(host_api, self.host_namespace),
+                self._wake.set,
+                label_selector=f"{translate.MANAGED_BY}={tenant}",
+            )
         ca = pki.write_ca(Path(workdir) / "pki", f"k8s-ai-syncer-{tenant}")
         hosts = list(dict.fromkeys([address, "127.0.0.1"]))
         serving = pki.write_serving_cert(ca, Path(workdir) / "serving", hosts)
@@ -154,7 +166,8 @@ class TenantSyncer:
             proxy.stop()
 
     def _informers(self) -> tuple[Informer, ...]:
-        return (self.host_nodes, self.host_pods, self.tenant_pods, self.host_events)
+        groups = tuple(i for i in (self.tenant_groups, self.host_groups) if i is not None)
+        return (self.host_nodes, self.host_pods, self.tenant_pods, self.host_events, *groups)
 
     def _publish_secret(self) -> None:
         with _ignore(409):
@@ -200,6 +213,7 @@ class TenantSyncer:
                 name, PodRef(meta["namespace"], meta["name"], meta["uid"]), host_uid
             )
         self.events.sync(self.host_events.items())  # before a pod's end is copied
+        self._sync_podgroups()
         for pod in virtual.values():
             self._sync_pod(pod)
         for pod in self.host_pods.items():
@@ -325,6 +339,38 @@ class TenantSyncer:
                 _content_type=STRATEGIC,
             )
             self._copied[meta["uid"]] = status
+
+    def _sync_podgroups(self) -> None:
+        """Copy new tenant PodGroups to the host; delete host copies whose original is gone."""
+        if self.tenant_groups is None or self.host_groups is None:
+            return
+        custom = client.CustomObjectsApi(self.host_api)
+        wanted = {}
+        for group in self.tenant_groups.items():
+            body = podgroups.host_podgroup(group, self.tenant, self.host_namespace)
+            wanted[body["metadata"]["name"]] = group["metadata"]["uid"]
+            if self.host_groups.get(self.host_namespace, body["metadata"]["name"]) is not None:
+                continue
+            priority = (group.get("spec") or {}).get("priorityClassName")
+            if priority:
+                self._copy_priority_class(priority)
+            with _ignore(409):
+                created = custom.create_namespaced_custom_object(
+                    podgroups.GROUP, podgroups.VERSION, self.host_namespace, podgroups.PLURAL, body
+                )
+                self.host_groups.update(created)
+        for host in self.host_groups.items():
+            meta = host["metadata"]
+            uid = (meta.get("annotations") or {}).get(translate.OBJECT_UID)
+            if wanted.get(meta["name"]) != uid and not meta.get("deletionTimestamp"):
+                with _ignore(404, 409):
+                    custom.delete_namespaced_custom_object(
+                        podgroups.GROUP,
+                        podgroups.VERSION,
+                        self.host_namespace,
+                        podgroups.PLURAL,
+                        meta["name"],
+                    )
 
     def _resize_host(self, hpod: Obj, vpod: Obj) -> None:
         """Give the host pod the tenant pod's new container resources (`pods/resize`)."""

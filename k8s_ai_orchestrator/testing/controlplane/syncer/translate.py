@@ -126,6 +126,9 @@ def host_pod(pod: Obj, tenant: str, host_namespace: str, priority_synced: bool) 
     for container in spec.get("containers") or []:
         _rewrite_env(container, namespace, tenant)
     _scope_affinity(spec, namespace, tenant)
+    group = spec.get("schedulingGroup") or {}
+    if group.get("podGroupName"):  # the PodGroup's host copy (podgroups.py)
+        group["podGroupName"] = host_name(group["podGroupName"], namespace, tenant)
     labels = {**(meta.get("labels") or {}), MANAGED_BY: tenant, NAMESPACE_LABEL: namespace}
     annotations = {
         **(meta.get("annotations") or {}),

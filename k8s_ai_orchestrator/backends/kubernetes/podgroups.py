@@ -1,0 +1,112 @@
+"""Gang admission through the Kubernetes gang-scheduling API (`gang_admission.mode: workload`).
+
+Kubernetes 1.37 schedules a group of pods all-or-nothing when they join a `PodGroup`
+(`scheduling.k8s.io/v1beta1`, served with the `GenericWorkload` feature gate) whose policy is
+`gang` with `minCount`: the scheduler binds none of them until it can bind `minCount`, and
+reports `pod group is unschedulable, minCount (N) cannot be satisfied` while it waits.
+
+A gang's Job is created at once; its pods carry `spec.schedulingGroup.podGroupName` (set in
+`jobs.py`), and its PodGroup — named as the Job, `minCount` = the step's nodes, the step's
+PriorityClass — is created right after it, owned by the Job so it goes when the Job goes.
+
+Example:
+    >>> podgroup("k8s-ai-abc-train-0", 2, "k8s-ai-standard", "6f1c…")["spec"]
+    {'schedulingPolicy': {'gang': {'minCount': 2}}, 'priorityClassName': 'k8s-ai-standard'}
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from kubernetes.client import ApiClient, BatchV1Api, CustomObjectsApi
+from kubernetes.client.exceptions import ApiException
+
+from ...errors import SubmitError
+from ..base import LaunchRequest
+from .api import ApiRetry, api_message
+
+GROUP, VERSION, PLURAL = "scheduling.k8s.io", "v1beta1", "podgroups"
+
+
+def podgroup(name: str, nodes: int, priority_class: str, job_uid: str) -> dict[str, Any]:
+    """The PodGroup of one gang attempt, owned by its Job."""
+    owner = {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "name": name,
+        "uid": job_uid,
+        "blockOwnerDeletion": True,
+    }
+    return {
+        "apiVersion": f"{GROUP}/{VERSION}",
+        "kind": "PodGroup",
+        "metadata": {"name": name, "ownerReferences": [owner]},
+        "spec": {
+            "schedulingPolicy": {"gang": {"minCount": nodes}},
+            "priorityClassName": priority_class,
+        },
+    }
+
+
+def check_served(step: str, tenant: str, api_client: ApiClient, retry: ApiRetry) -> None:
+    """`SubmitError` unless the tenant's API server serves PodGroups (pre-flight)."""
+
+    def resources() -> list[str]:
+        path = f"/apis/{GROUP}/{VERSION}"
+        try:
+            answer = api_client.call_api(
+                path,
+                "GET",
+                header_params={"Accept": "application/json"},
+                auth_settings=["BearerToken"],
+                _preload_content=False,
+            )
+        except ApiException as error:
+            if error.status == 404:
+                return []
+            raise
+        return [r["name"] for r in json.loads(answer.data).get("resources") or []]
+
+    if PLURAL not in retry.call("read API discovery", tenant, resources):
+        raise SubmitError(
+            f"step '{step}': tenant '{tenant}' uses gang_admission.mode=workload, but its API "
+            f"server does not serve {GROUP}/{VERSION} PodGroups; run Kubernetes 1.37+ with the "
+            "GenericWorkload feature gate and --runtime-config=scheduling.k8s.io/v1beta1=true "
+            "(on the vCluster and its host), or use gang_admission.mode=guard"
+        )
+
+
+def create_podgroup(
+    request: LaunchRequest,
+    namespace: str,
+    name: str,
+    priority_class: str,
+    api_client: ApiClient,
+    retry: ApiRetry,
+) -> None:
+    """Create the PodGroup of a gang whose Job `name` exists; `SubmitError` if refused."""
+    tenant = str(request.tenant)
+
+    def create() -> None:
+        job = BatchV1Api(api_client).read_namespaced_job(name, namespace)
+        body = podgroup(name, request.spec.nodes, priority_class, job.metadata.uid)
+        try:
+            CustomObjectsApi(api_client).create_namespaced_custom_object(
+                GROUP, VERSION, namespace, PLURAL, body
+            )
+        except ApiException as error:
+            if error.status != 409:  # an earlier try was applied
+                raise
+
+    try:
+        retry.call("create PodGroup", tenant, create)
+    except ApiException as error:
+        raise SubmitError(
+            f"step '{request.step_key}': tenant '{tenant}' refused PodGroup {name} in namespace "
+            f"'{namespace}' ({api_message(error)}); the executor needs create on "
+            f"{GROUP} podgroups there (helm chart: rbac.create=true)"
+        ) from None
+
+
+__all__ = ["check_served", "create_podgroup", "podgroup"]

@@ -1,0 +1,100 @@
+"""PodGroups (`scheduling.k8s.io/v1beta1`, gang scheduling) from a tenant to the host.
+
+The host scheduler gangs host pods, so a tenant's PodGroup must exist on the host, where the
+tenant's pods are: it is copied into `vcluster-<tenant>` under the translated name
+(`<name>-x-<namespace>-x-<tenant>`) with its policy, its PriorityClass translated as the pods'
+is, and without owner references (the owner, a Job, stays in the tenant). The host pods'
+`spec.schedulingGroup.podGroupName` is translated the same way (`translate.host_pod`). A host
+copy whose tenant PodGroup is gone is deleted. Only a tenant whose API server serves
+PodGroups (`served`) is synced.
+
+Example:
+    >>> tenant_group = {"metadata": {"name": "g", "namespace": "default", "uid": "u1"},
+    ...     "spec": {"schedulingPolicy": {"gang": {"minCount": 2}}}}
+    >>> host_podgroup(tenant_group, "team-a", "vcluster-team-a")["metadata"]["name"]
+    'g-x-default-x-team-a'
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from collections.abc import Callable
+from types import SimpleNamespace
+from typing import Any
+
+from kubernetes import client
+from kubernetes.client.rest import ApiException
+
+from . import translate
+
+GROUP, VERSION, PLURAL = "scheduling.k8s.io", "v1beta1", "podgroups"
+Obj = dict[str, Any]
+
+
+def served(api_client: client.ApiClient) -> bool:
+    """Whether the API server serves PodGroups."""
+    try:
+        answer = api_client.call_api(
+            f"/apis/{GROUP}/{VERSION}",
+            "GET",
+            header_params={"Accept": "application/json"},
+            auth_settings=["BearerToken"],
+            _preload_content=False,
+        )
+    except ApiException as error:
+        if error.status == 404:
+            return False
+        raise
+    return PLURAL in [r["name"] for r in json.loads(answer.data).get("resources") or []]
+
+
+def lister(api_client: client.ApiClient, namespace: str | None = None) -> Callable[..., Any]:
+    """A `list_*`-shaped function over PodGroups that an `Informer` can list and watch."""
+    custom = client.CustomObjectsApi(api_client)
+
+    def list_podgroups(**kwargs: Any) -> Any:
+        if namespace is None:
+            answer = custom.list_cluster_custom_object(GROUP, VERSION, PLURAL, **kwargs)
+        else:
+            answer = custom.list_namespaced_custom_object(
+                GROUP, VERSION, namespace, PLURAL, **kwargs
+            )
+        if kwargs.get("watch"):
+            return answer
+        meta = SimpleNamespace(resource_version=answer["metadata"].get("resourceVersion"))
+        return SimpleNamespace(items=answer["items"], metadata=meta)
+
+    return list_podgroups
+
+
+def host_podgroup(group: Obj, tenant: str, host_namespace: str) -> Obj:
+    """The host copy of a tenant PodGroup."""
+    meta = group["metadata"]
+    namespace = meta["namespace"]
+    spec = copy.deepcopy(group.get("spec") or {})
+    for field in ("workloadRef", "priority"):
+        spec.pop(field, None)
+    if spec.get("priorityClassName"):
+        spec["priorityClassName"] = translate.host_priority_class(
+            spec["priorityClassName"], host_namespace, tenant
+        )
+    return {
+        "apiVersion": f"{GROUP}/{VERSION}",
+        "kind": "PodGroup",
+        "metadata": {
+            "name": translate.host_name(meta["name"], namespace, tenant),
+            "namespace": host_namespace,
+            "labels": {translate.MANAGED_BY: tenant, translate.NAMESPACE_LABEL: namespace},
+            "annotations": {
+                translate.OBJECT_NAME: meta["name"],
+                translate.OBJECT_NAMESPACE: namespace,
+                translate.OBJECT_UID: meta["uid"],
+                translate.OBJECT_KIND: f"{GROUP}/{VERSION}, Kind=PodGroup",
+            },
+        },
+        "spec": spec,
+    }
+
+
+__all__ = ["host_podgroup", "lister", "served"]

@@ -1,0 +1,149 @@
+"""Gang admission through the Kubernetes gang-scheduling API (`gang_admission.mode: workload`):
+on the real v1.37 control plane with `GenericWorkload`, the Job is created at once with a
+PodGroup, the tenant syncer copies the PodGroup to the host, and kube-scheduler binds all of a
+gang's pods or none; where PodGroups are not served (the emulator) the step is refused before
+anything is created."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from gang_support import (
+    GangTarget,
+    _gang_target,
+    emulated_gang_target,
+    gang_step,
+    gpu_pod,
+    make_backend,
+    run_gang_code,
+    wait_status,
+)
+from k8s_support import NAMESPACE
+from kubernetes import client
+
+from k8s_ai_orchestrator.backends.base import StepState
+from k8s_ai_orchestrator.backends.kubernetes import KubernetesBackend
+from k8s_ai_orchestrator.errors import SubmitError
+
+pytestmark = [pytest.mark.emulator, pytest.mark.timeout(400)]
+
+
+@pytest.fixture
+def plane(gang_plane: Any, tmp_path: Path) -> GangTarget:
+    return _gang_target("control-plane", gang_plane.fresh(), tmp_path)
+
+
+@pytest.fixture
+def emulated(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[GangTarget]:
+    with emulated_gang_target(tmp_path, request) as target:
+        yield target
+
+
+def workload_backend(target: GangTarget) -> KubernetesBackend:
+    """A backend whose tenants admit gangs through PodGroups."""
+    tenants = target.config()["tenants"]
+    for settings in tenants.values():
+        settings["gang_admission"] = {"mode": "workload"}
+    return make_backend(target, tenants=tenants)
+
+
+def podgroups(api_client: client.ApiClient, namespace: str) -> list[dict[str, Any]]:
+    found = client.CustomObjectsApi(api_client).list_namespaced_custom_object(
+        "scheduling.k8s.io", "v1beta1", namespace, "podgroups"
+    )
+    return list(found["items"])
+
+
+def raw_pods(api_client: client.ApiClient, namespace: str) -> list[dict[str, Any]]:
+    answer = client.CoreV1Api(api_client).list_namespaced_pod(namespace, _preload_content=False)
+    return list(json.loads(answer.data)["items"])
+
+
+def test_a_workload_gang_runs_every_rank_through_its_podgroup(
+    plane: GangTarget, gang_plane: Any, tmp_path: Path
+) -> None:
+    backend = workload_backend(plane)
+    out = tmp_path / "ranks"
+    out.mkdir()
+    code = run_gang_code("record_rank", str(out))
+    handle = backend.submit(gang_step(code, run_id="wl-ranks", gpus_per_node=2))
+    try:
+        tenant_api = gang_plane.tenant("team-a").api_client()
+        (group,) = [
+            g for g in podgroups(tenant_api, NAMESPACE) if g["metadata"]["name"] == handle.job_id
+        ]
+        assert group["spec"]["schedulingPolicy"] == {"gang": {"minCount": 2}}
+        assert group["metadata"]["ownerReferences"][0]["kind"] == "Job"
+        status = wait_status(plane, backend, handle, lambda s: s.is_terminal)
+        assert status.state == StepState.SUCCEEDED, status
+        ranks = sorted(json.loads(p.read_text())["RANK"] for p in out.glob("rank-*.json"))
+        assert ranks == ["0", "1"]
+        host, host_ns = gang_plane.host.api_client(), gang_plane.host_namespace("team-a")
+        copies = [g for g in podgroups(host, host_ns) if handle.job_id in g["metadata"]["name"]]
+        assert [c["spec"]["schedulingPolicy"] for c in copies] == [{"gang": {"minCount": 2}}]
+        groups = {
+            (p["spec"].get("schedulingGroup") or {}).get("podGroupName")
+            for p in raw_pods(host, host_ns)
+            if handle.job_id in p["metadata"]["name"]
+        }
+        assert groups == {copies[0]["metadata"]["name"]}
+    finally:
+        backend.cancel(handle)
+        backend.close()
+
+
+def test_the_scheduler_binds_none_of_a_workload_gang_until_every_pod_fits(
+    plane: GangTarget,
+) -> None:
+    """node-b's GPUs are held: guard mode would not create the Job; workload mode creates it,
+    and kube-scheduler keeps both pods unbound (no GPU held on node-a) until node-b frees."""
+    plane.core("team-a").create_namespaced_pod(
+        NAMESPACE, gpu_pod("holds-node-b", "node-b", "k8s-ai-standard")
+    )
+    plane.wait_for(lambda: any(p["spec"].get("nodeName") for p in plane.pods("team-a")), 120)
+    backend = workload_backend(plane)
+    handle = backend.submit(
+        gang_step(run_gang_code("sleep_rank", 0), run_id="wl-holds", gpus_per_node=4)
+    )
+    try:
+        assert [j for j in plane.jobs("team-a") if j["metadata"]["name"] == handle.job_id]
+
+        def explained() -> Any:
+            status = backend.status(handle)
+            return status if "pod group is unschedulable" in status.message else None
+
+        status = plane.wait_for(explained, timeout=120)
+        assert status.state == StepState.PENDING, status
+        assert "minCount (2) cannot be satisfied" in status.message
+        time.sleep(3)
+        gang = [p for p in plane.pods("team-a") if handle.job_id in p["metadata"]["name"]]
+        assert len(gang) == 2 and not [p for p in gang if p["spec"].get("nodeName")]
+        plane.core("team-a").delete_namespaced_pod(
+            "holds-node-b", NAMESPACE, grace_period_seconds=0
+        )
+        status = wait_status(plane, backend, handle, lambda s: s.is_terminal)
+        assert status.state == StepState.SUCCEEDED, status
+    finally:
+        backend.cancel(handle)
+        backend.close()
+
+
+def test_workload_mode_is_refused_before_anything_is_created_where_podgroups_are_not_served(
+    emulated: GangTarget,
+) -> None:
+    backend = workload_backend(emulated)
+    try:
+        with pytest.raises(SubmitError) as refused:
+            backend.submit(gang_step(run_gang_code("sleep_rank", 0), run_id="wl-none"))
+    finally:
+        backend.close()
+    message = str(refused.value)
+    assert "tenant 'team-a' uses gang_admission.mode=workload" in message
+    assert "does not serve scheduling.k8s.io/v1beta1 PodGroups" in message
+    assert "GenericWorkload" in message and "gang_admission.mode=guard" in message
+    assert emulated.jobs("team-a") == []
