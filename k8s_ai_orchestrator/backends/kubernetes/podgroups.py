@@ -49,26 +49,26 @@ def podgroup(name: str, nodes: int, priority_class: str, job_uid: str) -> dict[s
     }
 
 
+def serves_podgroups(api_client: ApiClient) -> bool:
+    """Whether the API server serves PodGroups (its discovery of scheduling.k8s.io/v1beta1)."""
+    try:
+        answer = api_client.call_api(
+            f"/apis/{GROUP}/{VERSION}",
+            "GET",
+            header_params={"Accept": "application/json"},
+            auth_settings=["BearerToken"],
+            _preload_content=False,
+        )
+    except ApiException as error:
+        if error.status == 404:
+            return False
+        raise
+    return PLURAL in [r["name"] for r in json.loads(answer.data).get("resources") or []]
+
+
 def check_served(step: str, tenant: str, api_client: ApiClient, retry: ApiRetry) -> None:
     """`SubmitError` unless the tenant's API server serves PodGroups (pre-flight)."""
-
-    def resources() -> list[str]:
-        path = f"/apis/{GROUP}/{VERSION}"
-        try:
-            answer = api_client.call_api(
-                path,
-                "GET",
-                header_params={"Accept": "application/json"},
-                auth_settings=["BearerToken"],
-                _preload_content=False,
-            )
-        except ApiException as error:
-            if error.status == 404:
-                return []
-            raise
-        return [r["name"] for r in json.loads(answer.data).get("resources") or []]
-
-    if PLURAL not in retry.call("read API discovery", tenant, resources):
+    if not retry.call("read API discovery", tenant, lambda: serves_podgroups(api_client)):
         raise SubmitError(
             f"step '{step}': tenant '{tenant}' uses gang_admission.mode=workload, but its API "
             f"server does not serve {GROUP}/{VERSION} PodGroups; run Kubernetes 1.37+ with the "
@@ -109,4 +109,4 @@ def create_podgroup(
         ) from None
 
 
-__all__ = ["check_served", "create_podgroup", "podgroup"]
+__all__ = ["check_served", "create_podgroup", "podgroup", "serves_podgroups"]

@@ -18,35 +18,17 @@ Example:
 from __future__ import annotations
 
 import copy
-import json
 from collections.abc import Callable
 from types import SimpleNamespace
 from typing import Any
 
 from kubernetes import client
-from kubernetes.client.rest import ApiException
 
+from ....backends.kubernetes.podgroups import GROUP, PLURAL, VERSION
+from ....backends.kubernetes.podgroups import serves_podgroups as served
 from . import translate
 
-GROUP, VERSION, PLURAL = "scheduling.k8s.io", "v1beta1", "podgroups"
 Obj = dict[str, Any]
-
-
-def served(api_client: client.ApiClient) -> bool:
-    """Whether the API server serves PodGroups."""
-    try:
-        answer = api_client.call_api(
-            f"/apis/{GROUP}/{VERSION}",
-            "GET",
-            header_params={"Accept": "application/json"},
-            auth_settings=["BearerToken"],
-            _preload_content=False,
-        )
-    except ApiException as error:
-        if error.status == 404:
-            return False
-        raise
-    return PLURAL in [r["name"] for r in json.loads(answer.data).get("resources") or []]
 
 
 def lister(api_client: client.ApiClient, namespace: str | None = None) -> Callable[..., Any]:
@@ -97,4 +79,4 @@ def host_podgroup(group: Obj, tenant: str, host_namespace: str) -> Obj:
     }
 
 
-__all__ = ["host_podgroup", "lister", "served"]
+__all__ = ["GROUP", "PLURAL", "VERSION", "host_podgroup", "lister", "served"]
