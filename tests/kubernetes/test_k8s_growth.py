@@ -13,7 +13,7 @@ from kubernetes.client.exceptions import ApiException
 
 from k8s_ai_orchestrator.backends.base import GrowOutcome, MemoryGrowth
 from k8s_ai_orchestrator.backends.kubernetes.api import ApiRetry
-from k8s_ai_orchestrator.backends.kubernetes.growth import PodGrowth, PodMemory
+from k8s_ai_orchestrator.backends.kubernetes.growth import PodGrowth, PodMemory, resizable
 from tests.support import FakeClock
 
 MiB, GiB = 1024**2, 1024**3
@@ -139,3 +139,16 @@ def test_without_a_policy_memory_is_measured_but_never_grown(clock: FakeClock) -
     core, state = FakeCore(used=1000 * MiB), PodMemory(limit_bytes=GiB)
     growth(clock, None).observe(core, "team-a", pod(), state)  # type: ignore[arg-type]
     assert state.peak_bytes == 1000 * MiB and not core.resizes
+
+
+def test_grown_steps_say_their_container_resizes_without_a_restart() -> None:
+    container = {
+        "name": "dagster",
+        "resizePolicy": [{"resourceName": "cpu", "restartPolicy": "RestartContainer"}],
+    }
+    manifest = {"spec": {"template": {"spec": {"containers": [container]}}}}
+    resizable(manifest)
+    assert container["resizePolicy"] == [
+        {"resourceName": "cpu", "restartPolicy": "RestartContainer"},  # the user's choice stays
+        {"resourceName": "memory", "restartPolicy": "NotRequired"},
+    ]

@@ -45,7 +45,7 @@ from ..base import (
 from .api import ApiRetry, api_message
 from .config import KubernetesConfig, TenantConfig
 from .gangs import GangGuard, gang_status, pending_pod, pod_index, running_count
-from .growth import PodGrowth, PodMemory
+from .growth import PodGrowth, PodMemory, resizable
 from .jobapi import JobApi
 from .jobs import build_job, config_problems, job_name, manifest_problems, run_selector
 from .logs import LogFollower, read_tail
@@ -191,6 +191,8 @@ class KubernetesBackend:
         request = replace(request, tenant=tenant)
         problems = config_problems(settings, self.config)
         manifest = build_job(request, settings, self.config)
+        if self._growth.growth is not None and not request.spec.is_gang:
+            resizable(manifest)  # grown in place without a restart
         problems += [] if problems else manifest_problems(manifest)
         if problems:
             raise ConfigError(

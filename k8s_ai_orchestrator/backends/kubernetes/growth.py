@@ -5,7 +5,8 @@ While a step's pod runs, its memory in use is read from the kubelet's summary on
 a second per attempt, and only when growth or `memory="auto"` needs it). The peak becomes the
 attempt's `max_rss_bytes`. With a `MemoryGrowth` policy, once the pod uses `grow_at` of its
 limit its memory request and limit are raised in place (× the escalation factor, capped by
-`max_memory`); the kubelet applies it without a restart when the node has room. What became of
+`max_memory`); the step container's `resizePolicy` says NotRequired (`resizable`), so the
+kubelet applies it without a restart when the node has room. What became of
 each resize is read from the pod's status:
 
 - accepted: `status.containerStatuses[].resources.limits.memory` shows the new limit;
@@ -57,6 +58,17 @@ class PodMemory:
     reported_pending: str = ""  # the PodResizePending message already recorded
     refused: set[int] = field(default_factory=set)  # sizes the API refused
     resizes: list[Resize] = field(default_factory=list)
+
+
+def resizable(manifest: dict[str, Any]) -> None:
+    """Say in the Job's step container that memory and CPU change without a restart
+    (`resizePolicy` NotRequired, the default written out, so a pod template override that
+    asks for RestartContainer is the user's visible choice)."""
+    container = manifest["spec"]["template"]["spec"]["containers"][0]
+    policies = {p.get("resourceName"): p for p in container.get("resizePolicy") or []}
+    for resource in ("cpu", "memory"):
+        policies.setdefault(resource, {"resourceName": resource, "restartPolicy": "NotRequired"})
+    container["resizePolicy"] = list(policies.values())
 
 
 def in_use(summary: Mapping[str, Any], namespace: str, pod: str) -> int | None:
@@ -216,4 +228,11 @@ class PodGrowth:
             )
 
 
-__all__ = ["PodGrowth", "PodMemory", "applied_memory_limit", "in_use", "resize_pending"]
+__all__ = [
+    "PodGrowth",
+    "PodMemory",
+    "applied_memory_limit",
+    "in_use",
+    "resizable",
+    "resize_pending",
+]
