@@ -24,7 +24,7 @@ from k8s_ai_orchestrator.backends.kubernetes import KubernetesBackend, Kubernete
 from k8s_ai_orchestrator.backends.local import AdmissionLedger, LocalCapacity
 from k8s_ai_orchestrator.backends.local.ledger import Want
 from k8s_ai_orchestrator.backends.local.meter import AttemptMeter
-from k8s_ai_orchestrator.errors import ConfigError
+from k8s_ai_orchestrator.errors import BackendError, ConfigError
 from k8s_ai_orchestrator.executor.right_sizing import new_resizes
 from k8s_ai_orchestrator.executor.step_events import metadata_values
 from k8s_ai_orchestrator.executor.usage_history import PARTITION_TAG, load_usage_history
@@ -89,15 +89,14 @@ def test_peak_cpu_is_measured_over_one_second_windows_and_counts_exited_processe
     assert meter.peak_cpu(now=2.0) == 2.0
 
 
-def test_the_kubernetes_backend_refuses_in_place_growth_until_the_node_agent_applies_it():
+def test_the_kubernetes_backend_refuses_to_grow_a_job_it_did_not_submit():
     config = KubernetesConfig.from_dict(
         {"image": "pipeline:1", "tenants": {"team-a": {"kubeconfig": "/nonexistent"}}}
     )
     backend = KubernetesBackend(config, allowed_tenants=["team-a"], default_tenant="team-a")
     handle = JobHandle("kubernetes", "tiles-abc12", "tiles", tenant="team-a", namespace="default")
-    result = backend.grow_memory(handle, 2 * GiB)
-    assert result.outcome is GrowOutcome.REFUSED
-    assert "not supported by the Kubernetes backend yet" in result.reason
+    with pytest.raises(BackendError, match="was not submitted by this backend instance"):
+        backend.grow_memory(handle, 2 * GiB)
     backend.close()
 
 

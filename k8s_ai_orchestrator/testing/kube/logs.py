@@ -113,6 +113,7 @@ def stream_log(handler: Any, route: Route, params: dict[str, str]) -> None:
     previous = params.get("previous") in ("true", "1", "True")
     path = _log_path(server.logs, pod, container, previous)
     data = path.read_bytes()
+    size = len(data)  # follow from what was read: a line written since must not be skipped
     if params.get("tailLines"):
         data = tail_lines(data, int(params["tailLines"]))
     limit = int(params["limitBytes"]) if params.get("limitBytes") else None
@@ -124,7 +125,7 @@ def stream_log(handler: Any, route: Route, params: dict[str, str]) -> None:
     handler._start_chunked("text/plain")
     try:
         handler._chunk(stamper.stamp(data))
-        offset = path.stat().st_size
+        offset = size
         uid = pod["metadata"]["uid"]
         while not server.stopping.is_set():
             running = server.logs.is_running(uid, container)
