@@ -1,10 +1,11 @@
 """Right-sizing on Kubernetes, end to end: `ai_executor` reads a running step's memory from
 its node and resizes its pod through `pods/resize` before the OOM; without room on the node
 the resize waits and the step falls back to OOM escalation; `memory="auto"` is sized from the
-peak the last run measured. On the emulator and on
-the real v1.37 control plane, where the executor reads the pod's memory through the tenant
-apiserver's node proxy, the syncer's proxy and the node agent, and the resize goes tenant →
-syncer → host → node agent."""
+peak the last run measured. On the real v1.37 control plane,
+where the executor reads the pod's memory through the tenant apiserver's node proxy, the
+syncer's proxy and the node agent, and the resize goes tenant → syncer → host → node agent;
+the in-place growth on the emulator too (its Deferred resize is held to the real plane by the
+contract checks, `memory="auto"` on the local backend by tests/local)."""
 
 from __future__ import annotations
 
@@ -67,6 +68,7 @@ def test_a_step_growing_past_its_limit_is_resized_in_place_and_keeps_its_pod(
     assert parse_memory(resized) >= 4096 * MiB  # the pod's own spec, resized in place
 
 
+@pytest.mark.parametrize("cluster", ["control-plane"], indirect=True)  # the emulator: contract
 def test_without_room_on_the_node_the_resize_waits_and_the_step_is_relaunched(
     cluster: Any,
 ) -> None:
@@ -134,6 +136,7 @@ def step_summary(instance: DagsterInstance, run_id: str) -> dict[str, Any]:
     return [m for m in metas if "k8s_ai/peak_memory_bytes" in m][-1]
 
 
+@pytest.mark.parametrize("cluster", ["control-plane"], indirect=True)  # local: tests/local
 def test_memory_auto_converges_within_1_3x_of_the_true_peak_after_one_run(cluster: Any) -> None:
     config = {"execution": {"config": executor_config(cluster)}}
     job = REPO.get_reconstructable_job("auto_job")
