@@ -152,7 +152,7 @@ class KubernetesBackend:
         tenant = str(request.tenant)
         watch = self._watch_for(tenant, settings.namespace, request.run_id, api_client)
         attempt = _Attempt(request, tenant, settings.namespace, watch, self._clock())
-        workload = request.spec.is_gang and settings.gang_admission.mode == "workload"
+        workload = request.spec.is_gang and settings.gang_admission.podgroups
         if request.spec.is_gang and not workload:
             attempt.final_hint = self._guard.waiting_for_room(
                 CoreV1Api(api_client), tenant, settings.namespace, request.spec
@@ -163,7 +163,7 @@ class KubernetesBackend:
             self._jobs.create(request, settings.namespace, manifest)
         if workload:  # the scheduler binds all the Job's pods or none
             name = manifest["metadata"]["name"]
-            priority = self._priority_class(request)
+            priority = self.config.priority_classes.of(request.spec.preemptible)
             create_podgroup(request, settings.namespace, name, priority, api_client, self._retry)
         name = job_name(request)
         with self._lock:
@@ -201,7 +201,7 @@ class KubernetesBackend:
         api_client = self._tenants.client(tenant, request.step_key)
         try:
             self._preflight.run(request, settings, api_client)
-            workload = request.spec.is_gang and settings.gang_admission.mode == "workload"
+            workload = request.spec.is_gang and settings.gang_admission.podgroups
             if workload and tenant not in self._podgroups_served:
                 check_served(request.step_key, tenant, api_client, self._retry)
                 self._podgroups_served.add(tenant)
@@ -222,8 +222,7 @@ class KubernetesBackend:
             return self._finish(attempt, StepStatus.failed(FailureReason.CANCELLED, "cancelled"))
         if attempt.request.spec.is_gang:
             return self._gang_status(handle, attempt)
-        pods = attempt.watch.pods(handle.job_id)
-        pod = pods[-1] if pods else None
+        pod = self._latest_pod(handle, attempt)
         gone = attempt.watch.deleted(handle.job_id) if pod is None else None
         if pod is not None:
             current = pod_status(pod)
@@ -237,7 +236,7 @@ class KubernetesBackend:
             if attempt.started_at is None:
                 attempt.started_at = self._clock()
             if pod is not None:
-                self._observe_memory(handle, attempt, pod)
+                self._observe_memory(attempt, pod)
         if current.is_terminal:
             victim = pod or gone
             if current.reason == FailureReason.PREEMPTED and victim is not None:
@@ -317,7 +316,7 @@ class KubernetesBackend:
             gpu_seconds=spec.gpu * spec.nodes * wall,
             wall_seconds=wall,
             nodes=(node,) if node else (),
-            max_rss_bytes=memory.peak_bytes or None if memory is not None else None,
+            max_rss_bytes=(memory.peak_bytes or None) if memory is not None else None,
         )
 
     def grow_memory(self, handle: JobHandle, new_limit_bytes: int) -> GrowResult:
@@ -338,17 +337,13 @@ class KubernetesBackend:
             return GrowResult.refused(memory.resizes[-1].reason)
         return GrowResult.pending("the kubelet applies it when the node has room")
 
-    def _priority_class(self, request: LaunchRequest) -> str:
-        classes = self.config.priority_classes
-        return classes.preemptible if request.spec.preemptible else classes.default
-
     def resizes(self, handle: JobHandle) -> tuple[Resize, ...]:
         """Every in-place growth tried for the attempt so far, in order."""
         attempt = self._attempts.get(handle.job_id)
         memory = attempt.memory if attempt is not None else None
         return tuple(memory.resizes) if memory is not None else ()
 
-    def _observe_memory(self, handle: JobHandle, attempt: _Attempt, pod: Mapping[str, Any]) -> None:
+    def _observe_memory(self, attempt: _Attempt, pod: Mapping[str, Any]) -> None:
         """Measure a running pod's memory (growth on, or a memory="auto" step) and grow it."""
         spec = attempt.request.spec
         if self._growth.growth is None and not spec.memory_auto:
@@ -357,9 +352,13 @@ class KubernetesBackend:
             attempt.memory = PodMemory(limit_bytes=spec.memory_bytes)
         self._growth.observe(self._core(attempt), attempt.tenant, pod, attempt.memory)
 
-    def _running_pod(self, handle: JobHandle, attempt: _Attempt) -> dict[str, Any] | None:
+    def _latest_pod(self, handle: JobHandle, attempt: _Attempt) -> Any:
+        """The attempt's newest live pod from the watch cache, or None."""
         pods = attempt.watch.pods(handle.job_id)
-        pod = pods[-1] if pods else None
+        return pods[-1] if pods else None
+
+    def _running_pod(self, handle: JobHandle, attempt: _Attempt) -> dict[str, Any] | None:
+        pod = self._latest_pod(handle, attempt)
         if pod is None or pod_status(pod).state != StepState.RUNNING:
             return None
         return dict(pod)

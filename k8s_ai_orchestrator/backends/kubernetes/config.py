@@ -42,6 +42,10 @@ class PriorityClasses:
     default: str = "k8s-ai-standard"
     preemptible: str = "k8s-ai-preemptible"
 
+    def of(self, preemptible: bool) -> str:
+        """The class of a step that is (or is not) preemptible."""
+        return self.preemptible if preemptible else self.default
+
 
 GANG_ADMISSION_MODES = ("guard", "workload", "kueue")
 # Modes not built yet; refused with a clear error until they are.
@@ -70,6 +74,11 @@ class GangAdmission:
 
     mode: str = "guard"
     all_running_timeout_s: float = 300.0  # first pod Running → every pod Running, or cancel
+
+    @property
+    def podgroups(self) -> bool:
+        """Whether gangs join a PodGroup (`workload`) instead of waiting for the guard."""
+        return self.mode == "workload"
 
     @classmethod
     def from_dict(cls, raw: Mapping[str, Any] | None, where: str) -> GangAdmission:

@@ -194,15 +194,12 @@ class PodGrowth:
                 tenant,
                 lambda: core.patch_namespaced_pod_resize(meta["name"], meta["namespace"], body),
             )
-        except ApiException as error:
-            state.refused.add(target)
-            reason = f"the API server refused the resize ({api_message(error)})"
-            state.resizes.append(
-                Resize(state.limit_bytes, target, used, GrowOutcome.REFUSED, reason)
-            )
-            return
-        except BackendError as error:
-            reason = f"the resize could not be sent ({error})"
+        except (ApiException, BackendError) as error:
+            if isinstance(error, ApiException):
+                state.refused.add(target)  # the server's answer: not asked for again
+                reason = f"the API server refused the resize ({api_message(error)})"
+            else:
+                reason = f"the resize could not be sent ({error})"
             state.resizes.append(
                 Resize(state.limit_bytes, target, used, GrowOutcome.REFUSED, reason)
             )

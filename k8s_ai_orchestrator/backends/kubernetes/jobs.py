@@ -183,9 +183,7 @@ def _apply_spec(
     }
     pod = job_spec["template"]["spec"]
     pod["terminationGracePeriodSeconds"] = max(1, int(round(request.grace_period_s)))
-    pod["priorityClassName"] = (
-        config.priority_classes.preemptible if spec.preemptible else config.priority_classes.default
-    )
+    pod["priorityClassName"] = config.priority_classes.of(spec.preemptible)
     container = pod["containers"][0]
     resources = container.setdefault("resources", {}) or {}
     container["resources"] = resources
@@ -201,7 +199,7 @@ def _apply_spec(
         _place_on_gpus(pod, request, config)
     resources["requests"], resources["limits"] = requests, limits
     if spec.is_gang:
-        _lay_out_gang(manifest, request, config, tenant.gang_admission.mode == "workload")
+        _lay_out_gang(manifest, request, config, tenant.gang_admission.podgroups)
 
 
 def gang_dir(request: LaunchRequest, config: KubernetesConfig) -> str:

@@ -77,11 +77,7 @@ class Preflight:
         if access_key not in self._checked:
             self._check_access(request.step_key, tenant, api_client)
             self._checked.add(access_key)
-        priority_class = (
-            self._config.priority_classes.preemptible
-            if spec.preemptible
-            else self._config.priority_classes.default
-        )
+        priority_class = self._config.priority_classes.of(spec.preemptible)
         if (tenant.name, priority_class) not in self._checked:
             self._check_priority_class(request.step_key, priority_class, tenant, api_client)
             self._checked.add((tenant.name, priority_class))

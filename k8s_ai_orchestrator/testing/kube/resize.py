@@ -71,22 +71,35 @@ def requests_of(allocated: Mapping[str, Obj]) -> dict[str, int]:
     return total
 
 
+def _excess(
+    pod: Mapping[str, Any], capacity: Mapping[str, int], used: Mapping[str, int]
+) -> list[tuple[str, int, int, int]]:
+    """(resource, requested, used, capacity) for each of cpu and memory whose desired request
+    beside `used` is over `capacity` (thousandths in; millicores and bytes out)."""
+    wanted = requests_of(desired(pod))
+    rows = []
+    for name in RESIZABLE:
+        want, taken = wanted.get(name, 0), used.get(name, 0)
+        if name in capacity and want + taken > capacity[name]:
+            unit = 1 if name == "cpu" else 1000  # cpu in millicores, memory in bytes
+            rows.append((name, want // unit, taken // unit, capacity[name] // unit))
+    return rows
+
+
 def shortfall(
     pod: Mapping[str, Any], node: Mapping[str, Any], used: Mapping[str, int]
 ) -> str | None:
     """Why the node cannot hold `pod`'s desired requests beside `used`; None if it can."""
     allocatable = (node.get("status") or {}).get("allocatable") or {}
-    wanted = requests_of(desired(pod))
-    for name in RESIZABLE:
-        capacity = to_milli(allocatable[name]) if name in allocatable else None
-        want, taken = wanted.get(name, 0), used.get(name, 0)
-        if capacity is not None and want + taken > capacity:
-            unit = 1 if name == "cpu" else 1000  # cpu in millicores, memory in bytes
-            return (
-                f"Node didn't have enough resource: {name}, requested: {want // unit}, "
-                f"used: {taken // unit}, capacity: {capacity // unit}"
-            )
-    return None
+    capacity = {name: to_milli(allocatable[name]) for name in RESIZABLE if name in allocatable}
+    over = _excess(pod, capacity, used)
+    if not over:
+        return None
+    name, want, taken, have = over[0]
+    return (
+        f"Node didn't have enough resource: {name}, requested: {want}, used: {taken}, "
+        f"capacity: {have}"
+    )
 
 
 def memory_limits(allocated: Mapping[str, Obj]) -> dict[str, int | None]:
@@ -157,14 +170,11 @@ def check_node_capacity(pod: Obj, node: Obj | None) -> None:
             403, "Forbidden", f'pods "{name}" is forbidden: node "{node_name}" not found'
         )
     allocatable = (node.get("status") or {}).get("allocatable") or {}
-    wanted = requests_of(desired(pod))
-    over = []
-    for resource, unit in (("cpu", 1), ("memory", 1000)):
-        have = to_milli(allocatable.get(resource, 0))
-        if wanted.get(resource, 0) > have:
-            over.append(
-                f"{resource}, requested: {wanted[resource] // unit}, allocatable: {have // unit}"
-            )
+    capacity = {name: to_milli(allocatable.get(name, 0)) for name in RESIZABLE}
+    over = [
+        f"{resource}, requested: {want}, allocatable: {have}"
+        for resource, want, _, have in _excess(pod, capacity, {})
+    ]
     if over:
         raise ApiError(
             403,
