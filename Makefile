@@ -21,12 +21,17 @@ system-deps:
 	bash scripts/install-system-deps.sh
 
 # The real Kubernetes control plane (tests/kubeplane, Go): built once per machine into
-# ~/.cache/k8s-ai-orchestrator (about 15 min cold on 2 cores), then reused. Without Go the
-# Kubernetes tests run on the emulator only; with CI=true a missing Go is an error.
+# ~/.cache/k8s-ai-orchestrator (about 15 min cold on 2 cores), then reused; Kueue
+# (tests/kueue) likewise. Without Go the Kubernetes tests run on the emulator only; with CI=true
+# a missing Go is an error.
 kubeplane:
 	@bash scripts/build-kubeplane.sh || { rc=$$?; \
 	  if [ $$rc -eq 3 ] && [ "$${CI:-}" != "true" ]; then \
 	    echo "make: no Go toolchain: skipping the real control plane, Kubernetes tests use the emulator"; \
+	  else exit $$rc; fi; }
+	@bash scripts/build-kueue.sh || { rc=$$?; \
+	  if [ $$rc -eq 3 ] && [ "$${CI:-}" != "true" ]; then \
+	    echo "make: no Go toolchain: skipping Kueue, its tests are skipped"; \
 	  else exit $$rc; fi; }
 
 test: $(STAMP) system-deps kubeplane

@@ -4,7 +4,8 @@ Imported by tests/conftest.py, so every test folder can ask for `control_plane`,
 
 Outside CI the tests skip when `kubeplane` is not built yet (building takes ~20 min cold). With
 CI=true a missing Go or a failed build fails them, and the fixture builds the binary itself if
-it is not cached. KUBEPLANE_BIN_DIR points at a prebuilt binary directory instead.
+it is not cached. KUBEPLANE_BIN_DIR points at a prebuilt binary directory instead. Kueue
+(`kueue_team_a`, scripts/build-kueue.sh) follows the same rules, with KUEUE_BIN_DIR.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import os
 import shutil
 import tempfile
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -26,10 +28,19 @@ from k8s_ai_orchestrator.testing.controlplane import (
     start_control_plane,
 )
 from k8s_ai_orchestrator.testing.controlplane.agent import NodeSpec
+from k8s_ai_orchestrator.testing.controlplane.binary import KueueUnavailable, build_kueue
 from k8s_ai_orchestrator.testing.controlplane.flags import Gates
 from k8s_ai_orchestrator.testing.controlplane.kube import RealKube
+from k8s_ai_orchestrator.testing.controlplane.kueue import (
+    KueueProcess,
+    create_cluster_queue,
+    create_local_queue,
+    create_resource_flavor,
+    start_kueue,
+)
 
 BUILD_SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "build-kubeplane.sh"
+KUEUE_BUILD_SCRIPT = BUILD_SCRIPT.with_name("build-kueue.sh")
 TENANTS = ("team-a", "team-b")
 TENANT = TENANTS[0]
 STARTED: list[str] = []  # the version each real control plane of this session reported
@@ -137,6 +148,51 @@ def gang_plane(kubeplane_bin_dir: Path) -> Iterator[RealKube]:
             _prepare_tenants(kube, len(GANG_NODES))
             yield kube
     shutil.rmtree(run_dir, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def kueue_bin_dir() -> Path:
+    """The directory of the Kueue build; built here only under CI."""
+    if os.environ.get("KUEUE_BIN_DIR"):
+        return Path(os.environ["KUEUE_BIN_DIR"])
+    try:
+        return build_kueue(KUEUE_BUILD_SCRIPT, check_only=not _in_ci())
+    except KueueUnavailable as error:
+        if _in_ci():
+            pytest.fail(f"CI=true needs Kueue: {error}")
+        pytest.skip(str(error))
+
+
+@dataclass(frozen=True)
+class KueueQueues:
+    """Kueue on a tenant, with one ClusterQueue and the LocalQueue that Jobs name in their
+    `kueue.x-k8s.io/queue-name` label."""
+
+    kueue: KueueProcess
+    tenant: str
+    namespace: str  # where the LocalQueue is
+    local_queue: str
+    cluster_queue: str
+
+
+KUEUE_NAMESPACE = "default"  # the gang tests' namespace (tests/kubernetes/k8s_support.py)
+# Both gang nodes (2 x 8 CPUs, 16Gi, 4 GPUs).
+KUEUE_QUOTA = {"cpu": "16", "memory": "32Gi", "nvidia.com/gpu": "8"}
+
+
+@pytest.fixture(scope="session")
+def kueue_team_a(kueue_bin_dir: Path, gang_plane: RealKube) -> Iterator[KueueQueues]:
+    """Kueue on `gang_plane`'s tenant team-a: flavor `default`, ClusterQueue `team-a` with
+    the gang nodes' capacity as quota, LocalQueue `k8s-ai` in the gang tests' namespace. Only
+    Jobs labelled `kueue.x-k8s.io/queue-name` reach Kueue."""
+    run_dir = Path(tempfile.mkdtemp(prefix="k8sai-kueue-"))
+    with start_kueue(kueue_bin_dir, gang_plane.plane.tenants[TENANT], run_dir) as kueue:
+        with kueue.api_client() as api:
+            create_resource_flavor(api, "default")
+            create_cluster_queue(api, TENANT, "default", KUEUE_QUOTA)
+            create_local_queue(api, KUEUE_NAMESPACE, "k8s-ai", TENANT)
+        yield KueueQueues(kueue, TENANT, KUEUE_NAMESPACE, "k8s-ai", TENANT)
+    shutil.rmtree(run_dir, ignore_errors=True)  # kept (the log) when the start failed
 
 
 @pytest.fixture

@@ -57,8 +57,11 @@ TENANT_SCHEMA = Shape(
                 {
                     "mode": _opt(
                         String,
-                        "guard (the executor's own) or workload (PodGroups, Kubernetes 1.37 "
-                        "gang scheduling); kueue: not available yet.",
+                        "guard (the executor's own), workload (PodGroups, Kubernetes 1.37 "
+                        "gang scheduling) or kueue (Kueue admits every Job of the tenant).",
+                    ),
+                    "local_queue": _opt(
+                        String, "mode kueue: the LocalQueue of the tenant's Jobs (required)."
                     ),
                     "all_running_timeout_s": _opt(
                         Float, "Cancel a gang not all Running this long after its first pod."

@@ -310,14 +310,15 @@ class AIStepHandler(StepHandler):
             return
         if not interrupted_error(retry.step_retry_data.error):
             return
-        reason = self._disruption_reason(live)
+        reason, detail = self._disruption_reason(live)
         decision = decide(self._settings.relaunch, live.history, reason)
         live.reasons.append(reason)
         if decision.relaunch:
             live.record_relaunch(reason, decision.memory_bytes)
+            why = f" ({detail})" if detail else ""
             self._event(
                 self._step_context(key),
-                f"Relaunching: {decision.message}",
+                f"Relaunching: {decision.message}{why}",
                 live.history_metadata(),
             )
 
@@ -350,16 +351,17 @@ class AIStepHandler(StepHandler):
 
     # -- helpers ----------------------------------------------------------------------------
 
-    def _disruption_reason(self, live: StepAttempts) -> str:
-        """What the backend says stopped the attempt (Evicted, Lost...), else Preempted."""
+    def _disruption_reason(self, live: StepAttempts) -> tuple[str, str]:
+        """What the backend says stopped the attempt (Evicted, Lost...; else Preempted), and
+        its words for it (who preempted it, where known) or ""."""
         if live.handle is not None:
             try:
-                reason = self._status(live).reason
+                status = self._status(live)
             except BackendError:
-                reason = None
-            if reason in {r.value for r in RELAUNCH_REASONS}:
-                return str(reason)
-        return FailureReason.PREEMPTED.value
+                status = StepStatus.pending()
+            if status.reason in {r.value for r in RELAUNCH_REASONS}:
+                return str(status.reason), status.message
+        return FailureReason.PREEMPTED.value, ""
 
     def _size_from_history(self, key: str, live: StepAttempts) -> tuple[str, dict[str, Any]]:
         """Size the "auto" fields before the step's first attempt; what the launch says of it."""

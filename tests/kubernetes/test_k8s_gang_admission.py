@@ -176,14 +176,16 @@ def test_a_gang_larger_than_the_pool_is_refused_before_anything_is_created(
     )
 
 
-def test_kueue_admission_is_refused_until_it_exists() -> None:
+def test_kueue_admission_needs_its_local_queue() -> None:
     raw = {"tenants": {"t": {"kubeconfig": "/k", "gang_admission": {"mode": "kueue"}}}}
     with pytest.raises(ConfigError) as refused:
         KubernetesConfig.from_dict(raw)
     assert str(refused.value).startswith(
-        "kubernetes.tenants.t.gang_admission.mode='kueue' is not available yet"
+        "kubernetes.tenants.t.gang_admission: mode kueue needs local_queue"
     )
-    assert "use mode: guard" in str(refused.value) and "or workload" in str(refused.value)
+    raw["tenants"]["t"]["gang_admission"]["local_queue"] = "gpu-queue"
+    admission = KubernetesConfig.from_dict(raw).tenants["t"].gang_admission
+    assert (admission.kueue, admission.local_queue, admission.guarded) == (True, "gpu-queue", False)
 
 
 def test_workload_admission_is_accepted_in_config() -> None:
@@ -197,6 +199,8 @@ def test_workload_admission_is_accepted_in_config() -> None:
         ({"mode": "fifo"}, "mode='fifo' is not one of guard, workload, kueue"),
         ({"all_running_timeout_s": 0}, "all_running_timeout_s=0.0 is not allowed"),
         ({"timeout": 5}, "gang_admission: unknown key(s) ['timeout']"),
+        ({"local_queue": "q"}, "local_queue is only read with mode: kueue (mode is 'guard')"),
+        ({"mode": "kueue", "local_queue": "Q_1"}, "local_queue='Q_1' is not a Kubernetes"),
     ],
 )
 def test_bad_gang_admission_settings_are_refused(admission: dict, message: str) -> None:

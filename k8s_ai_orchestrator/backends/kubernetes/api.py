@@ -17,7 +17,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable
-from typing import NoReturn, TypeVar
+from typing import Any, NoReturn, TypeVar
 
 from kubernetes.client.exceptions import ApiException
 from urllib3.exceptions import HTTPError as Urllib3Error
@@ -109,3 +109,20 @@ class ApiRetry:
             "connect --print`); for a kubeconfig tenant, rewrite the file named by "
             f"kubernetes.tenants.{tenant}.kubeconfig"
         )
+
+
+def serves(api_client: Any, group: str, version: str, plural: str) -> bool:
+    """Whether the API server serves `plural` in `group/version` (its discovery document)."""
+    try:
+        answer = api_client.call_api(
+            f"/apis/{group}/{version}",
+            "GET",
+            header_params={"Accept": "application/json"},
+            auth_settings=["BearerToken"],
+            _preload_content=False,
+        )
+    except ApiException as error:
+        if error.status == 404:
+            return False
+        raise
+    return plural in [r["name"] for r in json.loads(answer.data).get("resources") or []]

@@ -48,6 +48,7 @@ from .gangs import GangGuard, gang_status, pending_pod, pod_index, running_count
 from .growth import PodGrowth, PodMemory, resizable
 from .jobapi import JobApi
 from .jobs import build_job, config_problems, job_name, manifest_problems, run_selector
+from .kueue import KueueWorkloads, check_local_queue
 from .logs import LogFollower, read_tail
 from .pending import PendingExplainer
 from .podgroups import check_served, create_podgroup
@@ -83,6 +84,8 @@ class _Attempt:
     final_hint: StepStatus | None = None  # why a gang's Job waits for room (not created)
     room_checked_at: float = 0.0
     memory: PodMemory | None = None  # measured (and grown) while it runs
+    local_queue: str | None = None  # the tenant's Kueue LocalQueue (gang_admission: kueue)
+    eviction: StepStatus | None = None  # Kueue evicted it (seen once its pods terminate)
 
 
 class KubernetesBackend:
@@ -127,7 +130,8 @@ class KubernetesBackend:
         self._guard = GangGuard(config, self._retry)
         self._pending = PendingExplainer(config.pending_events_interval_s, clock)
         self._growth = PodGrowth(growth, self._retry, clock, self._log)
-        self._podgroups_served: set[str] = set()  # tenants seen to serve PodGroups
+        self._kueue = KueueWorkloads(self._retry, config.pending_events_interval_s, clock)
+        self._admission_checked: set[str] = set()  # tenants whose gang admission was found
         self._watches: dict[tuple[str, str, str], PodWatch] = {}
         self._attempts: dict[str, _Attempt] = {}
         self._lock = threading.Lock()
@@ -151,12 +155,16 @@ class KubernetesBackend:
         request, settings, manifest, api_client = self._prepare(request)
         tenant = str(request.tenant)
         watch = self._watch_for(tenant, settings.namespace, request.run_id, api_client)
+        admission = settings.gang_admission
         attempt = _Attempt(request, tenant, settings.namespace, watch, self._clock())
-        workload = request.spec.is_gang and settings.gang_admission.podgroups
-        if request.spec.is_gang and not workload:
+        attempt.local_queue = admission.local_queue if admission.kueue else None
+        workload = request.spec.is_gang and admission.podgroups
+        if request.spec.is_gang and admission.guarded:
             attempt.final_hint = self._guard.waiting_for_room(
                 CoreV1Api(api_client), tenant, settings.namespace, request.spec
             )
+        if attempt.local_queue is not None:
+            self._drop_earlier_attempts(request)
         if attempt.final_hint is not None:
             attempt.waiting_manifest = manifest  # created by status() once there is room
         else:
@@ -169,6 +177,24 @@ class KubernetesBackend:
         with self._lock:
             self._attempts[name] = attempt
         return JobHandle(self.name, name, request.step_key, tenant, settings.namespace)
+
+    def _drop_earlier_attempts(self, request: LaunchRequest) -> None:
+        """Delete the Jobs of the step's earlier attempts that have not succeeded: the executor
+        has left them, and Kueue would readmit a Job it evicted (suspended, requeued) and run
+        the step twice."""
+        with self._lock:
+            earlier = [
+                (name, a)
+                for name, a in self._attempts.items()
+                if a.request.run_id == request.run_id
+                and a.request.step_key == request.step_key
+                and a.request.attempt < request.attempt
+            ]
+        for name, old in earlier:
+            if old.final is not None and old.final.state == StepState.SUCCEEDED:
+                continue
+            old.cancelled = old.final is None
+            self._jobs.delete(old.tenant, old.namespace, name, request.step_key)
 
     def _prepare(
         self, request: LaunchRequest
@@ -201,10 +227,7 @@ class KubernetesBackend:
         api_client = self._tenants.client(tenant, request.step_key)
         try:
             self._preflight.run(request, settings, api_client)
-            workload = request.spec.is_gang and settings.gang_admission.podgroups
-            if workload and tenant not in self._podgroups_served:
-                check_served(request.step_key, tenant, api_client, self._retry)
-                self._podgroups_served.add(tenant)
+            self._check_admission(request, settings, api_client)
         except ApiException as error:
             raise SubmitError(
                 f"step '{request.step_key}': tenant '{tenant}' refused the pre-flight checks "
@@ -212,6 +235,29 @@ class KubernetesBackend:
                 "permissions there"
             ) from None
         return request, settings, manifest, api_client
+
+    def _check_admission(
+        self, request: LaunchRequest, settings: TenantConfig, api_client: ApiClient
+    ) -> None:
+        """Pre-flight of the tenant's gang admission, once per tenant: PodGroups served for
+        `workload` (gangs only), the LocalQueue there and active for `kueue` (every step)."""
+        admission, tenant = settings.gang_admission, str(request.tenant)
+        if tenant in self._admission_checked:
+            return
+        if admission.podgroups and request.spec.is_gang:
+            check_served(request.step_key, tenant, api_client, self._retry)
+        elif admission.kueue:
+            check_local_queue(
+                request.step_key,
+                tenant,
+                settings.namespace,
+                str(admission.local_queue),
+                api_client,
+                self._retry,
+            )
+        else:
+            return
+        self._admission_checked.add(tenant)
 
     def status(self, handle: JobHandle) -> StepStatus:
         """The attempt's state from the watch cache (no API request while it runs)."""
@@ -237,6 +283,7 @@ class KubernetesBackend:
                 attempt.started_at = self._clock()
             if pod is not None:
                 self._observe_memory(attempt, pod)
+                current = self._coming_eviction(attempt, current, [pod])
         if current.is_terminal:
             victim = pod or gone
             if current.reason == FailureReason.PREEMPTED and victim is not None:
@@ -422,8 +469,10 @@ class KubernetesBackend:
             current = self._partial_gang(handle, attempt, pods, running)
         elif current.state == StepState.PENDING:
             current = self._explain_pending(handle, attempt, pending_pod(pods))
-        elif current.state == StepState.RUNNING and attempt.started_at is None:
-            attempt.started_at = self._clock()
+        elif current.state == StepState.RUNNING:
+            if attempt.started_at is None:
+                attempt.started_at = self._clock()
+            current = self._coming_eviction(attempt, current, pods)
         if current.is_terminal:
             leader = next((p for p in pods if pod_index(p) == 0), None)
             return self._finish(attempt, current, leader, pod_gone=leader is None)
@@ -472,8 +521,20 @@ class KubernetesBackend:
     def _explain_pending(
         self, handle: JobHandle, attempt: _Attempt, pod: Mapping[str, Any] | None
     ) -> StepStatus:
-        status = self._pending.explain(handle, attempt.namespace, pod, self._core(attempt))
-        return self._past_timeout(handle, attempt, status)
+        queued = None
+        if attempt.local_queue is not None and pod is None:  # a Job Kueue has not admitted
+            queued = self._kueue.pending(
+                self._tenants.client(attempt.tenant, handle.step_key),
+                attempt.tenant,
+                attempt.namespace,
+                handle.job_id,
+                handle.step_key,
+                attempt.local_queue,
+            )
+        status = queued or self._pending.explain(
+            handle, attempt.namespace, pod, self._core(attempt)
+        )
+        return status if status.is_terminal else self._past_timeout(handle, attempt, status)
 
     def _past_timeout(self, handle: JobHandle, attempt: _Attempt, status: StepStatus) -> StepStatus:
         """`status`, or the step's failure once it has been Pending longer than its timeout."""
@@ -496,6 +557,8 @@ class KubernetesBackend:
         pod_gone: bool = False,
     ) -> StepStatus:
         """Record the final status; stop a Job whose pod cannot finish by itself."""
+        evicted = attempt.eviction or self._kueue_eviction(attempt)
+        status = evicted or status
         attempt.finished_at = self._clock()
         if attempt.started_at is None and status.node:
             attempt.started_at = attempt.submitted_at
@@ -509,6 +572,7 @@ class KubernetesBackend:
                 attempt.log_tail = ""
         stuck = pod is not None and not _pod_finished(pod)
         never_started = pod is None and not pod_gone
+        stuck = stuck or evicted is not None  # Kueue would readmit the suspended Job
         if status.state == StepState.FAILED and not attempt.cancelled and (stuck or never_started):
             self._jobs.delete(
                 attempt.tenant,
@@ -518,7 +582,37 @@ class KubernetesBackend:
             )
         attempt.final = status
         self._pending.forget(job_name(attempt.request))
+        self._kueue.forget(job_name(attempt.request))
         return status
+
+    def _coming_eviction(
+        self, attempt: _Attempt, current: StepStatus, pods: Iterable[Mapping[str, Any]]
+    ) -> StepStatus:
+        """A running attempt of a Kueue tenant whose pods are being deleted: Running still (the
+        pods save their checkpoints), with Kueue's eviction as the reason of what is coming."""
+        terminating = any((p.get("metadata") or {}).get("deletionTimestamp") for p in pods)
+        if attempt.local_queue is None or not terminating:
+            return current
+        if attempt.eviction is None:
+            attempt.eviction = self._kueue_eviction(attempt)
+        if attempt.eviction is None:
+            return current
+        return StepStatus(
+            StepState.RUNNING, attempt.eviction.reason, attempt.eviction.message, node=current.node
+        )
+
+    def _kueue_eviction(self, attempt: _Attempt) -> StepStatus | None:
+        """How the attempt ended if Kueue evicted it (its pods deleted by the suspension,
+        whatever they reported), else None; only for an attempt of a Kueue tenant."""
+        if attempt.local_queue is None or attempt.cancelled:
+            return None
+        return self._kueue.evicted(
+            self._tenants.client(attempt.tenant, attempt.request.step_key),
+            attempt.tenant,
+            attempt.namespace,
+            job_name(attempt.request),
+            attempt.request.step_key,
+        )
 
     def _pod_name(self, handle: JobHandle, attempt: _Attempt) -> str | None:
         """The pod whose log is the step's: the only one, or a gang's leader (index 0)."""

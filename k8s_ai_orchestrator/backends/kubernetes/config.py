@@ -48,10 +48,7 @@ class PriorityClasses:
 
 
 GANG_ADMISSION_MODES = ("guard", "workload", "kueue")
-# Modes not built yet; refused with a clear error until they are.
-_GANG_MODES_NOT_YET = {
-    "kueue": "Kueue (a ClusterQueue per tenant, the queue-name label on the Jobs)",
-}
+_LOCAL_QUEUE_NAME = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")
 
 
 @dataclass(frozen=True)
@@ -67,42 +64,71 @@ class GangAdmission:
     `PodGroup` (gang `minCount` = nodes) that its pods join, and the scheduler binds all of
     them or none. The all-running timeout stays as a safety net.
 
+    `kueue`, Kueue (v0.17+) in the tenant: every Job of the tenant is created suspended with
+    the `kueue.x-k8s.io/queue-name: <local_queue>` label, and Kueue unsuspends it once its
+    ClusterQueue has quota for all of its pods (preempting lower-priority steps by its
+    ClusterQueue's preemption policy). The all-running timeout stays as a safety net.
+
     Example:
         >>> GangAdmission.from_dict({"all_running_timeout_s": 120}, "kubernetes.tenants.t")
-        GangAdmission(mode='guard', all_running_timeout_s=120.0)
+        GangAdmission(mode='guard', all_running_timeout_s=120.0, local_queue=None)
+        >>> GangAdmission.from_dict({"mode": "kueue", "local_queue": "gpu"}, "t").kueue
+        True
     """
 
     mode: str = "guard"
     all_running_timeout_s: float = 300.0  # first pod Running → every pod Running, or cancel
+    local_queue: str | None = None  # mode kueue: the LocalQueue of the tenant's Jobs
 
     @property
     def podgroups(self) -> bool:
         """Whether gangs join a PodGroup (`workload`) instead of waiting for the guard."""
         return self.mode == "workload"
 
+    @property
+    def kueue(self) -> bool:
+        """Whether Kueue admits the tenant's Jobs (every step, not only gangs)."""
+        return self.mode == "kueue"
+
+    @property
+    def guarded(self) -> bool:
+        """Whether gangs wait for the executor's own room check before their Job exists."""
+        return self.mode == "guard"
+
     @classmethod
     def from_dict(cls, raw: Mapping[str, Any] | None, where: str) -> GangAdmission:
         where = f"{where}.gang_admission"
         raw = dict(raw or {})
-        _check_keys(raw, {"mode", "all_running_timeout_s"}, where)
+        _check_keys(raw, {"mode", "all_running_timeout_s", "local_queue"}, where)
         mode = raw.get("mode", "guard")
         if mode not in GANG_ADMISSION_MODES:
             raise ConfigError(
                 f"{where}.mode={mode!r} is not one of {', '.join(GANG_ADMISSION_MODES)}; use "
                 "guard (the executor's own all-or-nothing admission)"
             )
-        if mode in _GANG_MODES_NOT_YET:
-            raise ConfigError(
-                f"{where}.mode={mode!r} is not available yet: admission through "
-                f"{_GANG_MODES_NOT_YET[mode]} is not built; use mode: guard (the executor's "
-                "own) or workload (the Kubernetes gang-scheduling API)"
-            )
         timeout = config_number(
             raw.get("all_running_timeout_s", cls.all_running_timeout_s),
             f"{where}.all_running_timeout_s",
             above=True,
         )
-        return cls(mode=mode, all_running_timeout_s=float(timeout))
+        queue = _opt_str(raw, "local_queue", where)
+        if mode == "kueue" and not queue:
+            raise ConfigError(
+                f"{where}: mode kueue needs local_queue, the name of the Kueue LocalQueue in "
+                "the tenant's namespace that points at the tenant's ClusterQueue (the tenant "
+                "chart's kueue.localQueue, k8s-ai by default)"
+            )
+        if queue is not None and mode != "kueue":
+            raise ConfigError(
+                f"{where}.local_queue is only read with mode: kueue (mode is {mode!r}); remove "
+                "it or set mode: kueue"
+            )
+        if queue is not None and not _LOCAL_QUEUE_NAME.match(queue):
+            raise ConfigError(
+                f"{where}.local_queue={queue!r} is not a Kubernetes object name (lowercase "
+                "letters, digits, '-' and '.', starting and ending with a letter or digit)"
+            )
+        return cls(mode=mode, all_running_timeout_s=float(timeout), local_queue=queue)
 
 
 @dataclass(frozen=True)

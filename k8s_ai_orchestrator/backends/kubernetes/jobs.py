@@ -38,6 +38,7 @@ from ...errors import ConfigError, SubmitError
 from ...stepenv import GANG_DIR, NODE_NAME, POD_IP
 from ..base import LaunchRequest, cpu_quantity
 from .config import KubernetesConfig, TenantConfig
+from .kueue import queue_job
 from .names import (
     DNS_LABEL,
     DNS_SUBDOMAIN,
@@ -200,6 +201,8 @@ def _apply_spec(
     resources["requests"], resources["limits"] = requests, limits
     if spec.is_gang:
         _lay_out_gang(manifest, request, config, tenant.gang_admission.podgroups)
+    if tenant.gang_admission.kueue:  # every Job of the tenant, so Kueue sees all it admits
+        queue_job(manifest, str(tenant.gang_admission.local_queue))
 
 
 def gang_dir(request: LaunchRequest, config: KubernetesConfig) -> str:

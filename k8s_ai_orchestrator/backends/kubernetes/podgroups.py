@@ -16,7 +16,6 @@ Example:
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from kubernetes.client import ApiClient, BatchV1Api, CustomObjectsApi
@@ -24,7 +23,7 @@ from kubernetes.client.exceptions import ApiException
 
 from ...errors import SubmitError
 from ..base import LaunchRequest
-from .api import ApiRetry, api_message
+from .api import ApiRetry, api_message, serves
 
 GROUP, VERSION, PLURAL = "scheduling.k8s.io", "v1beta1", "podgroups"
 
@@ -51,19 +50,7 @@ def podgroup(name: str, nodes: int, priority_class: str, job_uid: str) -> dict[s
 
 def serves_podgroups(api_client: ApiClient) -> bool:
     """Whether the API server serves PodGroups (its discovery of scheduling.k8s.io/v1beta1)."""
-    try:
-        answer = api_client.call_api(
-            f"/apis/{GROUP}/{VERSION}",
-            "GET",
-            header_params={"Accept": "application/json"},
-            auth_settings=["BearerToken"],
-            _preload_content=False,
-        )
-    except ApiException as error:
-        if error.status == 404:
-            return False
-        raise
-    return PLURAL in [r["name"] for r in json.loads(answer.data).get("resources") or []]
+    return serves(api_client, GROUP, VERSION, PLURAL)
 
 
 def check_served(step: str, tenant: str, api_client: ApiClient, retry: ApiRetry) -> None:

@@ -1,4 +1,5 @@
-"""Find or build the `kubeplane` binary with `scripts/build-kubeplane.sh`.
+"""Find or build the `kubeplane` binary (`scripts/build-kubeplane.sh`) and Kueue
+(`scripts/build-kueue.sh`).
 
 Example:
     >>> bin_dir = build_kubeplane(Path("scripts/build-kubeplane.sh"))  # doctest: +SKIP
@@ -23,6 +24,11 @@ class KubeplaneUnavailable(ControlPlaneError):
     that is fatal."""
 
 
+class KueueUnavailable(ControlPlaneError):
+    """No Kueue build and no way (or no leave) to build it; the caller decides whether that is
+    fatal."""
+
+
 Runner = Callable[[Sequence[str]], "subprocess.CompletedProcess[str]"]
 
 
@@ -40,22 +46,63 @@ def build_kubeplane(script: Path, *, check_only: bool = False, run: Runner = _ru
         KubeplaneUnavailable: the script found no `go`, or (`check_only`) no cached binary.
         ControlPlaneError: the build failed.
     """
+    return _build(
+        script,
+        "kubeplane",
+        "the real control plane",
+        "about 20 min the first time",
+        KubeplaneUnavailable,
+        check_only=check_only,
+        run=run,
+    )
+
+
+def build_kueue(script: Path, *, check_only: bool = False, run: Runner = _run) -> Path:
+    """Run `scripts/build-kueue.sh` (a no-op when cached) and return the directory with the
+    `kueue` binary, its CRDs (`crds/`) and `webhook-manifests.yaml`.
+
+    Example:
+        >>> bin_dir = build_kueue(Path("scripts/build-kueue.sh"))  # doctest: +SKIP
+        >>> (bin_dir / "kueue").exists()  # doctest: +SKIP
+        True
+
+    Raises:
+        KueueUnavailable: the script found no `go`, or (`check_only`) no cached build.
+        ControlPlaneError: the build failed.
+    """
+    return _build(
+        script,
+        "kueue",
+        "Kueue",
+        "about 10 min on 2 cores the first time",
+        KueueUnavailable,
+        check_only=check_only,
+        run=run,
+    )
+
+
+def _build(
+    script: Path,
+    binary: str,
+    what: str,
+    cold_time: str,
+    unavailable: type[ControlPlaneError],
+    *,
+    check_only: bool,
+    run: Runner,
+) -> Path:
     result = run(["bash", str(script), *(["--check"] if check_only else [])])
     lines = result.stdout.strip().splitlines()
     if result.returncode == NO_GO_EXIT_CODE:
-        raise KubeplaneUnavailable(
-            f"{script} found no Go toolchain; install Go >= 1.26 to run the real control plane"
-        )
+        raise unavailable(f"{script} found no Go toolchain; install Go >= 1.26 to run {what}")
     if result.returncode == NOT_BUILT_EXIT_CODE:
-        raise KubeplaneUnavailable(
-            f"kubeplane is not built; run {script} (about 20 min the first time)"
-        )
+        raise unavailable(f"{binary} is not built; run {script} ({cold_time})")
     if result.returncode != 0 or not lines:
         raise ControlPlaneError(
             f"{script} failed with exit code {result.returncode}; run it by hand to see the "
             "go build error"
         )
     bin_dir = Path(lines[-1])
-    if not (bin_dir / "kubeplane").is_file():
-        raise ControlPlaneError(f"{script} printed {bin_dir}, which has no kubeplane binary")
+    if not (bin_dir / binary).is_file():
+        raise ControlPlaneError(f"{script} printed {bin_dir}, which has no {binary} binary")
     return bin_dir
