@@ -31,13 +31,7 @@ from k8s_ai_orchestrator.testing.controlplane.agent import NodeSpec
 from k8s_ai_orchestrator.testing.controlplane.binary import KueueUnavailable, build_kueue
 from k8s_ai_orchestrator.testing.controlplane.flags import Gates
 from k8s_ai_orchestrator.testing.controlplane.kube import RealKube
-from k8s_ai_orchestrator.testing.controlplane.kueue import (
-    KueueProcess,
-    create_cluster_queue,
-    create_local_queue,
-    create_resource_flavor,
-    start_kueue,
-)
+from k8s_ai_orchestrator.testing.controlplane.kueue import KueueProcess, start_kueue
 
 BUILD_SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "build-kubeplane.sh"
 KUEUE_BUILD_SCRIPT = BUILD_SCRIPT.with_name("build-kueue.sh")
@@ -176,21 +170,37 @@ class KueueQueues:
 
 
 KUEUE_NAMESPACE = "default"  # the gang tests' namespace (tests/kubernetes/k8s_support.py)
-# Both gang nodes (2 x 8 CPUs, 16Gi, 4 GPUs).
-KUEUE_QUOTA = {"cpu": "16", "memory": "32Gi", "nvidia.com/gpu": "8"}
+CHART = Path(__file__).resolve().parents[1] / "helm" / "k8s-ai-tenant"
+# The chart's Kueue objects only (PriorityClasses exist; no quota or limits on this tenant),
+# with both gang nodes (2 x 8 CPUs, 16Gi, 4 GPUs) as the ClusterQueue's quota.
+KUEUE_CHART_VALUES = {
+    "tenant": TENANT,
+    "namespace": {"create": False, "name": KUEUE_NAMESPACE},
+    "priorityClasses": {"create": False},
+    "quota": {"enabled": False},
+    "limitRange": {"enabled": False},
+    "kueue": {
+        "enabled": True,
+        "resourceFlavor": {"name": "default"},
+        "quota": {"cpu": "16", "memory": "32Gi", "nvidia.com/gpu": "8"},
+    },
+}
 
 
 @pytest.fixture(scope="session")
 def kueue_team_a(kueue_bin_dir: Path, gang_plane: RealKube) -> Iterator[KueueQueues]:
-    """Kueue on `gang_plane`'s tenant team-a: flavor `default`, ClusterQueue `team-a` with
-    the gang nodes' capacity as quota, LocalQueue `k8s-ai` in the gang tests' namespace. Only
-    Jobs labelled `kueue.x-k8s.io/queue-name` reach Kueue."""
+    """Kueue on `gang_plane`'s tenant team-a, with the tenant chart's `kueue.enabled` objects:
+    flavor `default`, ClusterQueue `team-a` with the gang nodes' capacity as quota, LocalQueue
+    `k8s-ai` in the gang tests' namespace. Only Jobs labelled `kueue.x-k8s.io/queue-name`
+    reach Kueue."""
+    import helm_python as helm  # helm-python-sdk, a dev dependency
+
     run_dir = Path(tempfile.mkdtemp(prefix="k8sai-kueue-"))
     with start_kueue(kueue_bin_dir, gang_plane.plane.tenants[TENANT], run_dir) as kueue:
-        with kueue.api_client() as api:
-            create_resource_flavor(api, "default")
-            create_cluster_queue(api, TENANT, "default", KUEUE_QUOTA)
-            create_local_queue(api, KUEUE_NAMESPACE, "k8s-ai", TENANT)
+        # The tenant chart makes the ClusterQueue, flavor and LocalQueue, as in production.
+        kubeconfig = str(gang_plane.tenant(TENANT).kubeconfig_path)
+        tenant_helm = helm.Config(kubeconfig_path=kubeconfig, namespace=KUEUE_NAMESPACE)
+        tenant_helm.install(CHART, "k8s-ai-kueue", KUEUE_CHART_VALUES, timeout=120)
         yield KueueQueues(kueue, TENANT, KUEUE_NAMESPACE, "k8s-ai", TENANT)
     shutil.rmtree(run_dir, ignore_errors=True)  # kept (the log) when the start failed
 

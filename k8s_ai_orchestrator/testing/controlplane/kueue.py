@@ -21,17 +21,15 @@ The visibility API server, which writes its certificates to /visibility, is swit
 
 Example:
     >>> with start_kueue(bin_dir, plane.tenants["team-a"], run_dir) as kueue:  # doctest: +SKIP
-    ...     api = kueue.api_client()
-    ...     create_resource_flavor(api, "default")
-    ...     create_cluster_queue(api, "team-a", "default", {"cpu": "16", "memory": "32Gi"})
-    ...     create_local_queue(api, "default", "k8s-ai", "team-a")
+    ...     # the queues: `helm install … helm/k8s-ai-tenant --set kueue.enabled=true`
+    ...     print(kueue.ready_after_s)
 """
 
 from __future__ import annotations
 
 import base64
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
@@ -395,57 +393,3 @@ def _delete(delete: Callable[[str], Any], name: str) -> None:
     except ApiException as error:
         if error.status != 404:
             raise
-
-
-# -- queues ------------------------------------------------------------------------------------
-
-
-def _kueue_object(kind: str, name: str, spec: Obj | None = None) -> Obj:
-    body: Obj = {"apiVersion": f"{GROUP}/{VERSION}", "kind": kind, "metadata": {"name": name}}
-    if spec is not None:
-        body["spec"] = spec
-    return body
-
-
-def create_resource_flavor(api: client.ApiClient, name: str) -> Obj:
-    """A ResourceFlavor without node labels: every node."""
-    custom = client.CustomObjectsApi(api)
-    body = _kueue_object("ResourceFlavor", name)
-    return dict(custom.create_cluster_custom_object(GROUP, VERSION, "resourceflavors", body))
-
-
-def create_cluster_queue(
-    api: client.ApiClient, name: str, flavor: str, quotas: Mapping[str, str]
-) -> Obj:
-    """A ClusterQueue for every namespace with `quotas` (resource: nominal quota) of one flavor;
-    a workload may preempt lower-priority ones of the same queue, never reclaim from a cohort.
-
-    Example:
-        >>> create_cluster_queue(api, "team-a", "default", {"cpu": "16"})  # doctest: +SKIP
-    """
-    spec = {
-        "namespaceSelector": {},
-        "resourceGroups": [
-            {
-                "coveredResources": list(quotas),
-                "flavors": [
-                    {
-                        "name": flavor,
-                        "resources": [{"name": r, "nominalQuota": q} for r, q in quotas.items()],
-                    }
-                ],
-            }
-        ],
-        "preemption": {"withinClusterQueue": "LowerPriority", "reclaimWithinCohort": "Never"},
-    }
-    custom = client.CustomObjectsApi(api)
-    body = _kueue_object("ClusterQueue", name, spec)
-    return dict(custom.create_cluster_custom_object(GROUP, VERSION, "clusterqueues", body))
-
-
-def create_local_queue(api: client.ApiClient, namespace: str, name: str, cluster_queue: str) -> Obj:
-    """A LocalQueue: what a Job's `kueue.x-k8s.io/queue-name` label names, in its namespace."""
-    custom = client.CustomObjectsApi(api)
-    body = _kueue_object("LocalQueue", name, {"clusterQueue": cluster_queue})
-    created = custom.create_namespaced_custom_object(GROUP, VERSION, namespace, "localqueues", body)
-    return dict(created)
