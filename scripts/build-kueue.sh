@@ -41,6 +41,15 @@ main() {
   fi
 
   mkdir -p "$CACHE_ROOT"
+  # One build at a time: `make test` starts one in the background, and the test fixture that
+  # needs Kueue runs this script again, waiting here for that build instead of starting another.
+  exec 9>"$CACHE_ROOT/.kueue-build.lock"
+  flock 9
+  if [ -x "$BIN/kueue" ]; then
+    echo "kueue was built meanwhile in $BIN"
+    echo "$BIN"
+    exit 0
+  fi
   tmp=$(mktemp -d "$CACHE_ROOT/.kueue-build.XXXXXX")
   trap 'rm -rf "$tmp"' EXIT
   start=$(date +%s)

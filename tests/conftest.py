@@ -58,6 +58,11 @@ def test_out(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return out
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Tests on Kueue run last: `make test` builds Kueue in the background meanwhile."""
+    items.sort(key=lambda item: "kueue_team_a" in getattr(item, "fixturenames", ()))
+
+
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
     """Say which Kubernetes API server the Kubernetes suites ran against."""
     terminalreporter.write_line(summary_line())

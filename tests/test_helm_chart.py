@@ -109,3 +109,45 @@ def test_vcluster_values_sync_priority_classes_and_leave_room_for_an_xl_step() -
         assert parse_quantity(str(quota[key])) >= parse_quantity(str(chart_quota[key]))
     assert parse_quantity(str(quota["requests.cpu"])) >= XL.cpu
     assert parse_quantity(quota["requests.memory"]) >= parse_quantity(XL.memory)
+
+
+def test_kueue_objects_are_rendered_only_when_enabled_with_a_cluster_queue_per_tenant() -> None:
+    kinds = {"ResourceFlavor", "ClusterQueue", "LocalQueue"}
+    assert not [d for d in render() if d["kind"] in kinds]
+    documents = render({"tenant": "research", "kueue": {"enabled": True}})
+    (flavor,) = by_kind(documents, "ResourceFlavor")
+    (queue,) = by_kind(documents, "ClusterQueue")
+    (local,) = by_kind(documents, "LocalQueue")
+    assert queue["metadata"]["name"] == "research"
+    assert queue["spec"]["namespaceSelector"] == {
+        "matchLabels": {"kubernetes.io/metadata.name": "pipelines"}
+    }
+    assert queue["spec"]["preemption"]["withinClusterQueue"] == "LowerPriority"
+    (group,) = queue["spec"]["resourceGroups"]
+    assert group["coveredResources"] == ["cpu", "memory", "nvidia.com/gpu"]
+    assert group["flavors"][0]["name"] == flavor["metadata"]["name"] == "default-flavor"
+    quota = {r["name"]: r["nominalQuota"] for r in group["flavors"][0]["resources"]}
+    assert quota == {"cpu": "160", "memory": "1000Gi", "nvidia.com/gpu": "8"}
+    assert (local["metadata"]["name"], local["metadata"]["namespace"]) == ("k8s-ai", "pipelines")
+    assert local["spec"]["clusterQueue"] == "research"
+    (role,) = by_kind(documents, "Role")
+    kueue_rules = [r for r in role["rules"] if r["apiGroups"] == ["kueue.x-k8s.io"]]
+    assert kueue_rules == [
+        {
+            "apiGroups": ["kueue.x-k8s.io"],
+            "resources": ["localqueues", "workloads"],
+            "verbs": ["get", "list"],
+        }
+    ]
+    config = KubernetesConfig.from_dict(
+        {
+            "tenants": {
+                "research": {
+                    "kubeconfig": "/k",
+                    "namespace": "pipelines",
+                    "gang_admission": {"mode": "kueue", "local_queue": local["metadata"]["name"]},
+                }
+            }
+        }
+    )
+    assert config.tenants["research"].gang_admission.local_queue == "k8s-ai"
