@@ -69,6 +69,12 @@ def test_a_queued_workload_reads_as_pending_with_kueues_reason() -> None:
     )
     waiting = queued_status(None, "train", "team-a", "k8s-ai")
     assert waiting is not None and "Kueue has not taken the Job up yet" in waiting.message
+    reserved = workload(QuotaReserved=("True", "QuotaReserved", "Quota reserved in ClusterQueue x"))
+    checking = queued_status(reserved, "train", "team-a", "k8s-ai")
+    assert checking is not None and checking.message == (
+        "queued in Kueue (LocalQueue 'k8s-ai'): Quota reserved in ClusterQueue x; waiting for "
+        "admission checks"
+    )
     admitted = workload(QuotaReserved=("True", "QuotaReserved", ""), Admitted=("True", "A", ""))
     assert queued_status(admitted, "train", "team-a", "k8s-ai") is None
 

@@ -118,6 +118,10 @@ def queued_status(
     if workload is None:
         return StepStatus.pending("QueuedInKueue", f"{where}: Kueue has not taken the Job up yet")
     reserved = condition(workload, "QuotaReserved") or {}
+    if reserved.get("status") == "True":  # quota held; Kueue's admission checks still run
+        return StepStatus.pending(
+            "QueuedInKueue", f"{where}: {reserved.get('message')}; waiting for admission checks"
+        )
     message = reserved.get("message") or "waiting for quota in its ClusterQueue"
     if NEVER_FITS in message:
         return StepStatus.failed(
