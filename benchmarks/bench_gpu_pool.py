@@ -23,8 +23,14 @@ one checkpoint interval per preemption. Then a 2-node gang's launch → all rank
 Kubernetes (every pod Running) vs on the local Slurm (both `srun` ranks started), on the
 same machine, idle.
 
-Run: `python -m benchmarks.bench_gpu_pool` (the control plane from `scripts/build-kubeplane.sh`;
-the Slurm part needs root and the Slurm packages, and is skipped with a note without them).
+With `--kueue`, the shared pool is scheduled a third way, (c): through a real Kueue v0.17
+(`scripts/build-kueue.sh`) on the tenant, with the tenant chart's ClusterQueue holding the
+pool's 8 GPUs (`gang_admission.mode: kueue`): Kueue admits each gang whole and evicts
+preemptible steps for it by quota, before any of its pods exists.
+
+Run: `python -m benchmarks.bench_gpu_pool [--kueue]` (the control plane from
+`scripts/build-kubeplane.sh`; the Slurm part needs root and the Slurm packages, and is skipped
+with a note without them).
 """
 
 from __future__ import annotations
@@ -135,14 +141,47 @@ def gpu_pool(work: Path) -> Iterator[tuple[RealKube, str]]:
             yield kube, kube.tenant(TENANT).kubeconfig_path
 
 
-def backend_for(kubeconfig: str, work: Path) -> KubernetesBackend:
+@contextmanager
+def kueue_on(kube: RealKube, work: Path) -> Iterator[str]:
+    """Kueue on the tenant, with the tenant chart's ClusterQueue (the whole pool) and LocalQueue;
+    yields the LocalQueue's name."""
+    import helm_python as helm
+
+    from k8s_ai_orchestrator.testing.controlplane.binary import build_kueue
+    from k8s_ai_orchestrator.testing.controlplane.kueue import start_kueue
+
+    bin_dir = build_kueue(ROOT / "scripts" / "build-kueue.sh", check_only=True)
+    with start_kueue(bin_dir, kube.plane.tenants[TENANT], work / "kueue"):
+        values = {
+            "tenant": TENANT,
+            "namespace": {"create": False, "name": NAMESPACE},
+            "priorityClasses": {"create": False},
+            "quota": {"enabled": False},
+            "limitRange": {"enabled": False},
+            "kueue": {
+                "enabled": True,
+                "quota": {"cpu": "32", "memory": "64Gi", "nvidia.com/gpu": str(POOL_GPUS)},
+            },
+        }
+        kubeconfig = str(kube.tenant(TENANT).kubeconfig_path)
+        chart = ROOT / "helm" / "k8s-ai-tenant"
+        helm.Config(kubeconfig_path=kubeconfig, namespace=NAMESPACE).install(
+            chart, "k8s-ai", values, timeout=120
+        )
+        yield "k8s-ai"
+
+
+def backend_for(kubeconfig: str, work: Path, local_queue: str | None = None) -> KubernetesBackend:
+    tenant: dict[str, Any] = {"kubeconfig": kubeconfig, "namespace": NAMESPACE}
+    if local_queue is not None:
+        tenant["gang_admission"] = {"mode": "kueue", "local_queue": local_queue}
     config = {
         "image": "ghcr.io/acme/bench:1",
         "python": sys.executable,
         "gang_workdir": str(work / "gangs"),
         "gpu_tolerations": [],
         "pending_events_interval_s": 1.0,
-        "tenants": {TENANT: {"kubeconfig": kubeconfig, "namespace": NAMESPACE}},
+        "tenants": {TENANT: tenant},
     }
     return KubernetesBackend(KubernetesConfig.from_dict(config), default_tenant=TENANT)
 
@@ -185,11 +224,14 @@ def gang_request(run: str, index: int, seconds: float) -> LaunchRequest:
     )
 
 
-def schedule(kube: RealKube, kubeconfig: str, work: Path, shared: bool) -> Figures:
-    """Run the trace once; (a) shared when `shared`, else (b) split."""
+def schedule(
+    kube: RealKube, kubeconfig: str, work: Path, shared: bool, local_queue: str | None = None
+) -> Figures:
+    """Run the trace once; (a) shared when `shared`, else (b) split; (c) shared through
+    Kueue with `local_queue`."""
     work.mkdir(parents=True)
     (work / "gangs").mkdir()
-    backend = backend_for(kubeconfig, work)
+    backend = backend_for(kubeconfig, work, local_queue)
     run = uuid.uuid4().hex[:8]
     figures = Figures()
     spans: dict[str, Span] = {}
@@ -343,14 +385,16 @@ def slurm_gang_launch(rounds: int) -> list[float] | str:
     return times
 
 
-def _report(shared: Figures, split: Figures) -> None:
+def _report(shared: Figures, split: Figures, kueue: Figures | None = None) -> None:
     held = split.gang_held_s / TRACE_S
     print(f"GPU pool 2 nodes x 4 GPUs, {TRACE_S:.0f} s trace: gangs of 2 pods x 2 GPUs at")
     print(f"{', '.join(f'{a:.0f} s' for a, _ in GANGS)}, {GANGS[0][1]:.0f} s of work each, holding")
     print(f"half the pool {held:.0%} of the time in (b);")
     print(f"preemptible 1-GPU steps of {UNITS} x {UNIT_S:.0f} s units, checkpoint every")
     print(f"{CHECKPOINT_EVERY} units, always queued")
-    for label, f in (("(a) shared pool", shared), ("(b) split pool", split)):
+    rows = [("(a) shared pool", shared), ("(b) split pool", split)]
+    rows += [("(c) shared, Kueue", kueue)] if kueue is not None else []
+    for label, f in rows:
         per = f.units_redone / f.preemptions if f.preemptions else 0.0
         delays = ", ".join(f"{d:.1f}" for d in f.gang_delays)
         print(
@@ -367,6 +411,14 @@ def _report(shared: Figures, split: Figures) -> None:
     )
     per = shared.units_redone / shared.preemptions if shared.preemptions else 0.0
     print(f"  units redone per preemption (a): {per:.1f} (target <= {CHECKPOINT_EVERY})")
+    if kueue is not None:
+        worst = max(a - b for a, b in zip(kueue.gang_delays, split.gang_delays, strict=False))
+        per = kueue.units_redone / kueue.preemptions if kueue.preemptions else 0.0
+        print(
+            f"  (c) Kueue: utilisation (c) / (b) {kueue.utilisation / split.utilisation:.2f}, "
+            f"gang start delay (c) - (b) worst {worst:+.1f} s, units redone per preemption "
+            f"{per:.1f}"
+        )
 
 
 def main() -> None:
@@ -375,8 +427,12 @@ def main() -> None:
         with gpu_pool(work) as (kube, kubeconfig):
             shared = schedule(kube, kubeconfig, work / "shared", shared=True)
             split = schedule(kube, kubeconfig, work / "split", shared=False)
-            _report(shared, split)
             k8s = k8s_gang_launch(kube, kubeconfig, work / "launch", 3)
+            kueue = None
+            if "--kueue" in sys.argv[1:]:
+                with kueue_on(kube, work) as local_queue:
+                    kueue = schedule(kube, kubeconfig, work / "kueue-shared", True, local_queue)
+            _report(shared, split, kueue)
         slurm = slurm_gang_launch(3)
     print("2-node gang launch -> all ranks running, idle, median of 3")
     shown = [round(t, 2) for t in k8s]
