@@ -34,12 +34,12 @@ from kubernetes.client.exceptions import ApiException
 from ...errors import SubmitError
 from ..base import FailureReason, StepStatus
 from .api import ApiRetry, api_message, is_transient, serves
+from .preemption import describe_uid
 
 GROUP, VERSION = "kueue.x-k8s.io", "v1beta2"
 QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 JOB_UID_LABEL = "kueue.x-k8s.io/job-uid"
 NEVER_FITS = "> maximum capacity"  # Kueue's flavor assigner: the request can never fit
-STEP_ANNOTATION, RUN_ANNOTATION = "k8s-ai/step-key", "k8s-ai/run-id"
 _JOB_UID = re.compile(r"JobUID: (?P<uid>[0-9A-Za-z-]+)")
 
 # Workload `Evicted` reasons → how the step's attempt ended (anything else: Evicted).
@@ -236,22 +236,13 @@ class KueueWorkloads:
         return owned[-1] if owned else None
 
 
-def _describe_job(api_client: ApiClient, namespace: str, uid: str) -> str | None:
+def _describe_job(api_client: ApiClient, namespace: str, uid: str) -> str:
     """ "step 'train' of run 'r1' (Job k8s-ai-…)" for the Job with `uid` in the namespace."""
     try:
         jobs = BatchV1Api(api_client).list_namespaced_job(namespace).items
     except ApiException as error:
         return f"the Job with UID {uid} ({api_message(error)})"
-    for job in jobs:
-        if job.metadata.uid == uid:
-            notes = job.metadata.annotations or {}
-            if STEP_ANNOTATION in notes:
-                return (
-                    f"step '{notes[STEP_ANNOTATION]}' of run '{notes.get(RUN_ANNOTATION, '?')}' "
-                    f"(Job {job.metadata.name})"
-                )
-            return f"Job {job.metadata.name}"
-    return f"the Job with UID {uid} (not in namespace '{namespace}')"
+    return describe_uid(jobs, uid, "Job", namespace)
 
 
 __all__ = [

@@ -13,6 +13,7 @@ Example:
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from typing import Any
 
 from kubernetes.client import CoreV1Api
@@ -50,13 +51,24 @@ def _describe_pod(core: CoreV1Api, namespace: str, uid: str) -> str:
         pods: list[Any] = core.list_namespaced_pod(namespace).items
     except ApiException:
         pods = []
-    for pod in pods:
-        if pod.metadata.uid == uid:
-            notes = pod.metadata.annotations or {}
+    return describe_uid(pods, uid, "pod", namespace)
+
+
+def describe_uid(objects: Iterable[Any], uid: str, kind: str, namespace: str) -> str:
+    """ "step 'train' of run 'r1' (<kind> <name>)" for the object (a kubernetes-client model
+    carrying the backend's annotations) with `uid`, or what is known of it.
+
+    Example:
+        >>> describe_uid([], "6f1c", "Job", "default")
+        "Job 6f1c (not in namespace 'default')"
+    """
+    for found in objects:
+        if found.metadata.uid == uid:
+            notes = found.metadata.annotations or {}
             if STEP_ANNOTATION in notes:
                 return (
                     f"step '{notes[STEP_ANNOTATION]}' of run '{notes.get(RUN_ANNOTATION, '?')}' "
-                    f"(pod {pod.metadata.name})"
+                    f"({kind} {found.metadata.name})"
                 )
-            return f"pod {pod.metadata.name}"
-    return f"pod {uid} (not in namespace '{namespace}')"
+            return f"{kind} {found.metadata.name}"
+    return f"{kind} {uid} (not in namespace '{namespace}')"
