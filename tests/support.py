@@ -4,6 +4,14 @@ from __future__ import annotations
 
 import os
 
+from dagster import DagsterEventType, DagsterInstance
+
+
+def engine_messages(instance: DagsterInstance, run_id: str) -> list[str]:
+    """The messages of a run's engine events, in order."""
+    records = instance.all_logs(run_id, of_type=DagsterEventType.ENGINE_EVENT)
+    return [r.dagster_event.message or "" for r in records if r.dagster_event]
+
 
 def pids_alive(pids: list[int]) -> list[int]:
     """The pids among `pids` that still exist."""

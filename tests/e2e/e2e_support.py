@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import TypeVar
 
 import psutil
-from dagster import DagsterEventType, DagsterInstance, DagsterRun, RunsFilter
+from dagster import DagsterInstance, DagsterRun, RunsFilter
 
 ROOT = Path(__file__).parents[2]
 ARTIFACTS = ROOT / "artifacts" / "e2e"
@@ -138,12 +138,6 @@ def finished_run(instance: DagsterInstance, **tags: str) -> DagsterRun | None:
     """The newest run with these tags once it has finished, else None."""
     runs = instance.get_runs(RunsFilter(tags=tags), limit=1)
     return runs[0] if runs and runs[0].is_finished else None
-
-
-def engine_messages(instance: DagsterInstance, run_id: str) -> list[str]:
-    """The messages of a run's engine events, in order."""
-    records = instance.all_logs(run_id, of_type=DagsterEventType.ENGINE_EVENT)
-    return [r.dagster_event.message or "" for r in records if r.dagster_event]
 
 
 @dataclass(frozen=True)

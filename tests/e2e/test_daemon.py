@@ -21,13 +21,13 @@ from dagster._core.scheduler.instigation import InstigatorType, TickStatus
 
 from example_project.scenes import drop_scene
 from k8s_ai_orchestrator.report import REPORT_TAG
+from tests.support import engine_messages
 
 from .e2e_support import (
     ROOT,
     ExampleEnv,
     Service,
     Services,
-    engine_messages,
     example_env,
     finished_run,
     wait_until,

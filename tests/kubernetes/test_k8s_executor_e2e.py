@@ -12,9 +12,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from dagster import DagsterEventType, DagsterInstance, execute_job
+from dagster import DagsterInstance, execute_job
 from dagster._core.definitions.reconstruct import ReconstructableRepository
 from k8s_support import NAMESPACE, TENANTS
+
+from tests.support import engine_messages
 
 pytestmark = [pytest.mark.emulator, pytest.mark.timeout(300)]
 
@@ -39,14 +41,6 @@ def executor_config(emu: Any, aliases: dict[str, str] | None = None) -> dict[str
             },
         },
     }
-
-
-def engine_messages(instance: DagsterInstance, run_id: str) -> list[str]:
-    return [
-        r.dagster_event.message or ""
-        for r in instance.all_logs(run_id, of_type=DagsterEventType.ENGINE_EVENT)
-        if r.dagster_event
-    ]
 
 
 def test_example_pipeline_materializes_with_every_step_a_job_in_its_tenant(

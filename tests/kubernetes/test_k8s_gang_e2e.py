@@ -14,6 +14,8 @@ from dagster import AssetKey, DagsterEventType, DagsterInstance, execute_job
 from dagster._core.definitions.reconstruct import ReconstructableRepository
 from gang_support import GangTarget
 
+from tests.support import engine_messages
+
 pytestmark = [pytest.mark.emulator, pytest.mark.timeout(300)]
 
 ROOT = Path(__file__).parents[2]
@@ -28,14 +30,6 @@ def gang_executor_config(gang_target: GangTarget) -> dict[str, Any]:
         "default_tenant": "team-a",
         "kubernetes": gang_target.config(),
     }
-
-
-def engine_messages(instance: DagsterInstance, run_id: str) -> list[str]:
-    return [
-        r.dagster_event.message or ""
-        for r in instance.all_logs(run_id, of_type=DagsterEventType.ENGINE_EVENT)
-        if r.dagster_event
-    ]
 
 
 def test_the_example_training_step_runs_as_a_gang_on_a_tenant_with_one_config_switch(

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from dagster import AssetKey, DagsterEventType, DagsterInstance, execute_job
+from dagster import AssetKey, DagsterInstance, execute_job
 from dagster._core.definitions.reconstruct import ReconstructableRepository
 from gang_support import (
     GangTarget,
@@ -29,6 +29,7 @@ from k8s_ai_orchestrator.backends.base import FailureReason, JobHandle, StepStat
 from k8s_ai_orchestrator.backends.kubernetes import KubernetesBackend
 from k8s_ai_orchestrator.backends.kubernetes.kueue import GROUP, QUEUE_LABEL, VERSION
 from k8s_ai_orchestrator.errors import SubmitError
+from tests.support import engine_messages
 
 pytestmark = [pytest.mark.controlplane, pytest.mark.timeout(400)]
 
@@ -214,14 +215,6 @@ def kueue_executor_config(target: GangTarget, local_queue: str, **top: Any) -> d
         "local_queue": local_queue,
     }
     return {"backend": "kubernetes", "default_tenant": "team-a", "kubernetes": kubernetes, **top}
-
-
-def engine_messages(instance: DagsterInstance, run_id: str) -> list[str]:
-    return [
-        r.dagster_event.message or ""
-        for r in instance.all_logs(run_id, of_type=DagsterEventType.ENGINE_EVENT)
-        if r.dagster_event
-    ]
 
 
 def test_the_example_training_step_runs_through_kueue_with_one_config_switch(

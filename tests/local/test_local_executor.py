@@ -15,7 +15,7 @@ import pytest
 from dagster import DagsterEventType, DagsterInstance, execute_job
 from dagster._core.definitions.reconstruct import ReconstructableRepository
 
-from tests.support import pids_alive
+from tests.support import engine_messages, pids_alive
 
 JOBS = ReconstructableRepository.for_module(
     "tests.local.jobs", "defs", working_directory=str(Path(__file__).parents[2])
@@ -35,14 +35,6 @@ def run(instance: DagsterInstance, job: str, executor: dict[str, Any]) -> Any:
 def recorded(out: Path) -> list[dict[str, Any]]:
     path = out / "events.jsonl"
     return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
-
-
-def engine_messages(instance: DagsterInstance, run_id: str) -> list[str]:
-    return [
-        r.dagster_event.message or ""
-        for r in instance.all_logs(run_id, of_type=DagsterEventType.ENGINE_EVENT)
-        if r.dagster_event
-    ]
 
 
 def spans(out: Path) -> dict[str, tuple[float, float]]:
