@@ -13,7 +13,7 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -44,17 +44,23 @@ def _in_ci() -> bool:
     return os.environ.get("CI", "").lower() == "true"
 
 
+def _built(env: str, build: Callable[..., Path], script: Path, what: str) -> Path:
+    """A build directory: `$env` when set, else the build script's (it builds only under CI);
+    without one the test skips, or fails under CI."""
+    if os.environ.get(env):
+        return Path(os.environ[env])
+    try:
+        return build(script, check_only=not _in_ci())
+    except (KubeplaneUnavailable, KueueUnavailable) as error:
+        if _in_ci():
+            pytest.fail(f"CI=true needs {what}: {error}")
+        pytest.skip(str(error))
+
+
 @pytest.fixture(scope="session")
 def kubeplane_bin_dir() -> Path:
     """The directory of the kubeplane binary; built here only under CI."""
-    if os.environ.get("KUBEPLANE_BIN_DIR"):
-        return Path(os.environ["KUBEPLANE_BIN_DIR"])
-    try:
-        return build_kubeplane(BUILD_SCRIPT, check_only=not _in_ci())
-    except KubeplaneUnavailable as error:
-        if _in_ci():
-            pytest.fail(f"CI=true needs the real control plane: {error}")
-        pytest.skip(str(error))
+    return _built("KUBEPLANE_BIN_DIR", build_kubeplane, BUILD_SCRIPT, "the real control plane")
 
 
 @pytest.fixture(scope="session")
@@ -147,14 +153,7 @@ def gang_plane(kubeplane_bin_dir: Path) -> Iterator[RealKube]:
 @pytest.fixture(scope="session")
 def kueue_bin_dir() -> Path:
     """The directory of the Kueue build; built here only under CI."""
-    if os.environ.get("KUEUE_BIN_DIR"):
-        return Path(os.environ["KUEUE_BIN_DIR"])
-    try:
-        return build_kueue(KUEUE_BUILD_SCRIPT, check_only=not _in_ci())
-    except KueueUnavailable as error:
-        if _in_ci():
-            pytest.fail(f"CI=true needs Kueue: {error}")
-        pytest.skip(str(error))
+    return _built("KUEUE_BIN_DIR", build_kueue, KUEUE_BUILD_SCRIPT, "Kueue")
 
 
 @dataclass(frozen=True)

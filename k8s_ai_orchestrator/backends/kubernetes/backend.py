@@ -193,7 +193,8 @@ class KubernetesBackend:
         for name, old in earlier:
             if old.final is not None and old.final.state == StepState.SUCCEEDED:
                 continue
-            old.cancelled = old.final is None
+            if old.final is None:
+                old.cancelled = True
             self._jobs.delete(old.tenant, old.namespace, name, request.step_key)
 
     def _prepare(

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ...errors import ConfigError, config_number
+from .names import DNS_SUBDOMAIN
 
 DEFAULT_SECURITY_CONTEXT: Mapping[str, Any] = {
     "runAsNonRoot": True,
@@ -48,7 +49,6 @@ class PriorityClasses:
 
 
 GANG_ADMISSION_MODES = ("guard", "workload", "kueue")
-_LOCAL_QUEUE_NAME = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")
 
 
 @dataclass(frozen=True)
@@ -123,7 +123,7 @@ class GangAdmission:
                 f"{where}.local_queue is only read with mode: kueue (mode is {mode!r}); remove "
                 "it or set mode: kueue"
             )
-        if queue is not None and not _LOCAL_QUEUE_NAME.match(queue):
+        if queue is not None and DNS_SUBDOMAIN.problem(queue):
             raise ConfigError(
                 f"{where}.local_queue={queue!r} is not a Kubernetes object name (lowercase "
                 "letters, digits, '-' and '.', starting and ending with a letter or digit)"

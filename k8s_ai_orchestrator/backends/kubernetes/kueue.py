@@ -35,6 +35,7 @@ from ...errors import SubmitError
 from ..base import FailureReason, StepStatus
 from .api import ApiRetry, api_message, is_transient, serves
 from .preemption import describe_uid
+from .status import condition_of
 
 GROUP, VERSION = "kueue.x-k8s.io", "v1beta2"
 QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
@@ -95,11 +96,8 @@ def check_local_queue(
 
 
 def condition(obj: Mapping[str, Any], kind: str) -> Mapping[str, Any] | None:
-    """The status condition of type `kind`, or None."""
-    for found in (obj.get("status") or {}).get("conditions") or ():
-        if found.get("type") == kind:
-            return dict(found)
-    return None
+    """The status condition of type `kind` of a Kueue object, or None."""
+    return condition_of(obj.get("status") or {}, kind)
 
 
 def _true(obj: Mapping[str, Any], kind: str) -> bool:

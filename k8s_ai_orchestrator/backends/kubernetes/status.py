@@ -56,7 +56,7 @@ def pod_status(pod: Mapping[str, Any]) -> StepStatus:
     status = pod.get("status") or {}
     node = (pod.get("spec") or {}).get("nodeName")
     phase = status.get("phase") or "Pending"
-    disruption = _condition(status, "DisruptionTarget")
+    disruption = condition_of(status, "DisruptionTarget")
     disrupted = disruption is not None and disruption.get("status") == "True"
     if phase == "Succeeded" and disrupted:
         # The step process saved its checkpoint and exited cleanly inside its grace period.
@@ -87,7 +87,7 @@ def failed_pod_status(pod: Mapping[str, Any]) -> StepStatus:
     node = (pod.get("spec") or {}).get("nodeName")
     terminated = _terminated(status)
     exit_code = terminated.get("exitCode") if terminated else None
-    disruption = _condition(status, "DisruptionTarget")
+    disruption = condition_of(status, "DisruptionTarget")
     if disruption is not None and disruption.get("status") == "True":
         return _disrupted(disruption, node, exit_code)
     reason = status.get("reason")
@@ -108,7 +108,7 @@ def failed_pod_status(pod: Mapping[str, Any]) -> StepStatus:
 def pending_status(pod: Mapping[str, Any]) -> StepStatus:
     """A Pending step with the scheduler's or kubelet's reason, if any."""
     status = pod.get("status") or {}
-    scheduled = _condition(status, "PodScheduled")
+    scheduled = condition_of(status, "PodScheduled")
     if scheduled is not None and scheduled.get("status") == "False":
         return StepStatus.pending(
             scheduled.get("reason") or "Unschedulable", scheduled.get("message") or ""
@@ -143,7 +143,8 @@ def _disrupted(
     return StepStatus.failed(failure, f"{reason}: {message}", exit_code, node)
 
 
-def _condition(status: Mapping[str, Any], kind: str) -> Mapping[str, Any] | None:
+def condition_of(status: Mapping[str, Any], kind: str) -> Mapping[str, Any] | None:
+    """The condition of type `kind` in an object's `status`, or None."""
     for condition in status.get("conditions") or ():
         if condition.get("type") == kind:
             return condition
