@@ -1,11 +1,13 @@
 # make demo: run the example pipeline on the embedded local backend.
 # make test: install system packages the tests need (Slurm, munge, Chromium), then run pytest.
+# make test-fast: lint, types, doctests and the unit + emulator tests (no Slurm, browser, daemon,
+# real control plane or Kueue): under 5 minutes, nothing to install beyond the venv.
 PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint typecheck bench system-deps kubeplane kueue-background wheel-smoke clean
+.PHONY: demo test test-fast checks lint typecheck bench soak system-deps kubeplane kueue-background wheel-smoke clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -38,20 +40,31 @@ kueue-background:
 	  nohup nice -n 19 bash scripts/build-kueue.sh > artifacts/kueue-build.log 2>&1 < /dev/null & \
 	fi
 
-test: kueue-background $(STAMP) system-deps kubeplane
+FAST_MARKERS := not slurm and not browser and not daemon and not controlplane and not contract \
+  and not kueue and not slow
+
+checks: $(STAMP)
 	$(BIN)/ruff check k8s_ai_orchestrator example_project tests benchmarks
 	$(BIN)/ruff format --check k8s_ai_orchestrator example_project tests benchmarks
 	$(BIN)/mypy k8s_ai_orchestrator
 	$(BIN)/lint-imports
 	$(BIN)/pytest -q -p no:cacheprovider --doctest-modules k8s_ai_orchestrator example_project
+
+test: kueue-background $(STAMP) system-deps kubeplane checks
 	$(BIN)/pytest -q
 	bash scripts/wheel-smoke.sh $(BIN)/python
+
+test-fast: checks
+	$(BIN)/pytest -q -m "$(FAST_MARKERS)"
 
 wheel-smoke: $(STAMP)
 	bash scripts/wheel-smoke.sh $(BIN)/python
 
 bench: $(STAMP)
 	for b in benchmarks/bench_*.py; do $(BIN)/python -m benchmarks.$$(basename $$b .py) || exit 1; done
+
+soak: $(STAMP)
+	$(BIN)/python -m benchmarks.soak --kills 20
 
 clean:
 	rm -rf $(VENV) .demo artifacts

@@ -109,7 +109,7 @@ def _target(name: str, folder: Path) -> Iterator[Target]:
         return
     from k8s_ai_orchestrator.backends.kubernetes import KubernetesBackend, KubernetesConfig
 
-    from .bench_k8s_executors import NAMESPACE, TENANT, control_plane_tenant
+    from .k8s_runs import NAMESPACE, TENANT, control_plane_tenant
 
     with control_plane_tenant(folder) as kubeconfig:
 

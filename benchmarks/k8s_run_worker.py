@@ -1,4 +1,4 @@
-"""One Dagster run worker for `bench_k8s_executors`: N sleeping ops through one executor.
+"""One Dagster run worker for `bench_k8s_executors` and `bench_scale`: N ops through one executor.
 
 Run as a child process so its CPU time is its own:
 `python -m benchmarks.k8s_run_worker --executor ai|dagster-k8s --config CONFIG.json --out OUT`.
@@ -8,10 +8,12 @@ by kind: create/delete, log streams, status reads (GET, LIST and each WATCH stre
 Jobs and events), pre-flight checks (any other GET: secrets, quotas, nodes; access reviews)
 and other;
 it records when each step's Job was created; the ops record when they started and ended. All
-of it goes to OUT as JSON.
+of it goes to OUT as JSON. `--cprofile STATS` profiles the run (the main thread: the
+executor's loop) with cProfile, timed by the thread's CPU clock.
 """
 
 import argparse
+import cProfile
 import json
 import os
 import threading
@@ -149,6 +151,7 @@ def main() -> None:
     parser.add_argument("--executor", choices=("ai", "dagster-k8s"), required=True)
     parser.add_argument("--config", type=Path, required=True, help="executor config (JSON)")
     parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--cprofile", type=Path, help="write the run's cProfile stats here")
     args = parser.parse_args()
     counter = RequestCounter()
     counter.install()
@@ -157,18 +160,26 @@ def main() -> None:
     )
     name = "fan_out_ai" if args.executor == "ai" else "fan_out_dagster_k8s"
     config = json.loads(args.config.read_text())
+    # The main thread's CPU time, not wall time: what each call cost the run worker.
+    profile = cProfile.Profile(time.thread_time) if args.cprofile else None
     started = time.time()
     with DagsterInstance.get() as instance:
+        if profile:
+            profile.enable()
         result = execute_job(
             repo.get_reconstructable_job(name),
             instance=instance,
             run_config={"execution": {"config": config}},
         )
+        if profile:
+            profile.disable()
+            profile.dump_stats(args.cprofile)
     marks = {p.stem: json.loads(p.read_text()) for p in Path(MARKS).glob("*.json")}
     args.out.write_text(
         json.dumps(
             {
                 "success": result.success,
+                "run_id": result.run_id,
                 "wall_s": time.time() - started,
                 "requests": dict(counter.kinds),
                 "detail": dict(counter.detail),

@@ -1,5 +1,8 @@
 """Run heavy AI pipeline steps from Dagster: right-sized, checkpointed, explained.
 
+The public names load on first use, so a process that needs only a small part of the package
+(the step pod's memory reporter, `steppod`) does not import Dagster.
+
 Example:
     >>> from dagster import Definitions, asset
     >>> from k8s_ai_orchestrator import ai_executor, compute
@@ -8,12 +11,18 @@ Example:
     >>> defs = Definitions(assets=[tiles], executor=ai_executor)
 """
 
-from .checkpoint import CheckpointStore
-from .errors import ComputeSpecError, OrchestratorError
-from .executor.definition import ai_executor
-from .gang import Gang
-from .pipes import AICompute
-from .tags import compute
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .checkpoint import CheckpointStore
+    from .errors import ComputeSpecError, OrchestratorError
+    from .executor.definition import ai_executor
+    from .executor.run_launcher import ProcessRunLauncher
+    from .gang import Gang
+    from .pipes import AICompute
+    from .tags import compute
 
 __all__ = [
     "AICompute",
@@ -21,6 +30,46 @@ __all__ = [
     "ComputeSpecError",
     "Gang",
     "OrchestratorError",
+    "ProcessRunLauncher",
     "ai_executor",
     "compute",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    """Load a public name the first time it is asked for (PEP 562)."""
+    value = _load(name)
+    globals()[name] = value
+    return value
+
+
+def _load(name: str) -> Any:
+    if name == "AICompute":
+        from .pipes import AICompute
+
+        return AICompute
+    if name == "CheckpointStore":
+        from .checkpoint import CheckpointStore
+
+        return CheckpointStore
+    if name in ("ComputeSpecError", "OrchestratorError"):
+        from . import errors
+
+        return getattr(errors, name)
+    if name == "Gang":
+        from .gang import Gang
+
+        return Gang
+    if name == "ProcessRunLauncher":
+        from .executor.run_launcher import ProcessRunLauncher
+
+        return ProcessRunLauncher
+    if name == "ai_executor":
+        from .executor.definition import ai_executor
+
+        return ai_executor
+    if name == "compute":
+        from .tags import compute
+
+        return compute
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -1,7 +1,7 @@
 """The `k8s-ai` command line.
 
 Example:
-    $ DAGSTER_HOME=~/dagster_home k8s-ai report 813621f2-2ba1-45a4-bd95-400fed1bb88c --out reports
+    $ DAGSTER_HOME=~/dagster_home k8s-ai report 813621f2 --out reports   # or: report latest
     reports/run-813621f2.html
     reports/run-813621f2.png
 """
@@ -26,7 +26,12 @@ def _parser() -> argparse.ArgumentParser:
         help="write a finished run's step timeline and resource use as HTML and PNG",
         description="Reads the run's events from the Dagster instance at $DAGSTER_HOME.",
     )
-    report.add_argument("run_id", metavar="RUN_ID", help="the Dagster run id (full)")
+    report.add_argument(
+        "run_id",
+        metavar="RUN_ID",
+        help="the Dagster run id, a unique prefix of it (the 8 characters the UI shows), "
+        "or 'latest' for the newest run",
+    )
     report.add_argument(
         "--out", default="k8s-ai-reports", help="folder to write into (default: %(default)s)"
     )
@@ -37,7 +42,7 @@ def _report(run_id: str, out: str) -> int:
     from dagster import DagsterInstance
 
     from .report.files import write_report
-    from .report.model import load_run_report
+    from .report.model import load_run_report, resolve_run_id
 
     if not os.environ.get("DAGSTER_HOME"):
         print(
@@ -47,7 +52,7 @@ def _report(run_id: str, out: str) -> int:
         )
         return 2
     with DagsterInstance.get() as instance:
-        report = load_run_report(instance, run_id)
+        report = load_run_report(instance, resolve_run_id(instance, run_id))
     files = write_report(report, out)
     print(files.html)
     print(files.png)

@@ -13,10 +13,13 @@ exactly as under Slurm. A worker exits 0 once `done` appears.
 Stopping: when a rank fails or the call times out, the leader writes `gang-<id>/stop` and
 every worker stops its ranks of that call at once (SIGTERM, then SIGKILL).
 
+The Kubernetes backend starts every pod of a gang Job with `pod_main` (`jobs.GANG_POD_MAIN`);
+this module imports no Dagster, so a worker pod only starts ranks. The step's `Gang.run` leads
+each call with `lead_call` (`backends/kubernetes/rank_launcher.py`).
+
 Example:
-    >>> rank_env(node_rank=1, local_rank=0, world_size=4, tasks_per_node=2,
-    ...          master_addr="10.0.0.7", master_port=29500)["RANK"]
-    '2'
+    >>> leader_address({"K8S_AI_POD_IP": "10.0.0.7"})
+    '10.0.0.7'
 """
 
 from __future__ import annotations
@@ -33,6 +36,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
 
+from .proctree import stop_processes
+from .ranks import rank_env
 from .stepenv import GANG_DIR, POD_IP
 
 INDEX = "JOB_COMPLETION_INDEX"  # set by the Job controller in every pod of an Indexed Job
@@ -40,27 +45,6 @@ READY = "ready"  # JSON: how the ranks of one Gang.run call start
 STOP = "stop"  # the leader gave up on a call: workers stop their ranks
 DONE = "done"  # the step process exited: workers exit
 POLL_S = 0.1
-
-
-def rank_env(
-    *,
-    node_rank: int,
-    local_rank: int,
-    world_size: int,
-    tasks_per_node: int,
-    master_addr: str,
-    master_port: int,
-) -> dict[str, str]:
-    """The variables one rank gets, the same as under Slurm and the local backend."""
-    return {
-        "RANK": str(node_rank * tasks_per_node + local_rank),
-        "WORLD_SIZE": str(world_size),
-        "LOCAL_RANK": str(local_rank),
-        "NODE_RANK": str(node_rank),
-        "MASTER_ADDR": master_addr,
-        "MASTER_PORT": str(master_port),
-        "K8S_AI_GANG_MODE": "kubernetes",
-    }
 
 
 @dataclass(frozen=True)
@@ -112,6 +96,7 @@ class GangCall:
                     tasks_per_node=self.tasks_per_node,
                     master_addr=self.master_addr,
                     master_port=self.master_port,
+                    mode="kubernetes",
                 )
             )
             procs.append(subprocess.Popen(list(self.argv), env=env, stdin=subprocess.DEVNULL))
@@ -139,19 +124,6 @@ class GangCall:
 def leader_address(environ: Mapping[str, str]) -> str:
     """Rank 0's address: the leader pod's IP (Downward API), reachable from every pod."""
     return environ.get(POD_IP) or "127.0.0.1"
-
-
-def stop_processes(procs: Sequence[subprocess.Popen[bytes]], grace_s: float) -> None:
-    """SIGTERM every process still running, SIGKILL what is left after `grace_s`."""
-    alive = [proc for proc in procs if proc.poll() is None]
-    for proc in alive:
-        proc.send_signal(signal.SIGTERM)
-    for proc in alive:
-        try:
-            proc.wait(timeout=grace_s)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout=grace_s)
 
 
 def lead_call(

@@ -14,6 +14,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
+from decimal import Decimal
 from typing import Any
 
 from .errors import ComputeSpecError
@@ -135,12 +136,49 @@ def _fmt_number(value: float) -> str:
     return str(int(value)) if float(value).is_integer() else f"{value:g}"
 
 
+_BINARY_UNITS = (
+    ("Ei", 1024**6),
+    ("Pi", 1024**5),
+    ("Ti", 1024**4),
+    ("Gi", GiB),
+    ("Mi", MiB),
+    ("Ki", 1024),
+)
+_DECIMAL_UNITS = (
+    ("E", 10**18),
+    ("P", 10**15),
+    ("T", 10**12),
+    ("G", 10**9),
+    ("M", 10**6),
+    ("k", 1000),
+)
+
+
 def format_memory(num_bytes: int) -> str:
-    """Format bytes as the largest exact binary Kubernetes quantity ("450Gi", "300Mi")."""
-    for suffix, unit in (("Ti", 1024**4), ("Gi", GiB), ("Mi", MiB), ("Ki", 1024)):
-        if num_bytes >= unit and num_bytes % unit == 0:
-            return f"{num_bytes // unit}{suffix}"
-    return str(num_bytes)
+    """Bytes as the shortest exact Kubernetes quantity, binary when it is as short.
+
+    Exact, so it is also what a Job requests: Kubernetes reads "1.5G" as 1500000000 bytes.
+    Raw bytes only when no unit says them exactly in fewer characters.
+
+    Example:
+        >>> format_memory(450 * GiB), format_memory(1536 * MiB)
+        ('450Gi', '1536Mi')
+        >>> format_memory(1_500_000_000), format_memory(2 * 10**12)  # "1.5G", "2T"
+        ('1.5G', '2T')
+        >>> format_memory(1_000_000_001)
+        '1000000001'
+    """
+    forms = [
+        f"{num_bytes // unit}{suffix}"
+        for suffix, unit in _BINARY_UNITS
+        if num_bytes >= unit and num_bytes % unit == 0
+    ][:1]
+    forms += [
+        f"{(Decimal(num_bytes) / unit).normalize():f}{suffix}"
+        for suffix, unit in _DECIMAL_UNITS
+        if num_bytes >= unit
+    ][:1]
+    return min([*forms, str(num_bytes)], key=len)
 
 
 def parse_bool(value: Any, field: str, step: str | None = None) -> bool:

@@ -28,6 +28,8 @@ PREEMPTION_RELAUNCHES_LEFT = "K8S_AI_PREEMPTION_RELAUNCHES_LEFT"
 GANG_DIR = "K8S_AI_GANG_DIR"
 POD_IP = "K8S_AI_POD_IP"
 NODE_NAME = "K8S_AI_NODE_NAME"
+# Seconds between a Kubernetes step's own memory reports (`steppod`, `usage_report`; default 1)
+USAGE_INTERVAL_S = "K8S_AI_USAGE_INTERVAL_S"
 SLURM_JOB_DIR = "K8S_AI_SLURM_JOB_DIR"  # a Slurm attempt's directory in the shared workdir
 # A file in SLURM_JOB_DIR saying the step failed although its process exits 0 (Gang.run writes
 # it when a rank failed); the batch script then exits 1, so sacct shows the job FAILED.

@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
-# Debian packages the tests need: a real Slurm (daemons started by the test fixture) and
-# Chromium for the browser tests. Idempotent; skips apt when everything is present.
+# Debian packages the tests need: a real Slurm (daemons started by the test fixture), Chromium
+# for the browser tests, kubectl (any version that reads server-side table columns: Debian's
+# kubernetes-client is v1.20) and setpriv (util-linux). Idempotent; skips apt when everything
+# is present.
 set -euo pipefail
 need=()
 command -v slurmctld >/dev/null || need+=(slurm-wlm)
@@ -8,6 +10,8 @@ command -v slurmrestd >/dev/null || need+=(slurmrestd)
 command -v munged >/dev/null || need+=(munge)
 [ -e /usr/lib/x86_64-linux-gnu/slurm-wlm/auth_jwt.so ] || ls /usr/lib/*/slurm-wlm/auth_jwt.so >/dev/null 2>&1 || need+=(slurm-wlm-jwt-plugin)
 command -v chromium >/dev/null || need+=(chromium)
+command -v kubectl >/dev/null || need+=(kubernetes-client)
+command -v setpriv >/dev/null || need+=(util-linux)
 if [ ${#need[@]} -gt 0 ]; then
   SUDO=""
   [ "$(id -u)" -eq 0 ] || SUDO="sudo"

@@ -20,9 +20,20 @@ from tests.plane_fixtures import (
     summary_line,
     tenant,
 )
+from tests.requirements import (
+    INSTALL_DEPS,
+    check_markers,
+    pytest_make_collect_report,
+    pytest_runtest_makereport,
+    require_program,
+)
+from tests.resume_support import run_worker
 
-# the real control plane
 __all__ = [
+    # under CI=true a skip fails (tests/requirements.py)
+    "pytest_make_collect_report",
+    "pytest_runtest_makereport",
+    # the real control plane
     "control_plane",
     "gang_plane",
     "host",
@@ -32,6 +43,8 @@ __all__ = [
     "plane_with_nodes",
     "real_kube",
     "tenant",
+    # a run whose run worker is killed and resumed (tests/resume_support.py)
+    "run_worker",
 ]
 
 
@@ -50,6 +63,12 @@ def instance(dagster_home: Path) -> Iterator[DagsterInstance]:
         yield inst
 
 
+@pytest.fixture(scope="session")
+def chromium() -> str:
+    """Debian's Chromium: the browser test and the report's screenshot PNG."""
+    return require_program("chromium", "Debian chromium", INSTALL_DEPS)
+
+
 @pytest.fixture
 def test_out(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     out = tmp_path / "out"
@@ -59,7 +78,9 @@ def test_out(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Tests on Kueue run last: `make test` builds Kueue in the background meanwhile."""
+    """Markers must match the components tests use; tests on Kueue run last: `make test`
+    builds Kueue in the background meanwhile."""
+    check_markers(items)
     items.sort(key=lambda item: "kueue_team_a" in getattr(item, "fixturenames", ()))
 
 

@@ -32,29 +32,31 @@ from k8s_ai_orchestrator.testing.controlplane.binary import KueueUnavailable, bu
 from k8s_ai_orchestrator.testing.controlplane.flags import Gates
 from k8s_ai_orchestrator.testing.controlplane.kube import RealKube
 from k8s_ai_orchestrator.testing.controlplane.kueue import KueueProcess, start_kueue
+from tests.requirements import REAL_PLANE_PARAM, in_ci, require
 
 BUILD_SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "build-kubeplane.sh"
 KUEUE_BUILD_SCRIPT = BUILD_SCRIPT.with_name("build-kueue.sh")
 TENANTS = ("team-a", "team-b")
 TENANT = TENANTS[0]
+# The parameters of the fixtures that run a test on the emulator or on this real plane, each
+# with its marker (tests/requirements.py checks that the real plane's is there).
+KUBE_TARGETS = [
+    pytest.param("emulator", marks=pytest.mark.emulator),
+    pytest.param(REAL_PLANE_PARAM, marks=pytest.mark.controlplane),
+]
 STARTED: list[str] = []  # the version each real control plane of this session reported
-
-
-def _in_ci() -> bool:
-    return os.environ.get("CI", "").lower() == "true"
 
 
 def _built(env: str, build: Callable[..., Path], script: Path, what: str) -> Path:
     """A build directory: `$env` when set, else the build script's (it builds only under CI);
-    without one the test skips, or fails under CI."""
+    without one the test skips, or fails under CI (tests/requirements.py)."""
     if os.environ.get(env):
         return Path(os.environ[env])
     try:
-        return build(script, check_only=not _in_ci())
+        return build(script, check_only=not in_ci())
     except (KubeplaneUnavailable, KueueUnavailable) as error:
-        if _in_ci():
-            pytest.fail(f"CI=true needs {what}: {error}")
-        pytest.skip(str(error))
+        require(what, False, str(error))
+        raise
 
 
 @pytest.fixture(scope="session")
@@ -68,9 +70,7 @@ def control_plane(kubeplane_bin_dir: Path) -> Iterator[ControlPlane]:
     # Not under pytest's basetemp: concurrent pytest sessions rotate it away under a live plane.
     run_dir = Path(tempfile.mkdtemp(prefix="k8sai-controlplane-"))
     with start_control_plane(kubeplane_bin_dir, run_dir, tenants=list(TENANTS)) as plane:
-        assert plane.host is not None
-        with config.new_client_from_config(config_file=str(plane.host.kubeconfig)) as api:
-            STARTED.append(client.VersionApi(api).get_code().git_version)
+        _record_version(plane)
         yield plane
     shutil.rmtree(run_dir, ignore_errors=True)  # kept (logs) when startup failed
 
@@ -144,6 +144,7 @@ def gang_plane(kubeplane_bin_dir: Path) -> Iterator[RealKube]:
     with start_control_plane(
         kubeplane_bin_dir, run_dir, tenants=list(TENANTS), gates=gates
     ) as plane:
+        _record_version(plane)
         with RealKube(plane, GANG_NODES, run_dir / "nodes") as kube:
             _prepare_tenants(kube, len(GANG_NODES))
             yield kube
@@ -208,6 +209,13 @@ def kueue_team_a(kueue_bin_dir: Path, gang_plane: RealKube) -> Iterator[KueueQue
 def real_kube(plane_with_nodes: RealKube) -> RealKube:
     """The real plane with nodes, showing only what the test creates."""
     return plane_with_nodes.fresh()
+
+
+def _record_version(plane: ControlPlane) -> None:
+    """Note the version the started plane's kube-apiserver reports, for `summary_line`."""
+    assert plane.host is not None
+    with config.new_client_from_config(config_file=str(plane.host.kubeconfig)) as api:
+        STARTED.append(client.VersionApi(api).get_code().git_version)
 
 
 def summary_line() -> str:

@@ -66,6 +66,7 @@ def two_ranks(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("K8S_AI_TASKS_PER_NODE", "1")
 
 
+@pytest.mark.slow
 def test_each_rank_sees_its_rank_and_node_rank_and_rank_zero_result_is_returned(
     two_nodes_two_tasks: None, tmp_path: Path
 ) -> None:
@@ -80,6 +81,7 @@ def test_each_rank_sees_its_rank_and_node_rank_and_rank_zero_result_is_returned(
     assert len({(r["MASTER_ADDR"], r["MASTER_PORT"]) for r in ranks}) == 1
 
 
+@pytest.mark.slow
 def test_a_failing_rank_fails_the_gang_with_its_traceback(two_ranks: None) -> None:
     with pytest.raises(GangError) as failure:
         Gang().run(fail_on_rank_one)

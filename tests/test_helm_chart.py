@@ -14,8 +14,9 @@ from kubernetes.utils import parse_quantity
 
 from k8s_ai_orchestrator.backends.kubernetes.config import KubernetesConfig
 from k8s_ai_orchestrator.spec import DEFAULT_SIZE_CLASSES
+from tests.requirements import DEV_EXTRA, require_module
 
-helm = pytest.importorskip("helm_python", reason="pip install helm-python-sdk")
+helm = require_module("helm_python", "the Helm SDK (helm-python-sdk)", DEV_EXTRA)
 
 CHART = Path(__file__).parent.parent / "helm" / "k8s-ai-tenant"
 VCLUSTER_VALUES = CHART.parent / "vcluster-values.yaml"
@@ -78,6 +79,39 @@ def test_executor_role_grants_exactly_what_the_backend_calls() -> None:
     assert grants[("", "events")] >= {"list"}
     assert grants[("", "resourcequotas")] >= {"list"}
     assert "secrets" not in {resource for _, resource in grants}
+
+
+def node_grants(documents: list[dict[str, Any]]) -> set[tuple[str, str]]:
+    """(resource, verb) of every node rule in any Role or ClusterRole of a render."""
+    return {
+        (resource, verb)
+        for document in documents
+        if document["kind"] in ("Role", "ClusterRole")
+        for rule in document["rules"]
+        if "" in rule["apiGroups"]
+        for resource in rule["resources"]
+        if resource == "nodes" or resource.startswith("nodes/")
+        for verb in rule["verbs"]
+    }
+
+
+def test_by_default_the_executor_lists_nodes_but_gets_no_node_proxy() -> None:
+    """`get nodes/proxy` is exec-equivalent (the kubelet's /exec through the API server)."""
+    assert node_grants(render()) == {("nodes", "list")}  # the pre-flight node-size check
+
+
+def test_node_proxy_is_granted_only_with_its_own_opt_in() -> None:
+    assert ("nodes/proxy", "get") in node_grants(render({"rbac": {"nodeProxy": True}}))
+    only_proxy = render({"rbac": {"listNodes": False, "nodeProxy": True}})
+    assert node_grants(only_proxy) == {("nodes/proxy", "get")}
+    assert node_grants(render({"rbac": {"listNodes": False}})) == set()
+    assert not by_kind(render({"rbac": {"listNodes": False}}), "ClusterRoleBinding")
+
+
+def test_the_node_proxy_opt_in_is_documented_as_exec_equivalent_and_off() -> None:
+    values_text = (CHART / "values.yaml").read_text()
+    assert yaml.safe_load(values_text)["rbac"]["nodeProxy"] is False
+    assert "exec-equivalent" in values_text and "oom_escalation.grow_at" in values_text
 
 
 def test_host_install_only_grants_reading_the_vcluster_secret() -> None:

@@ -1,4 +1,5 @@
-"""The package's layout is its architecture: floors run one way and nothing imports in a circle.
+"""The package's layout is its architecture: floors run one way, nothing imports in a circle,
+and no module grows past what one reader can hold.
 
 `lint-imports` (run by `make test`) checks the floors declared in pyproject.toml; these tests
 check what its contracts cannot say.
@@ -7,12 +8,16 @@ check what its contracts cannot say.
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 import grimp
 
 PACKAGE = "k8s_ai_orchestrator"
 ROOT = Path(__file__).resolve().parents[1] / PACKAGE
+MAX_MODULE_LINES = 430
+BEING_SPLIT: frozenset[str] = frozenset()  # modules allowed over the limit while being split
+MAX_HANDLER_AND_BACKEND_LINES = 260
 
 
 def _cycles(edges: dict[str, set[str]]) -> list[list[str]]:
@@ -90,6 +95,40 @@ def test_only_the_executor_package_imports_dagster_internals() -> None:
     assert offenders == []
 
 
+def _strings_naming_modules(path: Path, modules: set[str]) -> list[str]:
+    """String literals in `path` that name a module of the package, leaving out docstrings and
+    logger names: a module started by such a string is a link the import contracts never see."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    prose = {  # docstrings, and getLogger("k8s_ai_orchestrator.x") names
+        id(node.value) for node in ast.walk(tree) if isinstance(node, ast.Expr)
+    } | {
+        id(arg)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Call)
+        and getattr(node.func, "attr", getattr(node.func, "id", None)) == "getLogger"
+        for arg in node.args
+    }
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in prose:
+            for word in re.findall(rf"\b{PACKAGE}(?:\.\w+)+", node.value):
+                parts = word.split(".")
+                names = {".".join(parts[:n]) for n in range(2, len(parts) + 1)}
+                if names & modules:
+                    found.append(f"{path.relative_to(ROOT)}: {word}")
+    return found
+
+
+def test_no_module_path_of_the_package_hides_in_a_string() -> None:
+    modules = set(grimp.build_graph(PACKAGE, cache_dir=None).modules)
+    offenders = [
+        found
+        for path in sorted(ROOT.rglob("*.py"))
+        for found in _strings_naming_modules(path, modules)
+    ]
+    assert offenders == []
+
+
 def test_every_backend_is_a_package_of_its_own() -> None:
     backends = ROOT / "backends"
     modules = {p.name for p in backends.glob("*.py")}
@@ -100,3 +139,30 @@ def test_every_backend_is_a_package_of_its_own() -> None:
         "local",
         "slurm",
     ]
+
+
+def _module_lines() -> dict[str, int]:
+    """Lines of each module of the package, by its path under the package."""
+    return {
+        path.relative_to(ROOT).as_posix(): len(path.read_text(encoding="utf-8").splitlines())
+        for path in ROOT.rglob("*.py")
+    }
+
+
+def test_no_module_of_the_package_is_over_430_lines() -> None:
+    over = {
+        module: lines
+        for module, lines in _module_lines().items()
+        if lines > MAX_MODULE_LINES and module not in BEING_SPLIT
+    }
+    assert over == {}
+
+
+def test_the_step_handler_and_the_kubernetes_backend_are_at_most_260_lines() -> None:
+    lines = _module_lines()
+    over = {
+        module: lines[module]
+        for module in ("executor/step_handler.py", "backends/kubernetes/backend.py")
+        if lines[module] > MAX_HANDLER_AND_BACKEND_LINES
+    }
+    assert over == {}

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import html as htmllib
 import os
-import shutil
 import struct
 import subprocess
 import sys
@@ -38,7 +37,7 @@ from k8s_ai_orchestrator.report import (
     summarize,
 )
 from k8s_ai_orchestrator.report.files import screenshot_png
-from k8s_ai_orchestrator.report.summary import PENDING_COLOR
+from k8s_ai_orchestrator.report.summary import COLUMNS, PENDING_COLOR
 
 ROOT = Path(__file__).parents[1]
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
@@ -138,6 +137,14 @@ def test_cli_writes_a_non_empty_html_and_png_report(oom_run: FinishedRun, tmp_pa
     assert _png_size(png)[0] == 1540  # matplotlib's page: 14 in at 110 dpi
 
 
+@pytest.mark.parametrize("given", ["short", "latest"])
+def test_cli_accepts_the_short_run_id_and_latest(oom_run: FinishedRun, tmp_path: Path, given: str):
+    run_id = oom_run.run_id[:8] if given == "short" else given
+    done = _cli(oom_run.home, "report", run_id, "--out", str(tmp_path / "reports"))
+    assert done.returncode == 0, done.stderr
+    assert Path(done.stdout.split()[0]).name == f"run-{oom_run.run_id[:8]}.html"
+
+
 def test_cli_names_the_instance_when_the_run_is_unknown(oom_run: FinishedRun, tmp_path: Path):
     done = _cli(oom_run.home, "report", "no-such-run", "--out", str(tmp_path))
     assert done.returncode == 1
@@ -158,8 +165,10 @@ def test_report_metadata_links_the_written_files(oom_run: FinishedRun, tmp_path:
     assert meta["relaunches"] == MetadataValue.int(2)
 
 
-@pytest.mark.skipif(shutil.which("chromium") is None, reason="needs Debian chromium")
-def test_png_can_be_a_chromium_screenshot_of_the_html(oom_run: FinishedRun, tmp_path: Path):
+@pytest.mark.browser
+def test_png_can_be_a_chromium_screenshot_of_the_html(
+    oom_run: FinishedRun, tmp_path: Path, chromium: str
+):
     page = tmp_path / "run.html"
     page.write_text(render_html(oom_run.report), encoding="utf-8")
     png = screenshot_png(page, tmp_path / "run.png", rows=1)
@@ -270,13 +279,13 @@ def test_summary_table_has_one_cell_per_column_for_each_step():
         "requested": "—",
         "peak used": "—",
         "reasons": "Preempted",
-        "CPU-s": "40.0",
-        "GiB-s": "80.0",
-        "GPU-s": "7200.0",
+        "reserved CPU-s": "40.0",
+        "reserved GiB-s": "80.0",
+        "reserved GPU-s": "7200.0",
         "s lost": "4.0",
         "outcome": "succeeded",
     }
-    assert (embed["node"], embed["CPU-s"], embed["outcome"]) == ("—", "—", "cancelled")
+    assert (embed["node"], embed["reserved CPU-s"], embed["outcome"]) == ("—", "—", "cancelled")
     assert [row.cpu_share for row in summary.rows] == [1.0, 0.0]
 
 
@@ -352,9 +361,9 @@ def test_png_text_needs_no_glyph_the_font_lacks(oom_run: FinishedRun, tmp_path: 
     assert [str(w.message) for w in caught if "missing from" in str(w.message)] == []
 
 
-@pytest.mark.skipif(shutil.which("chromium") is None, reason="needs Debian chromium")
+@pytest.mark.browser
 def test_without_matplotlib_the_png_is_a_chromium_screenshot_of_the_html(
-    oom_run: FinishedRun, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    oom_run: FinishedRun, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, chromium: str
 ):
     monkeypatch.setitem(sys.modules, "matplotlib", None)
     png = render_png(oom_run.report, tmp_path / "run.png")
@@ -401,3 +410,158 @@ def test_a_browser_that_fails_is_named_with_its_status_and_last_words(
     message = str(refused.value)
     assert f"{browser} exited with status 3" in message
     assert "Missing X server" in message and "pip install matplotlib" in message
+
+
+def test_a_steps_closing_line_says_reserved_for_size_times_time_and_used_only_for_measured():
+    from k8s_ai_orchestrator.backends.base import ResourceUsage
+    from k8s_ai_orchestrator.launch.attempts import StepAttempts
+    from k8s_ai_orchestrator.launch.relaunch import StepHistory
+    from k8s_ai_orchestrator.spec import ComputeSpec
+
+    live = StepAttempts(
+        ComputeSpec(cpu=2, memory_bytes=2 * 1024**3), "local", None, StepHistory("a")
+    )
+    live.usage.append(ResourceUsage(cpu_seconds=14.6, wall_seconds=7.3, cpu_used_seconds=3.2))
+    message, _ = live.summary("a")
+    assert message.startswith("Step 'a' reserved 14.6 CPU-s, ")
+    assert message.endswith("; used 3.2 CPU-s (measured)")
+    unmeasured = StepAttempts(live.spec, "kubernetes", None, StepHistory("b"))
+    unmeasured.usage.append(ResourceUsage(cpu_seconds=4.0, wall_seconds=2.0))
+    assert " used " not in unmeasured.summary("b")[0]
+
+
+def _program_run() -> RunReport:
+    """`embed` (on ai_executor) runs a program OOMKilled once; `score`'s program fails."""
+    summary = {
+        "program": "embed-pipes",
+        "backend": "local",
+        "tenant": "",
+        "size": "custom",
+        "attempts": 2,
+        "reasons": "OOMKilled",
+        "memory_tried": "64Mi → 128Mi",
+        "cpu_seconds": 3.0,
+        "memory_gib_seconds": 0.3,
+        "gpu_seconds": 0.0,
+        "wall_seconds": 6.0,
+        "attempts_usage": [
+            {"attempt": 1, "cpu": 0.5, "memory": "64Mi", "gpu": 0, "outcome": "OOMKilled",
+             "launched_at": 2.0, "running_at": 2.5, "ended_at": 4.0},
+            {"attempt": 2, "cpu": 0.5, "memory": "128Mi", "gpu": 0, "outcome": "Succeeded",
+             "launched_at": 4.5, "running_at": None, "ended_at": 8.0},
+        ],
+    }  # fmt: skip
+    failure = (
+        ("DagsterExecutionStepExecutionError", 'Error occurred while executing op "score"'),
+        ("PipesProgramError", "step 'score-pipes' failed on local: Failed, exit code 3"),
+    )
+    events = [
+        LoggedEvent(0.0, "RUN_START", None),
+        _launch(1.0, "embed", 1, "1Gi"),
+        LoggedEvent(1.5, "STEP_START", "embed"),
+        LoggedEvent(8.5, "ASSET_MATERIALIZATION", "embed", "", summary),
+        LoggedEvent(8.6, "ASSET_MATERIALIZATION", "embed", "", {"backend": "theirs"}),
+        LoggedEvent(9.0, "STEP_SUCCESS", "embed"),
+        LoggedEvent(9.5, "STEP_FAILURE", "score", "", {"error_chain": failure}),
+        LoggedEvent(10.0, "RUN_FAILURE", None),
+    ]
+    return build_report("7c1d4e00-aa", "embeddings", "FAILURE", events)
+
+
+def test_an_aicompute_program_is_its_own_row_after_the_step_that_ran_it():
+    report = _program_run()
+    assert [s.step_key for s in report.steps] == [
+        "embed",
+        "embed › embed-pipes",
+        "score › score-pipes",
+    ]
+    program = report.step("embed › embed-pipes")
+    assert program.program_of == "embed" and program.memory_tried == ("64Mi", "128Mi")
+    assert [a.outcome for a in program.attempts] == ["OOMKilled", "succeeded"]
+    assert program.attempts[0].running_seconds == 1.5
+    assert program.attempts[1].running_at is None  # never seen running: not invented
+    assert program.usage is not None and program.usage.cpu_seconds == 3.0
+    assert report.total_usage.cpu_seconds == 3.0  # the step wrote no summary here
+
+
+def test_a_failed_program_row_says_what_is_missing_instead_of_inventing_attempts():
+    report = _program_run()
+    failed = report.step("score › score-pipes")
+    assert failed.attempts == () and failed.outcome == "failed" and failed.usage is None
+    summary = summarize(report)
+    row = dict(zip(summary.columns, summary.rows[2].cells, strict=True))
+    assert (row["backend"], row["reserved CPU-s"], row["outcome"]) == ("—", "—", "failed")
+    assert "writes its summary only on success" in summary.timeline[2].caption
+    assert summary.timeline[2].bars == ()
+
+
+def test_program_rows_show_backend_attempts_memory_and_reserved_seconds():
+    summary = summarize(_program_run())
+    cards = {card.label: card.value for card in summary.cards}
+    assert (cards["steps"], cards["OOM kills"], cards["relaunches"]) == ("1", "1", "1")
+    row = dict(zip(summary.columns, summary.rows[1].cells, strict=True))
+    assert row["step"] == "embed › embed-pipes" and row["backend"] == "local"
+    assert (row["attempts"], row["memory"], row["reasons"]) == ("2", "64Mi → 128Mi", "OOMKilled")
+    assert (row["reserved CPU-s"], row["s lost"], row["outcome"]) == ("3.0", "2.0", "succeeded")
+    assert [bar.mark for bar in summary.timeline[1].bars] == ["✕ OOM", ""]
+    page = render_html(_program_run())
+    assert [t for t in summary.texts() if htmllib.escape(t, quote=True) not in page] == []
+    assert [t for t in summary.texts() if t not in _figure_texts(_program_run())] == []
+
+
+def test_a_program_summary_without_attempt_times_draws_no_bars():
+    events = [
+        LoggedEvent(0.0, "RUN_START", None),
+        LoggedEvent(
+            5.0,
+            "ASSET_MATERIALIZATION",
+            "embed",
+            "",
+            {
+                "program": "embed-pipes",
+                "backend": "local",
+                "attempts": 1,
+                "cpu_seconds": 1.0,
+                "attempts_usage": [{"attempt": 1, "memory": "1Gi", "outcome": "Succeeded"}],
+            },
+        ),
+        LoggedEvent(6.0, "RUN_SUCCESS", None),
+    ]
+    report = build_report("r", "j", "SUCCESS", events)
+    (program,) = report.steps
+    assert not program.timed and program.memory_tried == ("1Gi",)
+    (row,) = summarize(report).timeline
+    assert row.bars == () and "attempt times not in the metadata" in row.caption
+    assert dict(zip(COLUMNS, summarize(report).rows[0].cells, strict=True))["s lost"] == "—"
+
+
+def test_a_real_aicompute_program_run_shows_in_the_report(tmp_path: Path):
+    from dagster import materialize
+
+    from k8s_ai_orchestrator import AICompute, CheckpointStore
+    from tests.pipes.pipes_support import tiles_asset
+
+    def run(ai: AICompute, env: dict[str, str]) -> RunReport:
+        with DagsterInstance.ephemeral() as instance:
+            result = materialize(
+                [tiles_asset({"cpu": 0.5, "memory": "64Mi"}, env)],
+                resources={"ai": ai, "checkpoints": CheckpointStore(root=f"file://{tmp_path}")},
+                instance=instance,
+                raise_on_error=False,
+            )
+            return load_run_report(instance, result.run_id)
+
+    local = {"local": {"cpus": 2, "memory": "2Gi"}, "poll_interval_s": 0.05}
+    report = run(AICompute(**local), {"NEED_MIB": "100", "TILES": "1"})  # type: ignore[arg-type]
+    program = report.step("tiles › tiles-pipes")
+    assert program.memory_tried == ("64Mi", "128Mi")
+    assert [a.outcome for a in program.attempts] == ["OOMKilled", "succeeded"]
+    assert program.attempts[0].backend == "local" and program.reasons == ("OOMKilled",)
+    assert program.usage is not None and program.usage.memory_gib_seconds > 0
+    for attempt in program.attempts:
+        assert report.started_at <= attempt.launched_at <= attempt.ended_at <= report.ended_at
+    assert "tiles › tiles-pipes" in render_html(report)
+
+    capped = AICompute(oom_escalation={"max_attempts": 1}, **local)  # type: ignore[arg-type]
+    failed = run(capped, {"NEED_MIB": "100", "TILES": "1"}).step("tiles › tiles-pipes")
+    assert failed.attempts == () and failed.outcome == "failed" and failed.note

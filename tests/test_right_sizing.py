@@ -19,17 +19,18 @@ from k8s_ai_orchestrator.backends.base import (
     MemoryGrowth,
     Resize,
     ResourceUsage,
+    StepStatus,
 )
 from k8s_ai_orchestrator.backends.kubernetes import KubernetesBackend, KubernetesConfig
 from k8s_ai_orchestrator.backends.local import AdmissionLedger, LocalCapacity
 from k8s_ai_orchestrator.backends.local.ledger import Want
 from k8s_ai_orchestrator.backends.local.meter import AttemptMeter
 from k8s_ai_orchestrator.errors import BackendError, ConfigError
-from k8s_ai_orchestrator.executor.right_sizing import new_resizes
 from k8s_ai_orchestrator.executor.step_events import metadata_values
 from k8s_ai_orchestrator.executor.usage_history import PARTITION_TAG, load_usage_history
 from k8s_ai_orchestrator.launch.attempts import StepAttempts
 from k8s_ai_orchestrator.launch.autosize import AutoSizing, UsageRecord, size_from_history
+from k8s_ai_orchestrator.launch.lifecycle import Attempt, Note, NoteKind
 from k8s_ai_orchestrator.launch.relaunch import StepHistory
 from k8s_ai_orchestrator.launch.settings import ExecutorSettings
 from k8s_ai_orchestrator.report import LoggedEvent, build_report, render_html, summarize
@@ -117,9 +118,16 @@ def test_each_growth_becomes_one_event_and_the_grown_size_is_the_attempts_memory
         ComputeSpec(cpu=1, memory_bytes=256 * MiB), "local", None, StepHistory("tiles")
     )
     live.history = live.history.launched(256 * MiB)
-    live.handle = JobHandle("local", "r-tiles-0", "tiles")
-    backend: Any = RecordingGrowthBackend()
-    events = new_resizes("tiles", live, backend, grow_at=0.85)
+    live.attempt = Attempt(JobHandle("local", "r-tiles-0", "tiles"), launched_at=0.0)
+    live.grow_at = 0.85
+    backend = RecordingGrowthBackend()
+    running = StepStatus.running("node-a")
+
+    def notes() -> list[Note]:
+        seen = live.observe(running, 1.0, backend.resizes(live.attempt.handle))  # type: ignore[union-attr]
+        return [note for note in seen.notes if note.kind is NoteKind.RESIZE]
+
+    events = [(note.message, note.metadata) for note in notes()]
     assert [message for message, _ in events] == [
         "Grew step 'tiles' in place: memory 256Mi → 512Mi (230Mi in use passed 85% of 256Mi); "
         "the step keeps running",
@@ -129,7 +137,7 @@ def test_each_growth_becomes_one_event_and_the_grown_size_is_the_attempts_memory
     ]
     assert live.history.memory_tried == (512 * MiB,)
     assert events[1][1]["resize_outcome"] == "refused"
-    assert new_resizes("tiles", live, backend, grow_at=0.85) == []  # each written once
+    assert notes() == []  # each written once
 
 
 @pytest.mark.parametrize("grow_at", [0, 1, 1.5, -0.2])

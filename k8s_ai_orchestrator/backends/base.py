@@ -5,15 +5,12 @@ an environment and a `ComputeSpec`) and reads back `StepStatus` values whose `re
 of `FailureReason` — the executor decides from the reason whether to relaunch (Preempted,
 Evicted, Lost), escalate memory (OOMKilled) or fail.
 
-Optional attributes a backend may define: `status_interval_s` (the executor asks `status()` no
-more often than this; default 0, for backends that answer from a cache),
-`placement_warnings(spec) -> list[str]` (why a step will not run exactly as sized),
-`validate(request) -> None` (every check `submit` makes, creating nothing; raises an
-`OrchestratorError`; the executor calls it for every step of a run before the first submit),
-`grow_memory(handle, new_limit_bytes) -> GrowResult` (raise a running attempt's memory limit
-in place: accepted, pending or refused with a reason) and `resizes(handle) -> tuple[Resize,
-...]` (every in-place growth tried so far, for the executor's engine events). A backend that
-grows steps itself takes a `MemoryGrowth` policy; without one, an attempt at its limit is
+Optional capabilities are Protocols below (`StreamsLogs`, `ReportsResizes`, `Validates`,
+`WarnsOfPlacement`, `PacesStatus`, `NamesPreemptors`, `ReportsChanges`, `Adopts`,
+`CancelsRuns`); a backend has one
+by defining its methods, and `Capabilities.of(backend)` finds them once, when the backend is
+made. A backend
+that grows steps itself takes a `MemoryGrowth` policy; without one, an attempt at its limit is
 OOMKilled and the executor relaunches it with more memory.
 
 Example:
@@ -26,7 +23,7 @@ from __future__ import annotations
 
 import enum
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
@@ -177,7 +174,7 @@ class Resize:
     """One in-place growth of a running attempt's memory limit, as tried."""
 
     old_bytes: int  # the limit before
-    new_bytes: int  # the limit asked for
+    new_bytes: int  # the limit asked for (= old_bytes: growth could not be tried, see reason)
     used_bytes: int  # the memory in use that passed the threshold
     outcome: GrowOutcome
     reason: str = ""  # why it was refused or is pending
@@ -234,6 +231,130 @@ class Backend(Protocol):
 
     def close(self) -> None:
         """Release connections/threads; cancel nothing."""
+
+
+@runtime_checkable
+class NamesPreemptors(Protocol):
+    """A backend that can say who preempted an attempt after its step said it was preempted
+    (Kubernetes: the scheduler's marks on the attempt's pods)."""
+
+    def preempted_by(self, handle: JobHandle) -> str:
+        """Who preempted the attempt, in words; "" when nothing names it."""
+
+
+@runtime_checkable
+class StreamsLogs(Protocol):
+    """A backend whose attempts' logs are read a piece at a time while they run (Kubernetes);
+    the executor forwards new lines to the run's log and Pipes reads its messages from them."""
+
+    def logs_since(self, handle: JobHandle, offset: int = 0) -> tuple[str, int]:
+        """The log text after `offset` and the offset to ask from next time."""
+
+
+@runtime_checkable
+class ReportsResizes(Protocol):
+    """A backend that grows a running attempt's memory in place (its `MemoryGrowth` policy
+    decides when) and says what it tried, for the executor's events and relaunch sizes."""
+
+    def grow_memory(self, handle: JobHandle, new_limit_bytes: int) -> GrowResult:
+        """Raise the attempt's memory limit in place: accepted, pending or refused."""
+
+    def resizes(self, handle: JobHandle) -> tuple[Resize, ...]:
+        """Every in-place growth tried so far, oldest first."""
+
+
+@runtime_checkable
+class Validates(Protocol):
+    """A backend that can make every check `submit` makes without creating anything; the
+    executor calls it for every step of a run before the first submit."""
+
+    def validate(self, request: LaunchRequest) -> None:
+        """Raise the `OrchestratorError` `submit` would raise for `request`; create nothing."""
+
+
+@runtime_checkable
+class WarnsOfPlacement(Protocol):
+    """A backend that can say why a step will not run exactly as sized (local: fewer GPUs or
+    less memory than asked for)."""
+
+    def placement_warnings(self, spec: ComputeSpec) -> list[str]:
+        """One sentence per way `spec` will be placed differently from what it asks."""
+
+
+@runtime_checkable
+class ReportsChanges(Protocol):
+    """A backend that says when an attempt's status may have changed (Kubernetes: a pod watch
+    event; local: a process started or ended), so that the executor looks at an attempt when
+    something happened instead of at every pass."""
+
+    def on_change(self, callback: Callable[[str], None]) -> None:
+        """Call `callback(job_id)`, from any thread, whenever that attempt may have changed."""
+
+
+@runtime_checkable
+class Adopts(Protocol):
+    """A backend whose attempts outlive the run worker that launched them (Kubernetes: a Job),
+    and can be found again from the request that launched them (run, step and attempt name
+    the same Job): a run worker resumed after the first one died watches the attempt it finds
+    instead of launching it a second time."""
+
+    def adopt(self, request: LaunchRequest) -> JobHandle | None:
+        """The attempt `request` launched, alive or ended, watched as if just submitted; None
+        when the backend has no trace of it. Creates nothing."""
+
+
+@runtime_checkable
+class CancelsRuns(Protocol):
+    """A backend that can find every attempt of a run by the run alone, whichever run worker
+    launched it: terminating a run whose run worker is gone still reaches its steps."""
+
+    def cancel_run(self, run_id: str) -> list[str]:
+        """Cancel every attempt of `run_id` still pending or running; the job ids cancelled."""
+
+
+@runtime_checkable
+class PacesStatus(Protocol):
+    """A backend whose `status()` costs a call to a remote service (Slurm): the executor asks
+    it no more often than every `status_interval_s` seconds per attempt."""
+
+    status_interval_s: float
+
+
+@dataclass(frozen=True)
+class Capabilities:
+    """The optional capabilities of one backend, found once (never by `getattr` per call).
+
+    Example:
+        >>> class Minimal:
+        ...     name = "minimal"
+        >>> caps = Capabilities.of(Minimal())
+        >>> caps.logs is None, caps.status_interval_s
+        (True, 0.0)
+    """
+
+    logs: StreamsLogs | None = None
+    resizes: ReportsResizes | None = None
+    validates: Validates | None = None
+    placement: WarnsOfPlacement | None = None
+    preemptors: NamesPreemptors | None = None
+    changes: ReportsChanges | None = None
+    adopts: Adopts | None = None
+    status_interval_s: float = 0.0  # 0: status() is answered from a cache, ask it every pass
+
+    @classmethod
+    def of(cls, backend: object) -> Capabilities:
+        return cls(
+            logs=backend if isinstance(backend, StreamsLogs) else None,
+            resizes=backend if isinstance(backend, ReportsResizes) else None,
+            validates=backend if isinstance(backend, Validates) else None,
+            placement=backend if isinstance(backend, WarnsOfPlacement) else None,
+            preemptors=backend if isinstance(backend, NamesPreemptors) else None,
+            changes=backend if isinstance(backend, ReportsChanges) else None,
+            adopts=backend if isinstance(backend, Adopts) else None,
+            status_interval_s=(
+                float(backend.status_interval_s) if isinstance(backend, PacesStatus) else 0.0
+            ),
+        )
 
 
 def cpu_quantity(cpu: float) -> str:

@@ -72,25 +72,48 @@ def _write_table(table: pa.Table, sink: HashingSink) -> None:
         writer.write_table(table)
 
 
-def _check_jsonable(value: object, where: str) -> None:
-    if value is None or isinstance(value, str | bool | int):
+_MAX_DEPTH = 100  # nesting a JSON state may have; deeper is refused, not a RecursionError
+
+
+def _check_jsonable(value: object, where: str, open_: tuple[int, ...] = ()) -> None:
+    """Refuse what JSON cannot hold, naming where it is; `open_`: ids of enclosing containers."""
+    if value is None or isinstance(value, str | bool):
+        return
+    if isinstance(value, int):
+        try:
+            str(value)
+        except ValueError:
+            raise CheckpointError(
+                f"cannot checkpoint {where}: an int of {value.bit_length()} bits is longer than "
+                "Python writes as JSON text; save it as a str (or as bytes)"
+            ) from None
         return
     if isinstance(value, float):
         if not math.isfinite(value):
             raise CheckpointError(f"cannot checkpoint {where} = {value!r}: JSON has no NaN/inf")
         return
-    if isinstance(value, dict):
-        for k, v in value.items():
-            if not isinstance(k, str):
-                raise CheckpointError(
-                    f"cannot checkpoint {where}: key {k!r} is a {_type_name(k)}, JSON keys "
-                    "must be str (convert with str(key))"
-                )
-            _check_jsonable(v, f"{where}[{k!r}]")
-        return
-    if isinstance(value, list | tuple):
-        for i, item in enumerate(value):
-            _check_jsonable(item, f"{where}[{i}]")
+    if isinstance(value, dict | list | tuple):
+        if id(value) in open_:
+            raise CheckpointError(
+                f"cannot checkpoint {where}: it contains itself (a cycle); JSON holds only trees"
+            )
+        if len(open_) >= _MAX_DEPTH:
+            raise CheckpointError(
+                f"cannot checkpoint {where[:60]}...: nested deeper than {_MAX_DEPTH} levels; "
+                "flatten the state, or save it as bytes"
+            )
+        inner = (*open_, id(value))
+        if isinstance(value, dict):
+            for k, v in value.items():
+                if not isinstance(k, str):
+                    raise CheckpointError(
+                        f"cannot checkpoint {where}: key {k!r} is a {_type_name(k)}, JSON keys "
+                        "must be str (convert with str(key))"
+                    )
+                _check_jsonable(v, f"{where}[{k!r}]", inner)
+        else:
+            for i, item in enumerate(value):
+                _check_jsonable(item, f"{where}[{i}]", inner)
         return
     raise CheckpointError(
         f"cannot checkpoint {where}: a {_type_name(value)} is not JSON-serializable; "

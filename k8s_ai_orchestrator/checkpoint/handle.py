@@ -35,7 +35,7 @@ import pyarrow as pa
 
 from ..errors import CheckpointError
 from .codecs import State, decode, decode_table, encode
-from .keys import CheckpointKey
+from .keys import CheckpointKey, what_changed
 from .manifest import Commit, CommitFile, Manifest, parse_manifest
 from .signals import Preempted, PreemptionWatch
 from .storage import CHUNK, ChecksumMismatch, HashingSink, KeyFolder, LinkRefused
@@ -57,7 +57,7 @@ class HandleSettings:
 
     keep: int = 2  # commits kept; older ones are deleted after each save
     interval_s: float = 300.0  # due() turns true this long after the last save
-    clear_on_success: bool = False  # close(succeeded=True) deletes the key's checkpoints
+    clear_on_success: bool = True  # close(succeeded=True) deletes the key's checkpoints
     stop_after_preempted_save: bool = True  # save() raises Preempted after a preemption notice
     attempt: int = 0  # infrastructure attempt (K8S_AI_ATTEMPT), recorded on commits
     run_id: str | None = None  # recorded on commits
@@ -94,6 +94,7 @@ class CheckpointHandle:
         self._resumed: Commit | None = None
         self._bad: set[str] = set()
         self._closed = False
+        self._stopped = False  # Preempted was raised: not finished, never cleared
         self._owns_signals = install_signals and watch.acquire()
 
     # ---- reading -------------------------------------------------------------------------
@@ -208,6 +209,7 @@ class CheckpointHandle:
         """Raise `Preempted` if a preemption signal arrived (`save()` calls it by default)."""
         if not self.preempted:
             return
+        self._stopped = True
         latest = self.latest
         where = "no checkpoint saved yet" if latest is None else f"checkpoint {latest.id}"
         progress = None if latest is None else latest.progress
@@ -224,13 +226,17 @@ class CheckpointHandle:
     # ---- lifetime ------------------------------------------------------------------------
 
     def close(self, *, succeeded: bool = False) -> None:
-        """Give back the signal handlers; with `succeeded` and `clear_on_success`, clear."""
+        """Give back the signal handlers; with `succeeded` and `clear_on_success`, clear.
+
+        A step that stopped for a preemption (`Preempted` was raised, even if the step caught
+        it) has not finished: its checkpoints stay for the relaunch.
+        """
         if self._closed:
             return
         self._closed = True
         if self._owns_signals:
             self._watch.release()
-        if succeeded and self._settings.clear_on_success:
+        if succeeded and self._settings.clear_on_success and not self._stopped:
             self.clear()
 
     def __enter__(self) -> CheckpointHandle:
@@ -271,11 +277,16 @@ class CheckpointHandle:
             )
             return fresh
         if manifest.fingerprint != self.key.fingerprint:
+            changed = what_changed(manifest.fingerprint, self.key.fingerprint)
+            fix = (
+                "To resume across versions pass the old value: open(context, fingerprint=...)"
+                if changed.startswith("its code")
+                else "A checkpoint made on other inputs is never resumed"
+            )
             self._log.warning(
                 f"checkpoints of {where} were saved with fingerprint {manifest.fingerprint!r} "
-                f"but this step's is {self.key.fingerprint!r} (its code version changed); "
-                f"starting fresh and ignoring {len(manifest.commits)} old commit(s). To resume "
-                "across versions pass the old value: open(context, fingerprint=...)"
+                f"but this step's is {self.key.fingerprint!r} ({changed}); starting fresh and "
+                f"ignoring {len(manifest.commits)} old commit(s). {fix}"
             )
             return fresh
         return manifest

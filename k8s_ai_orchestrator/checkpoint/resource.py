@@ -18,10 +18,16 @@ from collections.abc import Callable
 from typing import Any
 
 import fsspec
-from dagster import ConfigurableResource, InitResourceContext
+from dagster import (
+    AssetExecutionContext,
+    ConfigurableResource,
+    EnvVar,
+    InitResourceContext,
+    OpExecutionContext,
+)
 from fsspec import AbstractFileSystem
 from fsspec.implementations.local import LocalFileSystem
-from pydantic import Field, PrivateAttr
+from pydantic import Field, PrivateAttr, field_validator
 
 from ..errors import CheckpointError
 from ..stepenv import RUN_ID, StepEnv
@@ -61,8 +67,10 @@ class CheckpointStore(ConfigurableResource):  # type: ignore[misc]
     keep: int = Field(default=2, description="Commits kept per key (>= 1); older are deleted")
     interval_s: float = Field(default=300.0, description="due() turns true this often (s)")
     clear_on_success: bool = Field(
-        default=False,
-        description="Delete a key's checkpoints when its `with store.open(...)` block succeeds",
+        default=True,
+        description="Delete a key's checkpoints when its `with store.open(...)` block succeeds "
+        "(and, with AICompute.run(checkpoints=...), when the program succeeds), so a finished "
+        "checkpoint never satisfies a later materialization",
     )
     handle_signals: bool = Field(
         default=True,
@@ -77,6 +85,15 @@ class CheckpointStore(ConfigurableResource):  # type: ignore[misc]
         default_factory=dict,
         description="Passed to fsspec, e.g. {'endpoint_url': 'http://minio:9000'} for s3",
     )
+
+    @field_validator("root", mode="before")
+    @classmethod
+    def _root_is_usable(cls, root: Any) -> Any:
+        # refused when the store is made, not at a step's first open(); an EnvVar is read,
+        # and checked, at run time
+        if isinstance(root, str) and not isinstance(root, EnvVar):
+            _check_root(root)
+        return root
 
     _fs: AbstractFileSystem | None = PrivateAttr(default=None)
     _base: str = PrivateAttr(default="")
@@ -111,12 +128,11 @@ class CheckpointStore(ConfigurableResource):  # type: ignore[misc]
             CheckpointError: the root cannot be used, or the key is empty.
         """
         fs, base = self._filesystem()
+        key = self._key(context_or_key, fingerprint)
         log: Log
         if isinstance(context_or_key, str):
-            key = CheckpointKey((context_or_key,), fingerprint=fingerprint or "", namespace="keys")
             log, run_id = LOGGER, os.environ.get(RUN_ID)
         else:
-            key = key_from_context(context_or_key, fingerprint)
             log, run_id = context_or_key.log, context_or_key.run.run_id
         settings = HandleSettings(
             keep=self.keep,
@@ -140,6 +156,23 @@ class CheckpointStore(ConfigurableResource):  # type: ignore[misc]
             self._handles.append(handle)
         return handle
 
+    def clear(self, context_or_key: Any, *, fingerprint: str | None = None) -> None:
+        """Delete every checkpoint of a step (or string key), e.g. once its output is stored.
+
+        Example:
+            >>> store = CheckpointStore(root="memory://doc-clear", handle_signals=False)
+            >>> _ = store.open("tiles").save({"next": 3})
+            >>> store.clear("tiles")
+            >>> store.open("tiles").load() is None
+            True
+        """
+        fs, base = self._filesystem()
+        key = self._key(context_or_key, fingerprint)
+        folder = KeyFolder(fs, f"{base}/{key.relative_path()}", root=base)
+        CheckpointHandle(
+            folder, key, HandleSettings(), log=LOGGER, watch=PROCESS_WATCH, install_signals=False
+        ).clear()
+
     def location(self, context_or_key: Any, *, fingerprint: str | None = None) -> dict[str, str]:
         """Where a step's checkpoints live, for a program that runs without Dagster.
 
@@ -156,10 +189,7 @@ class CheckpointStore(ConfigurableResource):  # type: ignore[misc]
             'memory:///doc-location/keys/nightly-mosaic/unpartitioned'
         """
         fs, base = self._filesystem()
-        if isinstance(context_or_key, str):
-            key = CheckpointKey((context_or_key,), fingerprint=fingerprint or "", namespace="keys")
-        else:
-            key = key_from_context(context_or_key, fingerprint)
+        key = self._key(context_or_key, fingerprint)
         folder = f"{base}/{key.relative_path()}"
         local = isinstance(fs, LocalFileSystem)
         return {
@@ -168,6 +198,18 @@ class CheckpointStore(ConfigurableResource):  # type: ignore[misc]
             "fingerprint": key.fingerprint,
             "format": FORMAT,
         }
+
+    @staticmethod
+    def _key(context_or_key: Any, fingerprint: str | None) -> CheckpointKey:
+        if isinstance(context_or_key, str):
+            return CheckpointKey((context_or_key,), fingerprint=fingerprint or "", namespace="keys")
+        if not isinstance(context_or_key, AssetExecutionContext | OpExecutionContext):
+            raise CheckpointError(
+                f"open({context_or_key!r}): pass the step's Dagster context "
+                "(open(context)) or a non-empty string key (open('nightly-mosaic')), "
+                f"not a {type(context_or_key).__name__}"
+            )
+        return key_from_context(context_or_key, fingerprint)
 
     def _filesystem(self) -> tuple[AbstractFileSystem, str]:
         if self._fs is None:

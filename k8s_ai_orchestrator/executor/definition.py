@@ -23,15 +23,16 @@ from dagster._core.events import DagsterEvent, StepFailureData
 from dagster._core.execution.context.system import PlanOrchestrationContext
 from dagster._core.execution.plan.plan import ExecutionPlan
 from dagster._core.execution.retries import RetryMode
+from dagster._core.execution.step_dependency_config import StepDependencyConfig
 from dagster._core.executor.base import Executor
 from dagster._core.executor.init import InitExecutorContext
-from dagster._core.executor.step_delegating import StepDelegatingExecutor
 from dagster._utils.error import SerializableErrorInfo
 
 from ..errors import ConfigError
 from ..launch.settings import ExecutorSettings
-from .pace import Pace
+from .loop import run_plan
 from .schema import CONFIG_SCHEMA
+from .step_events import temporary_instance_note, warning_event
 from .step_handler import AIStepHandler
 from .validation import RunCheck
 
@@ -44,11 +45,12 @@ from .validation import RunCheck
 def ai_executor(init_context: InitExecutorContext) -> Executor:
     """Runs each step where its `compute(...)` tags say, with relaunch and OOM escalation.
 
-    Config keys: backend, size_classes, local {cpus, memory, gpus, oversize, log_dir, start_method},
-    kubernetes, slurm, default_tenant, allowed_tenants, oom_escalation {factor, max_memory,
-    max_attempts}, max_preemption_retries, grace_period_s, poll_interval_s,
-    idle_poll_interval_s, max_concurrent,
-    retries. See docs/executor-config.md.
+    Config keys: backend, size_classes, local {cpus, memory, gpus, oversize, log_dir,
+    start_method}, kubernetes, slurm, gang_backend, default_tenant, allowed_tenants,
+    oom_escalation {factor, max_memory, max_attempts, grow_at}, auto_sizing {headroom, runs},
+    max_preemption_retries, grace_period_s, poll_interval_s, idle_poll_interval_s,
+    max_concurrent, tag_concurrency_limits, step_dependency_config, retries. See
+    docs/executor-config.md.
 
     Example:
         >>> from dagster import Definitions
@@ -61,12 +63,14 @@ def ai_executor(init_context: InitExecutorContext) -> Executor:
         AIStepHandler(settings),
         retries=retries,
         settings=settings,
-        max_concurrent=settings.max_concurrent,
+        tag_concurrency_limits=raw.get("tag_concurrency_limits"),
+        step_dependency_config=StepDependencyConfig.from_config(raw.get("step_dependency_config")),
     )
 
 
-class AIExecutor(StepDelegatingExecutor):
-    """A StepDelegatingExecutor that classifies failed attempts and relaunches them."""
+class AIExecutor(Executor):
+    """Runs a plan's steps through `AIStepHandler` in its own loop (`loop.StepLoop`), and
+    classifies failed attempts: infrastructure failures are relaunched, not failed."""
 
     def __init__(
         self,
@@ -74,28 +78,24 @@ class AIExecutor(StepDelegatingExecutor):
         *,
         retries: RetryMode,
         settings: ExecutorSettings,
-        max_concurrent: int | None = None,
+        tag_concurrency_limits: list[dict[str, Any]] | None = None,
+        step_dependency_config: StepDependencyConfig | None = None,
     ) -> None:
-        self._settings = settings
-        self._pace = Pace(settings.poll_interval_s, settings.idle_poll_interval_s)
-        super().__init__(
-            handler,
-            retries=retries,
-            sleep_seconds=settings.poll_interval_s,
-            check_step_health_interval_seconds=0,  # every pass: passes slow down when idle
-            max_concurrent=max_concurrent,
-        )
-        self._handler = handler
+        self.handler = handler
+        self.settings = settings
+        self.max_concurrent = settings.max_concurrent
+        self.tag_concurrency_limits = tag_concurrency_limits or []
+        self._retries = retries
+        self._step_dependency_config = step_dependency_config or StepDependencyConfig.default()
         self._held: dict[str, tuple[DagsterEvent, float]] = {}
 
     @property
-    def _sleep_seconds(self) -> float:  # type: ignore[override]
-        """Read by `StepDelegatingExecutor.execute` once per pass: the adaptive wait."""
-        return self._pace.next_wait()
+    def retries(self) -> RetryMode:
+        return self._retries
 
-    @_sleep_seconds.setter
-    def _sleep_seconds(self, _fixed: float) -> None:
-        """The base class sets a fixed sleep; the pace (from the settings) stands for it."""
+    @property
+    def step_dependency_config(self) -> StepDependencyConfig:
+        return self._step_dependency_config
 
     def execute(
         self, plan_context: PlanOrchestrationContext, execution_plan: ExecutionPlan
@@ -105,42 +105,55 @@ class AIExecutor(StepDelegatingExecutor):
                 "ai_executor needs retries enabled to relaunch preempted and OOMKilled steps: "
                 "remove `retries: {disabled: {}}` from the executor config"
             )
-        check = self._handler.bind(plan_context, execution_plan)
+        check = self.handler.bind(plan_context, execution_plan)
         if check.problems:
-            self._handler.close()
+            self.handler.close()
             yield from self._fail_refused_steps(plan_context, execution_plan, check)
             raise check.error()
+        note = temporary_instance_note(plan_context.instance.root_directory)
+        if note:
+            yield warning_event(plan_context, f"Warning: {note}", {"warning": note})
         try:
-            yield from super().execute(plan_context, execution_plan)
+            yield from run_plan(self, plan_context, execution_plan)
         finally:
-            self._handler.close()
+            self.handler.close()
 
     def _fail_refused_steps(
         self, plan_context: PlanOrchestrationContext, plan: ExecutionPlan, check: RunCheck
     ) -> Iterator[DagsterEvent]:
-        """A STEP_FAILURE for each refused step, naming its problems; nothing was submitted."""
+        """A STEP_FAILURE for each refused step, naming its problems; nothing was submitted.
+
+        Its error keeps the class of the library error that refused the step (`cls_name`, and
+        the message begins with it), so the Dagster UI shows e.g. `...ComputeSpecError: step
+        'tiles': cpu='-1' is not allowed: ...`, not a bare failure.
+        """
         for key in check.problems:
             step_context = plan_context.for_step(plan.get_step_by_key(key))  # type: ignore[arg-type]
-            error = SerializableErrorInfo(check.step_message(key), stack=[], cls_name=None)
+            kind = check.error_type(key)
+            error = SerializableErrorInfo(  # as Dagster words an exception: "module.Class: ..."
+                f"{kind.__module__}.{kind.__qualname__}: {check.step_message(key)}\n",
+                stack=[],
+                cls_name=kind.__name__,
+            )
             yield DagsterEvent.step_failure_event(
                 step_context, StepFailureData(error=error, user_failure_data=None)
             )
 
-    def _pop_events(self, instance, run_id, seen_storage_ids) -> Sequence[DagsterEvent]:  # type: ignore[no-untyped-def]
+    def classify(self, events: Sequence[DagsterEvent]) -> list[DagsterEvent]:
+        """The run's new events as the plan should see them: a step failure is held until its
+        attempt has ended, then either relaunched (its retry event stands for it) or released."""
         released: list[DagsterEvent] = []
-        for event in super()._pop_events(instance, run_id, seen_storage_ids):
+        for event in events:
             key = event.step_key
-            if event.is_step_failure and key and self._handler.owns(key):
+            if event.is_step_failure and key and self.handler.owns(key):
                 self._held[key] = (event, time.monotonic())
                 continue
             if key and event.is_step_up_for_retry:
-                self._handler.account_retry(key, event)
+                self.handler.account_retry(key, event)
             if key and (event.is_step_success or event.is_step_up_for_retry):
-                self._handler.finish_attempt(key, final=event.is_step_success)
+                self.handler.finish_attempt(key, final=event.is_step_success)
             released.append(event)
         released.extend(self._release_held())
-        if released:
-            self._pace.busy()
         return released
 
     def _release_held(self) -> list[DagsterEvent]:
@@ -148,24 +161,26 @@ class AIExecutor(StepDelegatingExecutor):
         released = []
         for key, (event, held_at) in list(self._held.items()):
             waited = time.monotonic() - held_at
-            if not self._handler.attempt_ended(key) and waited < self._settings.grace_period_s + 5:
+            if not self.handler.attempt_ended(key) and waited < self.settings.grace_period_s + 5:
                 continue
             del self._held[key]
             error = event.step_failure_data.error
-            retry_event = self._handler.relaunch_if_infrastructure(key, error, event)
+            retry_event = self.handler.relaunch_if_infrastructure(key, error, event)
             if retry_event is None:
-                self._handler.finish_attempt(key, final=True)
+                self.handler.finish_attempt(key, final=True)
                 released.append(event)
         return released
 
     def log_failure_or_retry_event_after_error(self, step_context, err_info, known_state):  # type: ignore[no-untyped-def]
         key = step_context.step.key
-        retry_event = self._handler.relaunch_if_infrastructure(key, err_info, None)
+        retry_event = self.handler.relaunch_if_infrastructure(key, err_info, None)
         if retry_event is not None:
             return retry_event
-        failure = self._handler.failure_error(key, err_info)
-        self._handler.finish_attempt(key, final=True)
-        return super().log_failure_or_retry_event_after_error(step_context, failure, known_state)
+        message = self.handler.fail_message(key)
+        if message:
+            err_info = SerializableErrorInfo(message=message, stack=err_info.stack, cls_name=None)
+        self.handler.finish_attempt(key, final=True)
+        return super().log_failure_or_retry_event_after_error(step_context, err_info, known_state)
 
 
 __all__ = ["AIExecutor", "CONFIG_SCHEMA", "ai_executor"]

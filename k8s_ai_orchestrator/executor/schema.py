@@ -28,6 +28,8 @@ from dagster import (
     String,
 )
 from dagster._core.execution.retries import get_retries_config
+from dagster._core.execution.step_dependency_config import get_step_dependency_config_field
+from dagster._core.execution.tags import get_tag_concurrency_limits_config
 
 
 def _opt(config_type: object, description: str) -> Field:
@@ -193,7 +195,7 @@ CONFIG_SCHEMA = {
                 "grow_at": _opt(
                     Noneable(Float),
                     "Raise a running step's limit in place at this fraction of it (0.85); "
-                    "local backend only for now.",
+                    "local and Kubernetes backends (not Slurm).",
                 ),
             }
         ),
@@ -220,6 +222,8 @@ CONFIG_SCHEMA = {
         "(default: 1, or poll_interval_s if larger).",
     ),
     "max_concurrent": _opt(Noneable(Int), "Steps in flight at once; >= 1 (default: no limit)."),
+    "tag_concurrency_limits": get_tag_concurrency_limits_config(),
+    "step_dependency_config": get_step_dependency_config_field(),
     "retries": get_retries_config(),
 }
 

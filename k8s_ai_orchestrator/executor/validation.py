@@ -5,16 +5,22 @@ and the backend; builds each backend the run touches (so its config is parsed); 
 backend to `validate` the step's launch request: on Kubernetes the tenant's kubeconfig or
 vc-<name> secret, every name written into the Job, and the pre-flight (access, quota, largest
 node); on Slurm the partition's limits. Nothing is created. Every problem of every step is
-collected, so one error names them all.
+collected, so one error names them all; each keeps the class of the error that found it
+(`ComputeSpecError`, `TenantAccessError`, ...), so the step's Dagster failure shows it.
 
 Example:
+    >>> from k8s_ai_orchestrator.errors import ConfigError, SubmitError
     >>> check = RunCheck()
-    >>> check.refuse("mosaic", "step 'mosaic' (xl: 72 CPU / 450Gi) can never run in tenant 'a'")
-    >>> check.refuse("tiles", "kubernetes.image_pull_policy='always' is not one of ...")
+    >>> check.refuse(
+    ...     "mosaic", "step 'mosaic' (xl: 72 CPU / 450Gi) can never run in tenant 'a'", SubmitError
+    ... )
+    >>> check.refuse("tiles", "image_pull_policy='always' is not one of ...", ConfigError)
+    >>> check.error_type("tiles").__name__
+    'ConfigError'
     >>> print(check.error())  # doctest: +NORMALIZE_WHITESPACE
     2 steps of this run can never run as configured; nothing was submitted:
-    - step 'mosaic' (xl: 72 CPU / 450Gi) can never run in tenant 'a'
-    - step 'tiles': kubernetes.image_pull_policy='always' is not one of ...
+    - SubmitError: step 'mosaic' (xl: 72 CPU / 450Gi) can never run in tenant 'a'
+    - ConfigError: step 'tiles': image_pull_policy='always' is not one of ...
 """
 
 from __future__ import annotations
@@ -22,7 +28,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
-from ..backends.base import Backend, LaunchRequest
+from ..backends.base import Backend, LaunchRequest, Validates
 from ..errors import OrchestratorError, RunRefusedError
 from ..launch.plan import PlannedStep
 
@@ -32,12 +38,20 @@ class RunCheck:
     """What the run-start check found: the steps' problems, in plan order."""
 
     problems: dict[str, list[str]] = field(default_factory=dict)
+    kinds: dict[str, list[type[OrchestratorError]]] = field(default_factory=dict)  # of each
 
-    def refuse(self, step: str, message: str) -> None:
-        """Record a problem of `step` (each message once)."""
+    def refuse(
+        self, step: str, message: str, kind: type[OrchestratorError] = OrchestratorError
+    ) -> None:
+        """Record a problem of `step` (each message once), found by an error of class `kind`."""
         found = self.problems.setdefault(step, [])
         if message not in found:
             found.append(message)
+            self.kinds.setdefault(step, []).append(kind)
+
+    def error_type(self, step: str) -> type[OrchestratorError]:
+        """The error class of the step's first problem: the class its Dagster failure shows."""
+        return self.kinds[step][0]
 
     def step_message(self, step: str) -> str:
         """The step's problems as one sentence-per-problem message naming the step."""
@@ -45,7 +59,11 @@ class RunCheck:
 
     def error(self) -> RunRefusedError:
         """One error naming every refused step and each of its problems."""
-        lines = [_naming(step, m) for step, found in self.problems.items() for m in found]
+        lines = [
+            f"{kind.__name__}: {_naming(step, message)}"
+            for step, found in self.problems.items()
+            for message, kind in zip(found, self.kinds[step], strict=True)
+        ]
         count = len(self.problems)
         return RunRefusedError(
             f"{count} step{'s' if count > 1 else ''} of this run can never run as configured; "
@@ -75,19 +93,18 @@ def check_run(
         try:
             planned[key] = plan(key, tags)
         except OrchestratorError as error:
-            check.refuse(key, str(error))
+            check.refuse(key, str(error), type(error))
     backends: dict[str, Backend | None] = {}
     for key, step in planned.items():
         if step.backend not in backends:
             backends[step.backend] = _build(step.backend, backend, check, planned)
         built = backends[step.backend]
-        validate = getattr(built, "validate", None)
-        if validate is None:
+        if not isinstance(built, Validates):
             continue
         try:
-            validate(request(step, tags_of[key]))
+            built.validate(request(step, tags_of[key]))
         except OrchestratorError as error:
-            check.refuse(key, str(error))
+            check.refuse(key, str(error), type(error))
     return planned, check
 
 
@@ -103,7 +120,8 @@ def _build(
     except OrchestratorError as error:
         for key, step in planned.items():
             if step.backend == name:
-                check.refuse(key, f"routed to the {name} backend, whose config is invalid: {error}")
+                message = f"routed to the {name} backend, whose config is invalid: {error}"
+                check.refuse(key, message, type(error))
         return None
 
 

@@ -1,22 +1,33 @@
-"""Per-step bookkeeping of the executor: the live attempt, its history and its usage. Pure.
+"""One step's attempts, backend-neutral and pure: the live attempt, the history of sizes and
+reasons behind it, and what each attempt used. `ai_executor` and `AICompute` keep one per step.
 
 Example:
+    >>> from k8s_ai_orchestrator.backends.base import FailureReason
     >>> from k8s_ai_orchestrator.spec import ComputeSpec, GiB
     >>> step = StepAttempts(ComputeSpec(cpu=1, memory_bytes=GiB), "local", None,
     ...                     StepHistory("tiles").launched(GiB))
-    >>> step.record_relaunch("OOMKilled", 2 * GiB)
+    >>> step.record_relaunch(FailureReason.OOM_KILLED, 2 * GiB)
     >>> step.history.relaunches, step.next_memory == 2 * GiB
     (1, True)
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from ..backends.base import FailureReason, JobHandle, ResourceUsage, StepStatus
+from ..backends.base import (
+    FailureReason,
+    GrowOutcome,
+    MemoryGrowth,
+    Resize,
+    ResourceUsage,
+    StepStatus,
+)
 from ..spec import ComputeSpec, format_memory
+from .lifecycle import Attempt, Note, NoteKind, Observation, resize_message
+from .plan import PlannedStep
 from .relaunch import StepHistory
 
 
@@ -29,30 +40,57 @@ class StepAttempts:
     tenant: str | None
     history: StepHistory
     next_memory: int | None = None  # memory of the next attempt (OOM escalation)
-    handle: JobHandle | None = None  # the attempt in flight
-    launched_at: float = 0.0
-    last_note: str = ""  # last Pending explanation written, to write each one once
-    running_noted: bool = False
+    attempt: Attempt | None = None  # the attempt in flight, or the last one
     cancelled: bool = False  # the executor cancelled it: never a relaunch
     fail_message: str = ""  # why the executor failed it (replaces the health-check text)
     terminal_events_at_launch: int = 0  # step terminal events in the log before this attempt
     usage: list[ResourceUsage] = field(default_factory=list)  # one per finished attempt
-    reasons: list[str] = field(default_factory=list)  # infrastructure reasons seen
+    reasons: list[FailureReason] = field(default_factory=list)  # infrastructure reasons seen
     own_retry_pending: bool = False  # the next STEP_UP_FOR_RETRY is the executor's own
-    checked_at: float = 0.0  # when the backend was last asked for this attempt's status
-    log_offset: int = 0  # how much of the attempt's log has been forwarded to the UI
-    logs_read_at: float = 0.0
-    last_status: StepStatus = field(default_factory=StepStatus.pending)
-    resizes_seen: int = 0  # the backend's in-place growths already written as events
+    grow_at: float = 0.0  # the in-place growth threshold, for the resize notes
+    measured: bool = False  # its memory is read while it runs (growth, memory="auto")
+
+    @classmethod
+    def of(cls, step: PlannedStep, growth: MemoryGrowth | None) -> StepAttempts:
+        """A planned step before its first attempt, under the run's growth policy."""
+        live = cls(step.spec, step.backend, step.tenant, StepHistory(step.key))
+        live.grow_at = growth.grow_at if growth else 0.0
+        live.measured = growth is not None or step.spec.is_auto
+        return live
+
+    def observe(
+        self, status: StepStatus, now: float, resizes: Sequence[Resize] = ()
+    ) -> Observation:
+        """The live attempt's notes and verdict for `status` at `now` (`Attempt.observe`),
+        with a note for each in-place growth in `resizes` not seen before; an accepted growth
+        becomes the attempt's memory, so an OOM after it escalates from the grown size."""
+        assert self.attempt is not None
+        notes = [self._resize_note(resize) for resize in self.attempt.new_resizes(resizes)]
+        seen = self.attempt.observe(status, now)
+        return replace(seen, notes=(*notes, *seen.notes))
+
+    def _resize_note(self, resize: Resize) -> Note:
+        if resize.outcome is GrowOutcome.ACCEPTED:
+            self.record_resize(resize.new_bytes)
+        meta = {
+            **self.history_metadata(),
+            "resize_outcome": resize.outcome.value,
+            "resize_from": format_memory(resize.old_bytes),
+            "resize_to": format_memory(resize.new_bytes),
+            "resize_in_use_bytes": resize.used_bytes,
+            "resize_reason": resize.reason or "none",
+        }
+        message = resize_message(self.history.step_key, resize, self.grow_at)
+        return Note(NoteKind.RESIZE, message, meta)
 
     def record_resize(self, new_bytes: int) -> None:
         """The attempt in flight was grown in place: it now holds `new_bytes`."""
         tried = self.history.memory_tried
         self.history = replace(self.history, memory_tried=(*tried[:-1], new_bytes))
 
-    def record_relaunch(self, reason: str, memory_bytes: int | None) -> None:
+    def record_relaunch(self, reason: FailureReason, memory_bytes: int | None) -> None:
         """Count a relaunch the executor makes (never counted by the op's RetryPolicy)."""
-        preempted = reason != FailureReason.OOM_KILLED.value
+        preempted = reason is not FailureReason.OOM_KILLED
         self.history = StepHistory(
             self.history.step_key,
             self.history.memory_tried,
@@ -65,7 +103,7 @@ class StepAttempts:
         return history_metadata(self.history, self.reasons, self.next_memory)
 
     def summary(self, key: str) -> tuple[str, dict[str, Any]]:
-        """The step's closing line and metadata: where it ran and what it used."""
+        """The step's closing line and metadata: where it ran, what it reserved, what it used."""
         total = ResourceUsage(
             cpu_seconds=sum(u.cpu_seconds for u in self.usage),
             memory_gib_seconds=sum(u.memory_gib_seconds for u in self.usage),
@@ -84,10 +122,12 @@ class StepAttempts:
             "wall_seconds": round(total.wall_seconds, 2),
             **self.measured_metadata(),
         }
+        measured = [u.cpu_used_seconds for u in self.usage if u.cpu_used_seconds is not None]
+        used = f"; used {sum(measured):.1f} CPU-s (measured)" if measured else ""
         message = (
-            f"Step '{key}' used {total.cpu_seconds:.1f} CPU-s, {total.memory_gib_seconds:.1f} "
-            f"GiB-s, {total.gpu_seconds:.1f} GPU-s over {len(self.usage)} attempt(s) on "
-            f"{self.backend}"
+            f"Step '{key}' reserved {total.cpu_seconds:.1f} CPU-s, "
+            f"{total.memory_gib_seconds:.1f} GiB-s, {total.gpu_seconds:.1f} GPU-s (size × wall "
+            f"time) over {len(self.usage)} attempt(s) on {self.backend}{used}"
         )
         return message, meta
 

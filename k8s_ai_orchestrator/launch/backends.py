@@ -8,7 +8,7 @@ Example:
 
 from __future__ import annotations
 
-from ..backends.base import Backend
+from ..backends.base import Backend, CancelsRuns
 from .settings import ExecutorSettings
 
 
@@ -39,3 +39,25 @@ def make_backend(name: str, settings: ExecutorSettings) -> Backend:
 
         return SlurmBackend(config_from_mapping(settings.slurm))
     raise ValueError(f"unknown backend {name!r}")
+
+
+def configured_backends(settings: ExecutorSettings) -> list[str]:
+    """The backends a run with these settings may use: local, and each one configured."""
+    names = ["local"]
+    names += ["kubernetes"] if settings.kubernetes is not None else []
+    names += ["slurm"] if settings.slurm is not None else []
+    return names
+
+
+def cancel_run(settings: ExecutorSettings, run_id: str) -> dict[str, list[str]]:
+    """Cancel every attempt of `run_id` on every backend its settings configure that can find
+    them by the run alone (`CancelsRuns`); the job ids cancelled, by backend."""
+    cancelled: dict[str, list[str]] = {}
+    for name in configured_backends(settings):
+        backend = make_backend(name, settings)
+        try:
+            if isinstance(backend, CancelsRuns):
+                cancelled[name] = backend.cancel_run(run_id)
+        finally:
+            backend.close()
+    return cancelled

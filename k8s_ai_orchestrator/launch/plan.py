@@ -9,8 +9,11 @@ Example:
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from .. import stepenv
+from ..backends.base import LaunchRequest
 from ..errors import TenantAccessError
 from ..spec import ComputeSpec
 from .settings import ExecutorSettings
@@ -24,6 +27,11 @@ class PlannedStep:
     spec: ComputeSpec
     backend: str  # local | kubernetes | slurm
     tenant: str | None  # resolved tenant (kubernetes), else None
+
+    @property
+    def where(self) -> str:
+        """Where it runs, for messages: "local", "kubernetes tenant 'team-a'"."""
+        return self.backend + (f" tenant '{self.tenant}'" if self.tenant else "")
 
 
 def plan_step(
@@ -48,3 +56,54 @@ def plan_step(
             "in the executor config or route the step to an allowed tenant"
         )
     return PlannedStep(key, spec, settings.backend_for(spec), tenant)
+
+
+def launch_request(
+    settings: ExecutorSettings,
+    step: PlannedStep,
+    spec: ComputeSpec,
+    *,
+    run_id: str,
+    attempt: int,
+    command: Sequence[str],
+    preemptions: int = 0,
+    labels: Mapping[str, str] | None = None,
+    env: Mapping[str, str] | None = None,
+    raw_command: bool = False,
+    parent_step_key: str = "",
+) -> LaunchRequest:
+    """The request of one attempt of `step` at `spec`: its command, the step environment
+    (run, step, attempt, size, grace period, preemption relaunches left) over `env`.
+
+    Example:
+        >>> from k8s_ai_orchestrator.spec import resolve_spec
+        >>> settings = ExecutorSettings.from_config({"backend": "local"})
+        >>> step = plan_step(settings, "tiles", resolve_spec({"size": "xs"}))
+        >>> request = launch_request(settings, step, step.spec, run_id="r1", attempt=0,
+        ...                          command=["python", "-c", "pass"])
+        >>> request.env["K8S_AI_STEP_KEY"], request.attempt
+        ('tiles', 0)
+    """
+    left = settings.relaunch.max_preemption_retries - preemptions
+    step_env = stepenv.step_env(
+        backend=step.backend,
+        run_id=run_id,
+        step_key=step.key,
+        attempt=attempt,
+        spec=spec,
+        grace_s=settings.grace_period_s,
+        preemption_relaunches_left=left,
+    )
+    return LaunchRequest(
+        run_id=run_id,
+        step_key=step.key,
+        attempt=attempt,
+        command=list(command),
+        env={**step_env, **(env or {})},
+        spec=spec,
+        tenant=step.tenant,
+        grace_period_s=settings.grace_period_s,
+        labels=dict(labels or {}),
+        raw_command=raw_command,
+        parent_step_key=parent_step_key,
+    )

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..backends.base import MemoryGrowth
+from ..backends.slurm.config import config_from_mapping
 from ..errors import ConfigError, config_number
 from ..spec import (
     BACKENDS,
@@ -96,6 +97,8 @@ class ExecutorSettings:
                 f"section: add executor config {gang_backend}: {{...}} "
                 "(see docs/slurm-and-gangs.md)"
             )
+        if raw.get("slurm") is not None:  # whatever the steps: a bad value never waits for a gang
+            config_from_mapping(raw["slurm"])
         table = _size_table(raw.get("size_classes"))
         allowed = raw.get("allowed_tenants")
         default_tenant = raw.get("default_tenant")

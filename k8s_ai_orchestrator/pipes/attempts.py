@@ -9,6 +9,7 @@ attempts are relaunched with memory × factor and Preempted/Evicted/Lost ones at
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager
 from typing import Any
@@ -16,10 +17,18 @@ from typing import Any
 from dagster import PipesClientCompletedInvocation, PipesMessageReader, PipesSession
 
 from .. import stepenv
-from ..backends.base import Backend, LaunchRequest, StepState, StepStatus
+from ..backends.base import (
+    Backend,
+    Capabilities,
+    FailureReason,
+    LaunchRequest,
+    StepState,
+    StepStatus,
+)
 from ..errors import PipesProgramError
 from ..launch.attempts import StepAttempts
-from ..launch.plan import PlannedStep
+from ..launch.lifecycle import Attempt
+from ..launch.plan import PlannedStep, launch_request
 from ..launch.relaunch import StepHistory, decide
 from ..launch.settings import ExecutorSettings
 from ..spec import ComputeSpec
@@ -41,8 +50,14 @@ class PipesAttempts:
         settings: ExecutorSettings,
         context: Any,
         command: Sequence[str],
+        *,
+        clock: Callable[[], float] = time.monotonic,
+        wall_clock: Callable[[], float] = time.time,
     ) -> None:
         self._backend = backend
+        self._caps = Capabilities.of(backend)
+        self._clock = clock  # timeouts and durations
+        self._wall_clock = wall_clock  # each attempt's times in the summary
         self._planned = planned
         self._settings = settings
         self._context = context
@@ -50,13 +65,14 @@ class PipesAttempts:
         self._live = StepAttempts(
             planned.spec, planned.backend, planned.tenant, StepHistory(planned.key)
         )
+        growth = settings.growth
+        self._live.grow_at = growth.grow_at if growth else 0.0
         self._attempt_rows: list[dict[str, Any]] = []
 
     def validate(self, env: Mapping[str, str]) -> None:
         """Every check the backend's submit makes, creating nothing (the pre-flight)."""
-        validate = getattr(self._backend, "validate", None)
-        if validate is not None:
-            validate(self._request(self._planned.spec, 0, env))
+        if self._caps.validates is not None:
+            self._caps.validates.validate(self._request(self._planned.spec, 0, env))
 
     def run(
         self, open_session: OpenSession, make_reader: MakeReader, env: Mapping[str, str]
@@ -77,42 +93,64 @@ class PipesAttempts:
                 message, meta = live.summary(self._planned.key)
                 self._log(message)
                 return PipesClientCompletedInvocation(
-                    session, metadata={**meta, "attempts_usage": self._attempt_rows}
+                    session,
+                    metadata={
+                        **meta,
+                        "program": self._planned.key,
+                        "attempts_usage": self._attempt_rows,
+                    },
                 )
             self._relaunch_or_fail(status)
 
     def _run_attempt(self, request: LaunchRequest, reader: PipesMessageReader) -> StepStatus:
         live, backend = self._live, self._backend
-        handle = live.handle = backend.submit(request)
+        launched_at, launched_wall = self._clock(), self._wall_clock()
+        handle = backend.submit(request)
+        attempt = live.attempt = Attempt(
+            handle, launched_at, self._planned.where, request.spec.timeout_s, "timeout=..."
+        )
         self._log(
-            f"Launching '{request.step_key}' on {self._where()} with {request.spec.describe()} "
-            f"(attempt {request.attempt + 1}, job {handle.job_id})"
+            f"Launching '{request.step_key}' on {self._planned.where} with "
+            f"{request.spec.describe()} (attempt {request.attempt + 1}, job {handle.job_id})"
         )
         on_poll = self._message_poller(reader)
+        resizes = self._caps.resizes
         watcher = AttemptWatcher(
             backend,
-            handle,
+            attempt,
             self._log,
+            observe=lambda status, now: live.observe(
+                status, now, resizes.resizes(handle) if resizes else ()
+            ),
             on_poll=on_poll,
             poll_interval_s=self._settings.poll_interval_s,
-            where=self._where(),
+            clock=self._clock,
         )
         try:
-            status = watcher.wait(request.spec.timeout_s)
+            status = watcher.wait()
         except BaseException:
             backend.cancel(handle)
             self._log(f"Cancelled '{request.step_key}' ({live.backend} job {handle.job_id})")
             raise
+        ended_at = self._clock()
         on_poll(final=True)
+
+        def wall(at: float | None) -> float | None:
+            return None if at is None else round(launched_wall + at - launched_at, 3)
+
         usage = backend.usage(handle)
         live.usage.append(usage)
-        live.last_status = status
         self._attempt_rows.append(
             {
                 "attempt": request.attempt + 1,
                 "job": handle.job_id,
+                "cpu": request.spec.cpu,
                 "memory": request.spec.memory_quantity,
+                "gpu": request.spec.gpu,
                 "outcome": status.reason or status.state.value,
+                "launched_at": wall(launched_at),
+                "running_at": wall(attempt.running_at),
+                "ended_at": wall(ended_at),
                 "cpu_seconds": round(usage.cpu_seconds, 2),
                 "memory_gib_seconds": round(usage.memory_gib_seconds, 2),
                 "gpu_seconds": round(usage.gpu_seconds, 2),
@@ -123,15 +161,15 @@ class PipesAttempts:
 
     def _message_poller(self, reader: PipesMessageReader) -> Callable[..., None]:
         """Reads the pod's log for Pipes messages (Kubernetes); file readers tail on their own."""
-        logs_since = getattr(self._backend, "logs_since", None)
-        handle = self._live.handle
+        logs = self._caps.logs
+        attempt = self._live.attempt
 
         def poll(final: bool = False) -> None:
-            if not isinstance(reader, PodLogMessageReader) or logs_since is None or not handle:
+            if not isinstance(reader, PodLogMessageReader) or logs is None or attempt is None:
                 return
 
             def read(offset: int) -> tuple[str, int]:
-                return logs_since(handle, offset)  # type: ignore[no-any-return]
+                return logs.logs_since(attempt.handle, offset)
 
             if final:
                 reader.drain(read)
@@ -142,48 +180,33 @@ class PipesAttempts:
 
     def _relaunch_or_fail(self, status: StepStatus) -> None:
         live = self._live
-        reason = status.reason or status.state.value
+        reason = FailureReason(status.reason) if status.reason else FailureReason.ERROR
         decision = decide(self._settings.relaunch, live.history, reason)
         live.reasons.append(reason)
         if decision.relaunch:
             live.record_relaunch(reason, decision.memory_bytes)
             self._log(f"Relaunching: {decision.message}")
             return
-        assert live.handle is not None
-        tail = self._backend.logs(live.handle, tail_lines=LOG_TAIL_LINES)
+        assert live.attempt is not None
+        tail = self._backend.logs(live.attempt.handle, tail_lines=LOG_TAIL_LINES)
         failure = live.describe_failure(self._planned.key, status, tail, LOG_TAIL_LINES)
         raise PipesProgramError(f"{decision.message}\n{failure}" if decision.message else failure)
 
     def _request(self, spec: ComputeSpec, attempt: int, env: Mapping[str, str]) -> LaunchRequest:
-        planned, settings = self._planned, self._settings
-        left = settings.relaunch.max_preemption_retries - self._live.history.preemptions
         run_id = self._context.run.run_id
-        step_env = stepenv.step_env(
-            backend=planned.backend,
+        return launch_request(
+            self._settings,
+            self._planned,
+            spec,
             run_id=run_id,
-            step_key=planned.key,
-            attempt=attempt,
-            spec=spec,
-            grace_s=settings.grace_period_s,
-            preemption_relaunches_left=left,
-        )
-        return LaunchRequest(
-            run_id=run_id,
-            step_key=planned.key,
             attempt=attempt,
             command=self._command,
-            env={**step_env, **env},
-            spec=spec,
-            tenant=planned.tenant,
-            grace_period_s=settings.grace_period_s,
+            preemptions=self._live.history.preemptions,
             labels={"dagster/job": self._context.run.job_name},
+            env=env,
             raw_command=True,
             parent_step_key=_parent_step(run_id),
         )
-
-    def _where(self) -> str:
-        tenant = self._planned.tenant
-        return self._planned.backend + (f" tenant '{tenant}'" if tenant else "")
 
     def _log(self, message: str) -> None:
         self._context.log.info(message)

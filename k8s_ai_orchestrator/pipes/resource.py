@@ -18,6 +18,7 @@ Example:
 
 from __future__ import annotations
 
+import contextlib
 import os
 import tempfile
 from collections.abc import Mapping, Sequence
@@ -65,7 +66,8 @@ class AICompute(ConfigurableResource, PipesClient):  # type: ignore[misc]
 
     Its config is the `ai_executor`'s (same keys, same rules): define it once and pass it to
     both, e.g. `AICompute(**CONFIG)` and `ai_executor.configured(CONFIG)`. Keys the resource
-    has no use for (`max_concurrent`, `retries`) are left out.
+    has no use for (`max_concurrent`, `tag_concurrency_limits`, `step_dependency_config`,
+    `retries`) are left out.
 
     Example:
         >>> ai = AICompute(backend="local", local={"cpus": 2, "memory": "4Gi"})
@@ -93,6 +95,7 @@ class AICompute(ConfigurableResource, PipesClient):  # type: ignore[misc]
     poll_interval_s: float = Field(default=0.5, description="How often the attempt is checked")
 
     _calls: int = PrivateAttr(default=0)
+    _message_files: list[str] = PrivateAttr(default_factory=list)  # local: removed after run
 
     def settings(self) -> ExecutorSettings:
         """The resource's config as the executor's validated settings (raises `ConfigError`)."""
@@ -140,7 +143,7 @@ class AICompute(ConfigurableResource, PipesClient):  # type: ignore[misc]
         try:
             attempts = PipesAttempts(backend, planned, settings, context, list(command))
             attempts.validate(dict(env or {}))
-            return attempts.run(
+            completed = attempts.run(
                 lambda reader: open_pipes_session(
                     context=context,
                     context_injector=PipesEnvContextInjector(),
@@ -150,8 +153,15 @@ class AICompute(ConfigurableResource, PipesClient):  # type: ignore[misc]
                 lambda attempt: self._reader(planned.backend, settings, key, attempt),
                 dict(env or {}),
             )
+            if checkpoints is not None and checkpoints.clear_on_success:
+                checkpoints.clear(context)  # finished: never resumed by a later run
+            return completed
         finally:
             backend.close()
+            for path in self._message_files:
+                with contextlib.suppress(OSError):
+                    os.remove(path)
+            self._message_files.clear()
 
     def _launch_key(self, step: str) -> str:
         """`<step>-pipes` for the first program a step runs, `<step>-pipes-2` for the next."""
@@ -172,6 +182,7 @@ class AICompute(ConfigurableResource, PipesClient):  # type: ignore[misc]
             handle, path = tempfile.mkstemp(prefix=f"{key}-{attempt}-", suffix=".jsonl", dir=folder)
         else:
             handle, path = tempfile.mkstemp(prefix=f"{key}-{attempt}-", suffix=".jsonl")
+            self._message_files.append(path)
         os.close(handle)
         return PipesFileMessageReader(path)
 

@@ -1,7 +1,8 @@
 """Run report: a finished run's steps read back from its event log, drawn as HTML and PNG.
 
-Floors, one way: `model` (events → dataclasses) ← `summary` (what the report says: cards,
-legend, timeline bars, table cells) ← `html` (page with inline SVG) | `png` (matplotlib) ←
+Floors, one way: `timeline` (the dataclasses) ← `programs` (`AICompute` program rows) ←
+`model` (events → dataclasses) ← `summary` (what the report says: cards, legend, timeline
+bars, table cells) ← `html` (page with inline SVG) | `png` (matplotlib) ←
 `files` (writes both; Chromium screenshot when matplotlib is missing) ← `sensor` (writes the
 report when a run ends and tags the run with it).
 

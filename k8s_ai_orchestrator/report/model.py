@@ -1,9 +1,10 @@
 """Run report: what each step of a finished run did, read back from the run's event log.
 
 `ai_executor` writes engine events as it launches, watches and relaunches steps (see
-`step_handler.py`). This module turns a run's events into plain dataclasses — a timeline of
-attempts per step and the resource-seconds each step used. `summary` says what the report
-shows, `html` and `png` draw it, `files` writes it; `sensor` writes it when a run ends.
+`step_handler.py`). This module turns a run's events into the plain dataclasses of
+`timeline` — a timeline of attempts per step and the resource-seconds each step used — and
+adds a row per `AICompute` program (`programs`). `summary` says what the report shows,
+`html` and `png` draw it, `files` writes it; `sensor` writes it when a run ends.
 
 Example:
     >>> from dagster import DagsterInstance
@@ -20,219 +21,47 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from dagster import (
+    DagsterEvent,
     DagsterInstance,
     MetadataValue,
 )
 
 from ..errors import OrchestratorError
+from .programs import ERROR_CHAIN, program_timelines
+from .timeline import (
+    Attempt,
+    LoggedEvent,
+    Measured,
+    RunReport,
+    StepTimeline,
+    Usage,
+    measured_from,
+    reasons_from,
+    usage_from,
+)
 
 META = "k8s_ai/"
-OOM = "OOMKilled"
-PREEMPTION_REASONS = frozenset({"Preempted", "Evicted", "Lost"})
 _RUNNING_ON = re.compile(r"^Step '.+' is running on (?P<node>.+)$")
 _RUN_END_KINDS = {"RUN_SUCCESS", "RUN_FAILURE", "RUN_CANCELED"}
 REPORT_TAG = "k8s_ai/report"  # run tag `run_report_sensor` sets to the report's HTML path
 
 
+class _Error(Protocol):
+    """What the report reads of a step failure's error (Dagster's _Error)."""
+
+    @property
+    def cls_name(self) -> str | None: ...
+    @property
+    def message(self) -> str: ...
+    @property
+    def cause(self) -> _Error | None: ...
+
+
 class ReportError(OrchestratorError):
     """The report cannot be built, e.g. the run id is not in this Dagster instance."""
-
-
-@dataclass(frozen=True)
-class LoggedEvent:
-    """One event of the run's log, reduced to what the report reads.
-
-    Example:
-        >>> LoggedEvent(12.5, "STEP_START", "mosaic", "Started execution of step").kind
-        'STEP_START'
-    """
-
-    timestamp: float  # seconds since the epoch
-    kind: str  # DagsterEventType name: STEP_START, ENGINE_EVENT, RUN_SUCCESS, ...
-    step_key: str | None  # None for run-level events
-    message: str = ""
-    metadata: Mapping[str, Any] = field(default_factory=dict)  # plain values, keys as logged
-
-
-@dataclass(frozen=True)
-class Attempt:
-    """One launch of a step on a backend, from launch to its end.
-
-    Example:
-        >>> a = Attempt(1, "local", "", "xl", 72.0, "450Gi", 0, 0.0, 2.0, 9.0, OOM)
-        >>> (a.pending_seconds, a.running_seconds, a.oom_killed)
-        (2.0, 7.0, True)
-    """
-
-    number: int  # 1-based, as in "(attempt N)"
-    backend: str  # local | kubernetes | slurm
-    tenant: str  # "" when no tenant applies
-    size: str  # size class name, or "custom"
-    cpu: float
-    memory: str  # Kubernetes quantity this attempt got, e.g. "512Mi"
-    gpu: int
-    launched_at: float  # when the executor submitted it
-    running_at: float | None  # when it left Pending; None if it never ran
-    ended_at: float
-    outcome: str  # succeeded | failed | cancelled | unfinished | retried | a relaunch reason
-    node: str = ""  # where it ran, when the backend said
-    pending_reason: str = ""  # the last reason it was Pending, "" if it never waited
-    nodes: int = 1  # nodes of a multi-node (gang) step; cpu/memory/gpu are per task
-
-    @property
-    def pending_seconds(self) -> float:
-        """Seconds between submission and the start of running (all of it if it never ran)."""
-        return (self.running_at or self.ended_at) - self.launched_at
-
-    @property
-    def running_seconds(self) -> float:
-        """Seconds it ran; 0 if it never left Pending."""
-        return 0.0 if self.running_at is None else self.ended_at - self.running_at
-
-    @property
-    def oom_killed(self) -> bool:
-        """Whether this attempt ended OOMKilled (and the next one got more memory)."""
-        return self.outcome == OOM
-
-    @property
-    def preempted(self) -> bool:
-        """Whether this attempt was preempted, evicted or lost its node."""
-        return self.outcome in PREEMPTION_REASONS
-
-
-@dataclass(frozen=True)
-class Usage:
-    """Resource-seconds as the backend accounted them (requested size × time held).
-
-    Example:
-        >>> Usage(cpu_seconds=7200.0).cpu_hours
-        2.0
-    """
-
-    cpu_seconds: float = 0.0
-    memory_gib_seconds: float = 0.0
-    gpu_seconds: float = 0.0
-    wall_seconds: float = 0.0
-
-    @property
-    def cpu_hours(self) -> float:
-        """CPU-hours."""
-        return self.cpu_seconds / 3600
-
-    def plus(self, other: Usage) -> Usage:
-        """The sum of two usages."""
-        return Usage(
-            self.cpu_seconds + other.cpu_seconds,
-            self.memory_gib_seconds + other.memory_gib_seconds,
-            self.gpu_seconds + other.gpu_seconds,
-            self.wall_seconds + other.wall_seconds,
-        )
-
-
-@dataclass(frozen=True)
-class Measured:
-    """What a step was given at its end against what it used at its peak (backend-measured).
-
-    Example:
-        >>> Measured(2.0, 4 * 1024**3, 0.5, 1024**3).memory_share
-        0.25
-    """
-
-    requested_cpu: float
-    requested_memory_bytes: int  # the last attempt's memory, after any in-place growth
-    peak_cpu: float | None  # peak cores in use; None when not measured (Slurm)
-    peak_memory_bytes: int  # peak resident memory over all attempts
-
-    @property
-    def memory_share(self) -> float:
-        """Peak memory over requested memory."""
-        return self.peak_memory_bytes / self.requested_memory_bytes
-
-    @property
-    def cpu_share(self) -> float:
-        """Peak cores over requested cores."""
-        if self.peak_cpu is None or not self.requested_cpu:
-            return 0.0
-        return self.peak_cpu / self.requested_cpu
-
-
-@dataclass(frozen=True)
-class StepTimeline:
-    """Every attempt of one step, and the summary the executor wrote after the last one.
-
-    Example:
-        >>> step = StepTimeline("mosaic", attempts=())
-        >>> (step.outcome, step.relaunches)
-        ('not launched', 0)
-    """
-
-    step_key: str
-    attempts: tuple[Attempt, ...]
-    usage: Usage | None = None  # None when the executor wrote no summary (run cut short)
-    reasons: tuple[str, ...] = ()  # relaunch/failure reasons in order, e.g. ("OOMKilled",)
-    measured: Measured | None = None  # None when the backend measured nothing (or no summary)
-
-    @property
-    def outcome(self) -> str:
-        """The last attempt's outcome."""
-        return self.attempts[-1].outcome if self.attempts else "not launched"
-
-    @property
-    def relaunches(self) -> int:
-        """How many times the executor launched the step again."""
-        return max(0, len(self.attempts) - 1)
-
-    @property
-    def memory_tried(self) -> tuple[str, ...]:
-        """The memory of each attempt in order, e.g. ("256Mi", "512Mi", "1Gi")."""
-        return tuple(a.memory for a in self.attempts)
-
-    @property
-    def seconds_lost(self) -> float:
-        """Wall seconds of attempts that did not end the step (OOM, preemption, retries)."""
-        return sum(a.ended_at - a.launched_at for a in self.attempts[:-1])
-
-
-@dataclass(frozen=True)
-class RunReport:
-    """A finished (or stopped) run: its steps' timelines and their resource use.
-
-    Example:
-        >>> report = RunReport("813621f2", "vegetation_risk", "SUCCESS", 0.0, 30.0, steps=())
-        >>> (report.duration_seconds, report.total_usage)
-        (30.0, Usage(cpu_seconds=0.0, memory_gib_seconds=0.0, gpu_seconds=0.0, wall_seconds=0.0))
-    """
-
-    run_id: str
-    job_name: str
-    status: str  # DagsterRunStatus value: SUCCESS, FAILURE, CANCELED, STARTED, ...
-    started_at: float
-    ended_at: float
-    steps: tuple[StepTimeline, ...]
-
-    @property
-    def duration_seconds(self) -> float:
-        """Seconds from the run's start to its end."""
-        return self.ended_at - self.started_at
-
-    @property
-    def total_usage(self) -> Usage:
-        """The sum of every step's usage."""
-        total = Usage()
-        for step in self.steps:
-            total = total.plus(step.usage or Usage())
-        return total
-
-    def step(self, step_key: str) -> StepTimeline:
-        """The timeline of one step; `KeyError` if the run has no such step."""
-        for step in self.steps:
-            if step.step_key == step_key:
-                return step
-        raise KeyError(step_key)
 
 
 class _AttemptBuilder:
@@ -288,14 +117,14 @@ def _step_timeline(step_key: str, events: list[LoggedEvent], run_end: float) -> 
             current = _AttemptBuilder(event)
             continue
         if event.kind == "ENGINE_EVENT" and META + "cpu_seconds" in meta:
-            usage = _usage(meta)
-            measured = _measured(meta)
-            reasons = _reasons(meta)
+            usage = usage_from(meta, META)
+            measured = measured_from(meta, META)
+            reasons = reasons_from(meta, META)
         if current is None:
             continue
         _apply(current, event, _RUNNING_ON.match(message))
         if message.startswith("Relaunching:"):
-            reasons = _reasons(meta) or reasons
+            reasons = reasons_from(meta, META) or reasons
     if current is not None:
         attempts.append(current.build(run_end))
     return StepTimeline(step_key, tuple(attempts), usage, reasons, measured)
@@ -310,7 +139,7 @@ def _apply(current: _AttemptBuilder, event: LoggedEvent, running: re.Match[str] 
     elif kind == "ENGINE_EVENT" and " is Pending: " in event.message:
         current.pending_reason = str(meta.get(META + "reason", event.message.split(": ", 1)[1]))
     elif kind == "ENGINE_EVENT" and event.message.startswith("Relaunching:"):
-        reasons = _reasons(meta)
+        reasons = reasons_from(meta, META)
         current.end(ts, reasons[-1] if reasons else "retried", override=True)
     elif kind == "ENGINE_EVENT" and event.message.startswith("Cancelled step"):
         current.end(ts, "cancelled")
@@ -322,31 +151,6 @@ def _apply(current: _AttemptBuilder, event: LoggedEvent, running: re.Match[str] 
         current.end(ts, "failed")
     elif kind == "STEP_UP_FOR_RETRY":
         current.end(ts, "retried")
-
-
-def _usage(meta: Mapping[str, Any]) -> Usage:
-    return Usage(
-        cpu_seconds=float(meta.get(META + "cpu_seconds", 0.0)),
-        memory_gib_seconds=float(meta.get(META + "memory_gib_seconds", 0.0)),
-        gpu_seconds=float(meta.get(META + "gpu_seconds", 0.0)),
-        wall_seconds=float(meta.get(META + "wall_seconds", 0.0)),
-    )
-
-
-def _measured(meta: Mapping[str, Any]) -> Measured | None:
-    if not meta.get(META + "peak_memory_bytes") or not meta.get(META + "requested_memory_bytes"):
-        return None
-    return Measured(
-        requested_cpu=float(meta.get(META + "requested_cpu", 0.0)),
-        requested_memory_bytes=int(meta[META + "requested_memory_bytes"]),
-        peak_cpu=float(meta[META + "peak_cpu"]) if META + "peak_cpu" in meta else None,
-        peak_memory_bytes=int(meta[META + "peak_memory_bytes"]),
-    )
-
-
-def _reasons(meta: Mapping[str, Any]) -> tuple[str, ...]:
-    text = str(meta.get(META + "reasons", ""))
-    return tuple(r.strip() for r in text.split(",") if r.strip() and r.strip() != "none")
 
 
 def build_report(
@@ -378,7 +182,43 @@ def build_report(
     steps = [_step_timeline(key, evs, ended) for key, evs in by_step.items()]
     steps = [s for s in steps if s.attempts]
     steps.sort(key=lambda s: (s.attempts[0].launched_at, s.step_key))
-    return RunReport(run_id, job_name, status, started, ended, tuple(steps))
+    return RunReport(run_id, job_name, status, started, ended, _with_programs(steps, ordered))
+
+
+def _with_programs(
+    steps: list[StepTimeline], ordered: list[LoggedEvent]
+) -> tuple[StepTimeline, ...]:
+    """Each step followed by its `AICompute` programs; programs of other steps last, in order."""
+    programs = program_timelines(ordered)
+    rows: list[StepTimeline] = []
+    for step in steps:
+        rows += [step, *(p for p in programs if p.program_of == step.step_key)]
+    placed = {step.step_key for step in steps}
+    return (*rows, *(p for p in programs if p.program_of not in placed))
+
+
+def resolve_run_id(instance: DagsterInstance, text: str) -> str:
+    """The full run id for `text`: a full id, a unique prefix (`813621f2`), or "latest".
+
+    Raises `ReportError` naming the instance when nothing, or more than one run, matches.
+    """
+    if text == "latest":
+        runs = instance.get_runs(limit=1)
+        if not runs:
+            raise ReportError(f"the Dagster instance at {instance.root_directory} has no runs")
+        return runs[0].run_id
+    if instance.has_run(text):
+        return text
+    matches = [run_id for run_id in instance.get_run_ids() if run_id.startswith(text)]
+    if len(matches) == 1:
+        return matches[0]
+    if not matches:
+        raise ReportError(
+            f"run '{text}' is not in the Dagster instance at {instance.root_directory}; "
+            "check the run id and that DAGSTER_HOME points at the instance that ran it"
+        )
+    shown = ", ".join(matches[:5])
+    raise ReportError(f"run id prefix '{text}' matches {len(matches)} runs ({shown}): give more")
 
 
 def load_run_report(instance: DagsterInstance, run_id: str) -> RunReport:
@@ -400,19 +240,38 @@ def load_run_report(instance: DagsterInstance, run_id: str) -> RunReport:
         event = record.dagster_event
         if event is None:
             continue
-        metadata: Mapping[str, MetadataValue] = {}
-        if event.is_engine_event and event.engine_event_data is not None:
-            metadata = event.engine_event_data.metadata
         events.append(
             LoggedEvent(
                 timestamp=record.timestamp,
                 kind=event.event_type.name,
                 step_key=event.step_key,
                 message=event.message or "",
-                metadata={k: v.value for k, v in metadata.items()},
+                metadata=_event_metadata(event),
             )
         )
     return build_report(run.run_id, run.job_name, run.status.value, events)
+
+
+def _event_metadata(event: DagsterEvent) -> dict[str, Any]:
+    """The plain metadata the report reads: engine events', materializations', failures' errors."""
+    metadata: Mapping[str, MetadataValue] = {}
+    if event.is_engine_event and event.engine_event_data is not None:
+        metadata = event.engine_event_data.metadata
+    elif event.is_step_materialization:
+        metadata = event.step_materialization_data.materialization.metadata
+    elif event.is_step_failure and event.step_failure_data.error is not None:
+        return {ERROR_CHAIN: _error_chain(event.step_failure_data.error)}
+    return {k: v.value for k, v in metadata.items()}
+
+
+def _error_chain(error: _Error) -> tuple[tuple[str, str], ...]:
+    """(class name, message) of an error and each of its causes, outermost first."""
+    chain: list[tuple[str, str]] = []
+    current: _Error | None = error
+    while current is not None:
+        chain.append((current.cls_name or "", current.message))
+        current = current.cause
+    return tuple(chain)
 
 
 __all__ = [
@@ -425,4 +284,5 @@ __all__ = [
     "Usage",
     "build_report",
     "load_run_report",
+    "resolve_run_id",
 ]

@@ -51,16 +51,17 @@ COLUMNS = (
     "requested",
     "peak used",
     "reasons",
-    "CPU-s",
-    "GiB-s",
-    "GPU-s",
+    "reserved CPU-s",
+    "reserved GiB-s",
+    "reserved GPU-s",
     "s lost",
     "outcome",
 )
-CPU_COLUMN = COLUMNS.index("CPU-s")
+CPU_COLUMN = COLUMNS.index("reserved CPU-s")
 SUBTITLE = (
-    "steps launched by ai_executor; resource-seconds are the size each attempt held × "
-    "the time it held it; peak used is what the backend measured"
+    "steps launched by ai_executor and AICompute programs (step › program); reserved "
+    "resource-seconds are the size each attempt held × the time it held it; peak used is what "
+    "the backend measured"
 )
 OVERSIZED_BELOW = 0.5  # a step whose peak memory is under this share of its request is over-sized
 
@@ -146,7 +147,7 @@ class TableRow:
     """
 
     cells: tuple[str, ...]
-    cpu_share: float  # its CPU-seconds over the largest step's, 0..1, drawn behind CPU-s
+    cpu_share: float  # its CPU-seconds over the largest step's, 0..1, drawn behind reserved CPU-s
 
 
 @dataclass(frozen=True)
@@ -266,7 +267,7 @@ def _cards(report: RunReport) -> tuple[Card, ...]:
     return (
         Card("status", report.status),
         Card("duration", f"{report.duration_seconds:.1f} s"),
-        Card("steps", str(len(report.steps))),
+        Card("steps", str(sum(not s.program_of for s in report.steps))),
         Card("relaunches", str(sum(s.relaunches for s in report.steps))),
         Card("OOM kills", str(sum(a.oom_killed for a in attempts))),
         Card("preemptions", str(sum(a.preempted for a in attempts))),
@@ -307,16 +308,22 @@ def _bar(attempt: Attempt, t0: float) -> AttemptBar:
 
 
 def _timeline_row(step: StepTimeline, t0: float) -> TimelineRow:
+    """Captioned with backend · size, and any note; no bars where no times were recorded."""
+    if not step.attempts:
+        return TimelineRow(step_key=step.step_key, caption=step.note, bars=())
     first = step.attempts[0]
+    note = f" · {step.note}" if step.note else ""
     return TimelineRow(
         step_key=step.step_key,
-        caption=f"{first.backend} · {size_text(first)}",
-        bars=tuple(_bar(a, t0) for a in step.attempts),
+        caption=f"{first.backend} · {size_text(first)}{note}",
+        bars=tuple(_bar(a, t0) for a in step.attempts) if step.timed else (),
     )
 
 
 def _table_row(step: StepTimeline, max_cpu: float) -> TableRow:
     u = step.usage
+    if not step.attempts:
+        return TableRow((step.step_key, *("—",) * (len(COLUMNS) - 2), step.outcome), 0.0)
     first = step.attempts[0]
     cells = (
         step.step_key,
@@ -330,7 +337,7 @@ def _table_row(step: StepTimeline, max_cpu: float) -> TableRow:
         f"{u.cpu_seconds:.1f}" if u else "—",
         f"{u.memory_gib_seconds:.1f}" if u else "—",
         f"{u.gpu_seconds:.1f}" if u else "—",
-        f"{step.seconds_lost:.1f}",
+        f"{step.seconds_lost:.1f}" if step.timed else "—",
         step.outcome,
     )
     share = u.cpu_seconds / max_cpu if u and max_cpu else 0.0

@@ -30,6 +30,7 @@ def uncommitted_data(root: str) -> set[str]:
     return on_disk - named
 
 
+@pytest.mark.slow
 def test_kill_9_during_saves_leaves_a_complete_old_or_new_state(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:

@@ -58,6 +58,7 @@ def assert_every_unit_done_with_little_redone(tmp_path: Path) -> None:
     assert redone <= UNITS_PER_INTERVAL
 
 
+@pytest.mark.slow
 def test_a_sigtermed_materialization_saves_and_the_rerun_resumes(tmp_path: Path) -> None:
     env = env_for(tmp_path)
     first = subprocess.Popen(
@@ -111,6 +112,7 @@ def events_of(instance: DagsterInstance, run_id: str, event_type: str) -> list[D
     ]
 
 
+@pytest.mark.slow
 def test_a_sigtermed_dagster_execute_step_process_saves_and_a_new_run_resumes(
     tmp_path: Path, instance: DagsterInstance, monkeypatch: pytest.MonkeyPatch
 ) -> None:

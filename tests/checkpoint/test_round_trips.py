@@ -124,10 +124,17 @@ def test_clear_deletes_every_commit(store: CheckpointStore) -> None:
     assert store.open("tiles").load() is None
 
 
-def test_clear_on_success_clears_when_the_with_block_succeeds(root: str) -> None:
-    store = CheckpointStore(root=root, clear_on_success=True, handle_signals=False)
+def test_a_finished_with_block_clears_its_checkpoints_by_default(root: str) -> None:
+    store = CheckpointStore(root=root, handle_signals=False)
     with store.open("tiles") as ckpt:
         ckpt.save({"a": 1})
+    assert store.open("tiles").load() is None
+
+
+def test_clear_by_step_deletes_what_the_step_saved(root: str) -> None:
+    store = CheckpointStore(root=root, handle_signals=False)
+    store.open("tiles").save({"a": 1})
+    store.clear("tiles")
     assert store.open("tiles").load() is None
 
 
@@ -139,7 +146,8 @@ def test_clear_on_success_keeps_checkpoints_when_the_block_fails(root: str) -> N
     assert store.open("tiles").load() == {"a": 1}
 
 
-def test_without_clear_on_success_checkpoints_outlive_the_step(store: CheckpointStore) -> None:
+def test_without_clear_on_success_checkpoints_outlive_the_step(root: str) -> None:
+    store = CheckpointStore(root=root, clear_on_success=False, handle_signals=False)
     with store.open("tiles") as ckpt:
         ckpt.save({"a": 1})
     assert store.open("tiles").load() == {"a": 1}

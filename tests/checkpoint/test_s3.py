@@ -1,4 +1,4 @@
-"""The same contract on s3:// (an in-process moto S3 server; skipped without s3fs and moto)."""
+"""The same contract on s3:// (an in-process moto S3 server; s3fs and moto are dev dependencies)."""
 
 from __future__ import annotations
 
@@ -9,9 +9,10 @@ import pyarrow as pa
 import pytest
 
 from k8s_ai_orchestrator.checkpoint import CheckpointStore
+from tests.requirements import DEV_EXTRA, require_module
 
-pytest.importorskip("s3fs")
-moto_server = pytest.importorskip("moto.server")
+require_module("s3fs", "s3fs (checkpoints on s3://)", DEV_EXTRA)
+moto_server = require_module("moto.server", "moto[server] (an in-process S3)", DEV_EXTRA)
 pytestmark = pytest.mark.timeout(120)
 
 

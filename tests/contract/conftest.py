@@ -1,17 +1,15 @@
-"""Contract targets on the real control plane; under CI=true its contract may not skip.
+"""Contract targets on the real control plane.
 
 `plane_target`: a fresh namespace on the session plane's host API server (the fixture
 `control_plane`). `node_target`: the same on the host of `plane_with_nodes`, whose node agent
 runs pods. (Not in a tenant: our tenant syncer copies no events from the host, where real
 vCluster does, so the scheduler's FailedScheduling event would be missing there.)
 
-Under CI=true a skip of test_contract_control_plane.py is turned into a failure naming its
-reason: the real control plane must run in CI.
+Under CI=true a skip of these tests fails (tests/requirements.py): CI must run the real plane.
 """
 
 from __future__ import annotations
 
-import os
 import sys
 import time
 import uuid
@@ -22,9 +20,7 @@ from kubernetes import client, config
 
 from k8s_ai_orchestrator.testing.controlplane import ControlPlane
 from k8s_ai_orchestrator.testing.controlplane.kube import RealKube
-from k8s_ai_orchestrator.testing.kube.contract import ContractTarget
-
-PLANE_MODULE = "test_contract_control_plane.py"
+from tests.contract_support.contract import ContractTarget
 
 
 def _wait_for_default_service_account(core: client.CoreV1Api, namespace: str) -> None:
@@ -56,22 +52,3 @@ def plane_target(control_plane: ControlPlane) -> Iterator[ContractTarget]:
 def node_target(plane_with_nodes: RealKube) -> Iterator[ContractTarget]:
     """A fresh namespace on the host of the real control plane with nodes."""
     yield from _target(plane_with_nodes.host.api_client())
-
-
-def _skip_reason(report: pytest.TestReport) -> str:
-    longrepr = report.longrepr
-    text = longrepr[2] if isinstance(longrepr, tuple) else str(longrepr)
-    return text.removeprefix("Skipped: ")
-
-
-@pytest.hookimpl(hookwrapper=True)
-def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
-    outcome = yield
-    report: pytest.TestReport = outcome.get_result()  # type: ignore[attr-defined]
-    in_ci = os.environ.get("CI", "").lower() == "true"
-    if not (in_ci and report.skipped and item.path.name == PLANE_MODULE):
-        return
-    report.outcome = "failed"
-    report.longrepr = (
-        f"CI=true: the real control plane's contract was skipped: {_skip_reason(report)}"
-    )

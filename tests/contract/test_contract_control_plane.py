@@ -14,14 +14,14 @@ from collections.abc import Callable
 import pytest
 
 from k8s_ai_orchestrator.testing.controlplane import ControlPlane
-from k8s_ai_orchestrator.testing.kube.contract import (
+from tests.contract_support.contract import (
     API_CHECKS,
     HISTORY_CHECKS,
     NODE_CHECKS,
     ContractTarget,
 )
 
-pytestmark = [pytest.mark.contract, pytest.mark.timeout(300)]
+pytestmark = [pytest.mark.contract, pytest.mark.controlplane, pytest.mark.timeout(300)]
 
 
 @pytest.mark.parametrize("check", API_CHECKS, ids=[c.__name__ for c in API_CHECKS])

@@ -12,7 +12,8 @@ from kubernetes import client, config
 
 from k8s_ai_orchestrator.testing.controlplane import ApiServer, ControlPlane
 
-pytestmark = pytest.mark.timeout(2400)  # under CI the first test may build the binary
+# under CI the first test may build the binary
+pytestmark = [pytest.mark.controlplane, pytest.mark.timeout(2400)]
 
 
 def _api(server: ApiServer) -> client.ApiClient:

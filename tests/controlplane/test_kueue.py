@@ -150,6 +150,7 @@ def _name(prefix: str) -> str:
 
 
 @pytest.mark.controlplane
+@pytest.mark.kueue
 @pytest.mark.timeout(2400)
 def test_a_labelled_job_is_suspended_on_create_and_runs_once_its_workload_is_admitted(
     kueue: KueueTenant,
@@ -168,6 +169,7 @@ def test_a_labelled_job_is_suspended_on_create_and_runs_once_its_workload_is_adm
 
 
 @pytest.mark.controlplane
+@pytest.mark.kueue
 @pytest.mark.timeout(2400)
 def test_a_job_beyond_the_remaining_quota_stays_suspended_with_no_pod_until_it_fits(
     kueue: KueueTenant,
@@ -187,6 +189,7 @@ def test_a_job_beyond_the_remaining_quota_stays_suspended_with_no_pod_until_it_f
 
 
 @pytest.mark.controlplane
+@pytest.mark.kueue
 @pytest.mark.timeout(2400)
 def test_an_unlabelled_job_runs_without_suspension_or_workload(kueue: KueueTenant) -> None:
     name = _name("plain")
@@ -197,6 +200,7 @@ def test_an_unlabelled_job_runs_without_suspension_or_workload(kueue: KueueTenan
 
 
 @pytest.mark.controlplane
+@pytest.mark.kueue
 @pytest.mark.timeout(2400)
 def test_a_preemptible_job_is_suspended_and_its_pods_deleted_when_an_urgent_job_needs_the_quota(
     kueue: KueueTenant,

@@ -26,7 +26,7 @@ def host_event(uid: str, version: str, *, kind: str = "Pod", name: str = HOST_PO
 def test_an_event_on_a_synced_pod_is_written_once_on_the_tenant_pod_then_updated() -> None:
     written: list[tuple[dict[str, Any], bool]] = []
     sync = EventSync(lambda event, exists: written.append((event, exists)))
-    sync.remember(HOST_POD, PodRef("default", "train-abc12", "tenant-uid-1"), "host-uid-1")
+    sync.remember(HOST_POD, PodRef("default", "train-abc12", "tenant-uid-1"))
 
     sync.sync([host_event("e1", "10")])
     sync.sync([host_event("e1", "10")])
@@ -56,14 +56,14 @@ def test_events_on_other_objects_or_unknown_pods_stay_on_the_host() -> None:
     assert written == []
 
 
-def test_a_preemptor_host_uid_in_the_message_becomes_its_tenant_uid() -> None:
+def test_a_preemptor_host_uid_in_the_message_stays_as_vclusters_syncer_leaves_it() -> None:
     written: list[Any] = []
     sync = EventSync(lambda event, exists: written.append(event))
-    sync.remember(HOST_POD, PodRef("default", "train-abc12", "tenant-uid-1"), "host-uid-1")
-    sync.remember("embed-x-default-x-team-a", PodRef("default", "embed", "tenant-uid-2"), "h-2")
+    sync.remember(HOST_POD, PodRef("default", "train-abc12", "tenant-uid-1"))
+    sync.remember("embed-x-default-x-team-a", PodRef("default", "embed", "tenant-uid-2"))
     preempted = {**host_event("e4", "1"), "reason": "Preempted"}
     preempted["message"] = "Preempted by pod h-2 on node gpu-1"
 
     sync.sync([preempted])
 
-    assert written[0]["message"] == "Preempted by pod tenant-uid-2 on node gpu-1"
+    assert written[0]["message"] == "Preempted by pod h-2 on node gpu-1"

@@ -75,7 +75,7 @@ def _start_instigators(example: ExampleEnv) -> None:
 
 
 @pytest.fixture(scope="module")
-def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DaemonWorld]:
+def daemon_world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DaemonWorld]:
     example = example_env(tmp_path_factory.mktemp("daemon"), with_daemon=True)
     services = Services()
     try:
@@ -111,56 +111,58 @@ def _assert_ran_through_ai_executor(instance: DagsterInstance, run: DagsterRun) 
 
 
 def test_a_scene_landing_in_the_inbox_makes_the_sensor_start_a_run_that_succeeds(
-    world: DaemonWorld, monkeypatch: pytest.MonkeyPatch
+    daemon_world: DaemonWorld, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     wait_until(
-        lambda: _sensor_skipped_once(world.instance, "new_scenes"),
+        lambda: _sensor_skipped_once(daemon_world.instance, "new_scenes"),
         timeout_s=TICK_TIMEOUT_S,
         what="the new_scenes sensor to tick on an empty inbox",
-        services=[world.daemon],
+        services=[daemon_world.daemon],
     )
-    monkeypatch.setenv("VEGETATION_INBOX", str(world.example.inbox))
+    monkeypatch.setenv("VEGETATION_INBOX", str(daemon_world.example.inbox))
     drop_scene("north", 7)
 
     run = wait_until(
-        lambda: finished_run(world.instance, **{"dagster/sensor_name": "new_scenes"}),
+        lambda: finished_run(daemon_world.instance, **{"dagster/sensor_name": "new_scenes"}),
         timeout_s=RUN_TIMEOUT_S,
         what="the run requested by the new_scenes sensor to finish",
-        services=[world.daemon],
+        services=[daemon_world.daemon],
     )
     assert run.tags["trigger"] == "new_scenes"
     assert run.tags["scenes"] == "north-000007.json"
     assert run.job_name == "vegetation_risk"
-    _assert_ran_through_ai_executor(world.instance, run)
+    _assert_ran_through_ai_executor(daemon_world.instance, run)
 
 
-def test_a_schedule_fires_under_the_daemon_and_its_run_succeeds(world: DaemonWorld) -> None:
+def test_a_schedule_fires_under_the_daemon_and_its_run_succeeds(daemon_world: DaemonWorld) -> None:
     run = wait_until(
-        lambda: finished_run(world.instance, **{"dagster/schedule_name": SCHEDULE_NAME}),
+        lambda: finished_run(daemon_world.instance, **{"dagster/schedule_name": SCHEDULE_NAME}),
         timeout_s=RUN_TIMEOUT_S,
         what=f"the run fired by {SCHEDULE_NAME} at the next minute to finish",
-        services=[world.daemon],
+        services=[daemon_world.daemon],
     )
     assert run.tags["trigger"] == "every_minute"
     assert run.job_name == "vegetation_risk"
-    _assert_ran_through_ai_executor(world.instance, run)
+    _assert_ran_through_ai_executor(daemon_world.instance, run)
 
 
-def test_the_run_report_sensor_tags_a_finished_run_with_its_report(world: DaemonWorld) -> None:
+def test_the_run_report_sensor_tags_a_finished_run_with_its_report(
+    daemon_world: DaemonWorld,
+) -> None:
     run = wait_until(
-        lambda: finished_run(world.instance, **{"dagster/schedule_name": SCHEDULE_NAME}),
+        lambda: finished_run(daemon_world.instance, **{"dagster/schedule_name": SCHEDULE_NAME}),
         timeout_s=RUN_TIMEOUT_S,
         what=f"the run fired by {SCHEDULE_NAME} to finish",
-        services=[world.daemon],
+        services=[daemon_world.daemon],
     )
     tags = wait_until(
-        lambda: _with_report_tags(world.instance.get_run_by_id(run.run_id)),
+        lambda: _with_report_tags(daemon_world.instance.get_run_by_id(run.run_id)),
         timeout_s=TICK_TIMEOUT_S,
         what=f"the run report sensor to tag run {run.run_id}",
-        services=[world.daemon],
+        services=[daemon_world.daemon],
     )
     html, png = Path(tags[REPORT_TAG]), Path(tags[REPORT_TAG + "_png"])
-    assert html.parent == world.example.reports
+    assert html.parent == daemon_world.example.reports
     assert "mosaic" in html.read_text(encoding="utf-8")
     assert png.read_bytes().startswith(b"\x89PNG")
 

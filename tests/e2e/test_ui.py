@@ -8,7 +8,6 @@ follows the launch toast to the run and reads ai_executor's engine events in the
 from __future__ import annotations
 
 import contextlib
-import shutil
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -31,7 +30,6 @@ from .e2e_support import (
 
 pytestmark = [pytest.mark.browser, pytest.mark.timeout(420)]
 
-CHROMIUM = "/usr/bin/chromium"
 STARTUP_TIMEOUT_S = 150
 RUN_TIMEOUT_S = 180
 PAGE_TIMEOUT_MS = 60_000
@@ -71,13 +69,11 @@ def webserver(tmp_path: Path) -> Iterator[tuple[ExampleEnv, str]]:
 
 
 @pytest.fixture
-def page(tmp_path: Path) -> Iterator[Page]:
-    if shutil.which(CHROMIUM) is None:
-        pytest.skip(f"needs Debian chromium at {CHROMIUM}")
+def page(tmp_path: Path, chromium: str) -> Iterator[Page]:
     with sync_playwright() as playwright:
         context = playwright.chromium.launch_persistent_context(
             str(tmp_path / "chromium-profile"),
-            executable_path=CHROMIUM,
+            executable_path=chromium,
             headless=True,
             args=BROWSER_ARGS,
             viewport={"width": 1400, "height": 900},
@@ -94,8 +90,8 @@ def page(tmp_path: Path) -> Iterator[Page]:
 
 
 def test_materialize_all_in_the_ui_runs_every_step_through_ai_executor(
-    webserver: tuple[ExampleEnv, str], page: Page
-) -> None:
+    page: Page, webserver: tuple[ExampleEnv, str]
+) -> None:  # `page` first: without Chromium the test stops before the webserver starts
     example, url = webserver
     page.goto(f"{url}/asset-groups/vegetation")
     page.get_by_role("button", name="Materialize all").click()

@@ -1,4 +1,4 @@
-"""The behaviour contract (k8s_ai_orchestrator.testing.kube.contract) holds on the emulator."""
+"""The behaviour contract (tests/contract_support) holds on the emulator."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pytest
 from kubernetes import client
 
 from k8s_ai_orchestrator.testing.kube import KubeEmulator
-from k8s_ai_orchestrator.testing.kube.contract import CHECKS, ContractTarget
+from tests.contract_support.contract import CHECKS, ContractTarget
 
 pytestmark = [pytest.mark.emulator, pytest.mark.timeout(90)]
 

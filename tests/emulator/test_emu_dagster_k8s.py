@@ -17,6 +17,7 @@ pytestmark = [pytest.mark.emulator, pytest.mark.timeout(240)]
 CODE_DIR = Path(__file__).parent  # where the step processes import emu_dagster_job from
 
 
+@pytest.mark.slow
 def test_dagster_k8s_job_executor_runs_a_two_op_job(
     emu: KubeEmulator, core: client.CoreV1Api, dagster_home: Path
 ) -> None:

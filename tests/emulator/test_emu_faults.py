@@ -99,13 +99,16 @@ def test_a_failed_node_loses_its_pods_and_the_job_replaces_them(
     )[0]
     node = first.spec.node_name
     emu.fail_node(node)
-    replacement = emu.wait_for(
-        lambda: [p for p in core.list_namespaced_pod(ns).items if p.status.phase == "Running"],
+    replacement = emu.wait_for(  # the lost pod may still read Running for a moment
+        lambda: [
+            p
+            for p in core.list_namespaced_pod(ns).items
+            if p.status.phase == "Running" and p.spec.node_name != node
+        ],
         timeout=40,
     )[0]
-    assert replacement.spec.node_name != node
-    job = batch.read_namespaced_job_status("survivor", ns)
-    assert job.status.failed == 1
+    assert replacement.metadata.uid != first.metadata.uid
+    emu.wait_for(lambda: batch.read_namespaced_job_status("survivor", ns).status.failed == 1)
     events = core.list_namespaced_event(ns).items
     assert any(e.reason == "Killing" or e.reason == "SuccessfulCreate" for e in events)
     batch.delete_namespaced_job("survivor", ns, propagation_policy="Background")

@@ -10,7 +10,7 @@ from emu_support import python_job, python_pod
 from kubernetes import client
 
 from k8s_ai_orchestrator.testing.kube import KubeEmulator
-from k8s_ai_orchestrator.testing.kube.contract import assert_strict
+from tests.contract_support.contract import assert_strict
 
 pytestmark = [pytest.mark.emulator, pytest.mark.timeout(90)]
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import base64
-import shutil
 import subprocess
 
 import pytest
@@ -12,6 +11,7 @@ from emu_support import python_pod
 from kubernetes import client, config
 
 from k8s_ai_orchestrator.testing.kube import KubeEmulator, NodeSpec
+from tests.requirements import INSTALL_DEPS, require_program
 
 pytestmark = [pytest.mark.emulator, pytest.mark.timeout(60)]
 
@@ -85,8 +85,8 @@ def test_stop_kills_every_container_process() -> None:
     assert emu.processes_alive() == 0
 
 
-@pytest.mark.skipif(shutil.which("kubectl") is None, reason="kubectl is not installed")
 def test_kubectl_lists_pods_and_jobs_with_server_side_columns() -> None:
+    kubectl_path = require_program("kubectl", "kubectl", INSTALL_DEPS)
     with KubeEmulator(nodes=[NodeSpec("n1")], tenants=["ops"], tls=True) as emu:
         core = client.CoreV1Api(emu.tenant("ops").api_client())
         core.create_namespaced_pod("default", python_pod("listed", "print('hi')"))
@@ -95,7 +95,7 @@ def test_kubectl_lists_pods_and_jobs_with_server_side_columns() -> None:
         )
 
         def kubectl(*args: str) -> str:
-            command = ["kubectl", "--kubeconfig", emu.tenant("ops").kubeconfig_path, *args]
+            command = [kubectl_path, "--kubeconfig", emu.tenant("ops").kubeconfig_path, *args]
             done = subprocess.run(command, capture_output=True, text=True, timeout=60, check=True)
             return done.stdout
 

@@ -29,6 +29,7 @@ def example_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, dagster_home: P
     return tmp_path
 
 
+@pytest.mark.slow
 def test_example_materializes_every_asset_through_ai_executor(example_env: Path):
     repo = ReconstructableRepository.for_module(
         "example_project.definitions", "defs", working_directory=str(ROOT)
@@ -97,6 +98,7 @@ def test_nightly_schedule_requests_a_vegetation_risk_run(example_env: Path):
     assert os.environ["VEGETATION_INBOX"]
 
 
+@pytest.mark.slow
 def test_preempted_mosaic_resumes_from_its_checkpoint_without_redoing_work(
     example_env: Path, monkeypatch: pytest.MonkeyPatch
 ):

@@ -11,7 +11,9 @@ import pytest
 
 from k8s_ai_orchestrator import ComputeSpecError, compute
 from k8s_ai_orchestrator.errors import ConfigError
+from k8s_ai_orchestrator.launch.relaunch import OomEscalation, RelaunchPolicy, StepHistory, decide
 from k8s_ai_orchestrator.launch.settings import ExecutorSettings
+from k8s_ai_orchestrator.quantities import parse_memory
 from k8s_ai_orchestrator.spec import GiB, MiB, parse_size_table
 from k8s_ai_orchestrator.tags import spec_from_tags
 
@@ -201,3 +203,31 @@ def test_cpu_keeps_cores_and_millicores(cpu, cores):
 def test_gpu_type_accepts_node_label_values_that_are_also_gres_types():
     spec = spec_from_tags(compute("gpu-1", gpu_type="NVIDIA-A100-SXM4-80GB"))
     assert spec.gpu_type == "NVIDIA-A100-SXM4-80GB"
+
+
+@pytest.mark.parametrize(
+    "memory, shown",
+    [
+        ("1.5G", "1.5G"),
+        ("2G", "2G"),
+        ("1048576k", "1000Mi"),
+        ("1.5Gi", "1536Mi"),
+        ("450Gi", "450Gi"),
+    ],
+)
+def test_memory_is_shown_as_a_readable_exact_quantity_never_raw_bytes(memory, shown):
+    spec = spec_from_tags(compute(cpu=1, memory=memory))
+    assert spec.memory_quantity == shown
+    assert spec.describe() == f"1 CPU / {shown}"
+    assert parse_memory(shown) == spec.memory_bytes  # the Job requests exactly what was asked
+
+
+def test_a_decimal_memory_reads_as_such_in_the_oom_relaunch_message():
+    policy = RelaunchPolicy(OomEscalation(factor=2, max_memory_bytes=8 * GiB, max_attempts=3))
+    memory = spec_from_tags(compute(cpu=1, memory="1.5G")).memory_bytes
+
+    decision = decide(policy, StepHistory("embed", (memory,)), "OOMKilled")
+
+    assert decision.relaunch
+    assert "OOMKilled with 1.5G; relaunching with 1.5G → 2862Mi (attempt 2/3)" in decision.message
+    assert "1500000000" not in decision.message

@@ -180,6 +180,31 @@ VALUE_CASES = [
         {"kubernetes": {"env_vars": ["HF_TOKEN"]}},
         ["HF_TOKEN", "env_secrets"],
     ),
+    (
+        "kubernetes-gpu-type-label-not-a-label-key",
+        {"kubernetes": {"gpu_type_label": "bad label!"}},
+        ["kubernetes.gpu_type_label='bad label!'", "a label key", "nvidia.com/gpu.product"],
+    ),
+    (
+        "kubernetes-security-context-user-name",
+        {"kubernetes": {"security_context": {"runAsUser": "root"}}},
+        ["kubernetes.security_context.runAsUser='root'", "a whole number"],
+    ),
+    (
+        "kubernetes-security-context-unknown-field",
+        {"kubernetes": {"security_context": {"runAsUsr": 1000}}},
+        ["kubernetes.security_context", "['runAsUsr']", "runAsUser"],
+    ),
+    (
+        "kubernetes-security-context-list-as-text",
+        {"kubernetes": {"security_context": {"capabilities": {"drop": "ALL"}}}},
+        ["kubernetes.security_context.capabilities={'drop': 'ALL'}", "Capabilities object"],
+    ),
+    (
+        "kubernetes-security-context-flag-as-text",
+        {"kubernetes": {"security_context": {"privileged": "yes"}}},
+        ["kubernetes.security_context.privileged='yes'", "true or false"],
+    ),
     ("slurm-grace-negative", {"slurm": {"grace_period_s": -1}}, ["slurm.grace_period_s=-1"]),
     (
         "slurm-command-timeout-zero",
@@ -192,6 +217,16 @@ VALUE_CASES = [
         ["slurm.command_timeout_s=nan"],
     ),
     ("slurm-time-limit-zero", {"slurm": {"time_limit": 0}}, ["slurm.time_limit=0"]),
+    (
+        "slurm-time-limit-zero-text",
+        {"slurm": {"time_limit": "0"}},
+        ["slurm.time_limit='0'", "at least one minute", "120"],
+    ),
+    (
+        "slurm-time-limit-zero-clock",
+        {"slurm": {"time_limit": "00:00:00"}},
+        ["slurm.time_limit='00:00:00'", "at least one minute"],
+    ),
     ("slurm-workdir-relative", {"slurm": {"workdir": "scratch"}}, ["slurm.workdir", "absolute"]),
     ("slurm-partition-spaces", {"slurm": {"partition": "gpu a"}}, ["slurm.partition"]),
     ("slurm-rest-without-token", {"slurm": REST}, ["rest_token", "SLURM_JWT"]),
@@ -226,6 +261,14 @@ def test_bad_values_are_refused_at_executor_start_naming_key_value_and_fix(
         assert part in message, message
     fixes = ("set ", "give", "use", "add", "put", "raise", "export", "fix")
     assert any(word in message for word in fixes), message
+
+
+def test_the_slurm_section_is_checked_at_executor_start_whatever_the_steps() -> None:
+    with pytest.raises(ConfigError) as refused:
+        ExecutorSettings.from_config({"backend": "local", "slurm": {"partition": "gpu;rm -rf /"}})
+    assert str(refused.value).startswith(
+        "slurm.partition='gpu;rm -rf /' is not a Slurm name: use letters, digits"
+    )
 
 
 def test_size_classes_null_row_is_refused_by_settings_too() -> None:
@@ -325,3 +368,13 @@ def test_a_step_above_max_memory_fails_the_run_before_any_step_is_launched(
     assert start_events(instance, result.run_id) == []
     assert not (test_out / "events.jsonl").exists()
     assert "more than oom_escalation.max_memory=128Mi" in failure_text(instance, result.run_id)
+
+
+@pytest.mark.timeout(300)
+def test_a_bad_slurm_partition_refuses_a_run_without_gang_steps_and_launches_nothing(
+    instance: DagsterInstance, test_out: Path
+) -> None:
+    with pytest.raises(ConfigError, match=r"slurm.partition='gpu;rm -rf /' is not a Slurm name"):
+        run_one_step_job(instance, {"slurm": {"partition": "gpu;rm -rf /"}})
+    assert all(start_events(instance, run.run_id) == [] for run in instance.get_runs())
+    assert not (test_out / "events.jsonl").exists()

@@ -31,7 +31,15 @@ from dagster import (
 from kubernetes.client import CoreV1Api, SchedulingV1Api
 
 from k8s_ai_orchestrator import ai_executor, compute
-from k8s_ai_orchestrator.errors import RunRefusedError
+from k8s_ai_orchestrator.errors import (
+    ComputeSpecError,
+    ConfigError,
+    OrchestratorError,
+    RunRefusedError,
+    SubmitError,
+    TenantAccessError,
+)
+from k8s_ai_orchestrator.testing.kube import KubeEmulator, NodeSpec
 
 pytestmark = [pytest.mark.emulator, pytest.mark.timeout(600)]
 
@@ -66,9 +74,8 @@ def _noop() -> None:
 
 @pytest.fixture(scope="module")
 def emulator() -> Iterator[Any]:
-    kube = pytest.importorskip("k8s_ai_orchestrator.testing.kube")
-    nodes = [kube.NodeSpec(name="node-a", cpu="8", memory="16Gi")]
-    with kube.KubeEmulator(nodes=nodes, tenants=list(TENANTS), tls=False, workdir=None) as emu:
+    nodes = [NodeSpec(name="node-a", cpu="8", memory="16Gi")]
+    with KubeEmulator(nodes=nodes, tenants=list(TENANTS), tls=False, workdir=None) as emu:
         for tenant in TENANTS:
             client = emu.tenant(tenant).api_client()
             for name in ("k8s-ai-standard", "k8s-ai-preemptible"):
@@ -223,6 +230,28 @@ CASES: dict[str, Case] = {
     "env-var-name-with-space": with_config(
         k8s(env_vars=["MY VAR=x"]), "kubernetes.env_vars='MY VAR'", "environment variable name"
     ),
+    "gpu-type-label-not-a-label-key": with_config(
+        k8s(gpu_type_label="bad label!"),
+        "kubernetes.gpu_type_label='bad label!' is not allowed",
+        "a label key",
+        "set it to the node label that holds the GPU model",
+    ),
+    "security-context-user-name-for-user-id": with_config(
+        k8s(security_context={"runAsUser": "root"}),
+        "kubernetes.security_context.runAsUser='root' is not allowed",
+        "takes a whole number",
+    ),
+    "security-context-unknown-field": with_config(
+        k8s(security_context={"runAsUsr": 1000}),
+        "kubernetes.security_context: unknown field(s) ['runAsUsr']",
+        "runAsUser",
+    ),
+    "env-var-copied-from-the-worker-but-unset": with_config(
+        k8s(env_vars=["H2A_UNSET_VAR"]),
+        "kubernetes.env_vars='H2A_UNSET_VAR' is not set in the run worker's environment",
+        "set H2A_UNSET_VAR where the run starts",
+        "H2A_UNSET_VAR=<value>",
+    ),
     "service-account-invalid": with_config(
         k8s(service_account="Default SA"), "kubernetes.service_account='Default SA'"
     ),
@@ -312,18 +341,15 @@ CASES: dict[str, Case] = {
         "ResourceQuota 'team-b-quota' allows 1Gi",
         "requests.memory=2Gi",
     ),
+    "step-above-the-escalation-cap": one(
+        compute(cpu=0.5, memory="512Mi"),
+        "declares 512Mi of memory",
+        "oom_escalation.max_memory=256Mi",
+        change=top(oom_escalation={"max_memory": "256Mi"}),
+    ),
     # compute rules read from raw op tags
     "cpu-tag-negative": one({"k8s_ai/cpu": "-1"}, "step 'bad'", "cpu"),
     "unknown-size-class": one({"k8s_ai/size": "xxl"}, "step 'bad'", "xxl"),
-    # Slurm settings are parsed at run start, even when the gang step comes last
-    "slurm-bad-value-gang-after-a-kubernetes-step": Case(
-        {
-            "prepare": {"tags": SMALL},
-            "train": {"tags": compute(nodes=2, cpu=1, memory="1Gi"), "after": ["prepare"]},
-        },
-        {"train": ("slurm backend, whose config is invalid", "slurm.workdir='scratch'")},
-        top(slurm={"workdir": "scratch"}),
-    ),
     # several bad steps: one error names them all
     "three-bad-steps-among-good-ones": Case(
         {
@@ -377,6 +403,22 @@ def run_case(
     return result, failures, error.message if error else ""
 
 
+def _error_tree(kind: type) -> set[str]:
+    return {kind.__name__}.union(*(_error_tree(sub) for sub in kind.__subclasses__()))
+
+
+LIBRARY_ERRORS = _error_tree(OrchestratorError)
+
+
+def failure_types(instance: DagsterInstance, run_id: str) -> dict[str, str | None]:
+    """The error class name (`cls_name`) of each step's STEP_FAILURE."""
+    return {
+        str(r.dagster_event.step_key): r.dagster_event.step_failure_data.error.cls_name
+        for r in instance.all_logs(run_id, of_type=DagsterEventType.STEP_FAILURE)
+        if r.dagster_event is not None
+    }
+
+
 def assert_nothing_submitted(emu: Any, instance: DagsterInstance, run_id: str) -> None:
     for server in (*TENANTS, "host"):
         assert emu.jobs(server) == [], f"a Job was created in {server}"
@@ -399,12 +441,14 @@ def test_bad_run_is_refused_at_run_start_with_nothing_submitted(
 
     assert not result.success
     assert sorted(failures) == sorted(case.refused)
+    kinds = failure_types(instance, result.run_id)
     for step, parts in case.refused.items():
         (message,) = failures[step]
         assert f"'{step}'" in message
         for part in parts:
             assert part in message, f"{part!r} not in STEP_FAILURE of {step}: {message}"
-        assert f"step '{step}'" in run_error
+        assert kinds[step] in LIBRARY_ERRORS, f"STEP_FAILURE of {step} is a {kinds[step]}"
+        assert f"{kinds[step]}: step '{step}'" in run_error
     assert "can never run as configured; nothing was submitted" in run_error
     assert_nothing_submitted(emulator, instance, result.run_id)
 
@@ -436,3 +480,50 @@ def test_run_fails_with_one_run_refused_error_naming_every_refused_step_in_plan_
         "RunRefusedError: 3 steps of this run can never run as configured; nothing was submitted:"
     )
     assert [line.split("'")[1] for line in lines[1:]] == ["elsewhere", "embed", "mosaic"]
+
+
+# The library error that refused each step (a few of each kind): its STEP_FAILURE keeps it.
+REFUSED_AS = {
+    "cpu-tag-negative": ComputeSpecError,  # op tags written by hand
+    "step-above-the-escalation-cap": ConfigError,
+    "tenant-not-allowed": TenantAccessError,
+    "kubeconfig-missing": ConfigError,
+    "kubernetes-config-bad-value": ConfigError,  # api_retries=-1
+    "larger-than-every-node": SubmitError,
+}
+
+
+@pytest.mark.parametrize("case_id", list(REFUSED_AS), ids=list(REFUSED_AS))
+def test_a_refused_steps_dagster_failure_keeps_the_library_error_type(
+    case_id: str, emulator: Any, instance: DagsterInstance, tmp_path: Path
+) -> None:
+    kind, (step,) = REFUSED_AS[case_id].__name__, CASES[case_id].refused
+    result, _, run_error = run_case(CASES[case_id], emulator, instance, tmp_path)
+
+    (record,) = instance.all_logs(result.run_id, of_type=DagsterEventType.STEP_FAILURE)
+    error = record.dagster_event.step_failure_data.error  # type: ignore[union-attr]
+    assert error.cls_name == kind
+    assert error.message.startswith(f"k8s_ai_orchestrator.errors.{kind}: step '{step}'")
+    assert f"- {kind}: step '{step}'" in run_error
+    assert_nothing_submitted(emulator, instance, result.run_id)
+
+
+def test_a_bad_slurm_section_refuses_a_run_without_gang_steps_at_executor_start(
+    emulator: Any, instance: DagsterInstance, tmp_path: Path
+) -> None:
+    config = base_config(emulator)
+    config["slurm"] = {"partition": "gpu;rm -rf /"}
+    recon = build_reconstructable_job(
+        __name__,
+        bad_run_job.__name__,
+        reconstructable_args=(json.dumps({"tiles": {"tags": SMALL}}),),
+    )
+
+    with pytest.raises(ConfigError) as refused:
+        execute_job(recon, instance=instance, run_config={"execution": {"config": config}})
+
+    assert str(refused.value).startswith(
+        "slurm.partition='gpu;rm -rf /' is not a Slurm name: use letters, digits"
+    )
+    (run,) = instance.get_runs()
+    assert_nothing_submitted(emulator, instance, run.run_id)

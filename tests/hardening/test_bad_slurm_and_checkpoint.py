@@ -333,14 +333,54 @@ BAD_ROOTS = {
 def test_a_root_every_process_would_resolve_differently_is_refused(
     cwd: Path, root: str, message: str
 ) -> None:
-    store = CheckpointStore(root=root, handle_signals=False)
-
     with pytest.raises(CheckpointError) as refusal:
-        store.open("tiles")
+        CheckpointStore(root=root, handle_signals=False)  # refused when made, before any open
 
     assert f"CheckpointStore root={root!r} {message}" in str(refusal.value)
     assert "file:///data/checkpoints" in str(refusal.value)
     assert list(cwd.iterdir()) == []
+
+
+def test_opening_something_that_is_neither_a_context_nor_a_key_is_refused(
+    tmp_path: Path,
+) -> None:
+    store = CheckpointStore(root=f"file://{tmp_path}", handle_signals=False)
+    for bad in (42, None):
+        with pytest.raises(CheckpointError, match=rf"open\({bad}\): pass the step's Dagster"):
+            store.open(bad)
+
+
+def _cycle() -> dict[str, object]:
+    state: dict[str, object] = {"tiles": []}
+    state["tiles"].append(state)  # type: ignore[attr-defined]
+    return state
+
+
+def _deep(levels: int) -> dict[str, object]:
+    inner: list[object] = []
+    for _ in range(levels):
+        inner = [inner]
+    return {"deep": inner}
+
+
+@pytest.mark.parametrize(
+    ("state", "message"),
+    [
+        (_cycle(), r"state\['tiles'\]\[0\]: it contains itself \(a cycle\)"),
+        ({"n": 10**5000}, r"state\['n'\]: an int of 16610 bits .* save it as a str"),
+        (_deep(150), r"nested deeper than 100 levels; flatten the state, or save it as bytes"),
+    ],
+    ids=["cycle", "huge-int", "too-deep"],
+)
+def test_a_state_json_cannot_hold_is_refused_with_where_it_is(
+    tmp_path: Path, state: dict[str, object], message: str
+) -> None:
+    ckpt = CheckpointStore(root=f"file://{tmp_path}", handle_signals=False).open("tiles")
+
+    with pytest.raises(CheckpointError, match=message):
+        ckpt.save(state)
+
+    assert ckpt.load() is None  # nothing was committed
 
 
 @pytest.mark.parametrize("root", ["file://{tmp}/ckpt", "{tmp}/ckpt", "local://{tmp}/ckpt"])

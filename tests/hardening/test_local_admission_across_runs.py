@@ -58,6 +58,7 @@ def _ledger_entries(dagster_home: Path) -> list[object]:
 
 
 @pytest.mark.timeout(600)  # two run workers and their step processes on a loaded machine
+@pytest.mark.slow
 def test_two_runs_with_a_two_cpu_step_on_a_two_cpu_machine_run_them_one_after_the_other(
     instance: DagsterInstance, dagster_home: Path, test_out: Path
 ) -> None:

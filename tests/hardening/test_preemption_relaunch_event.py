@@ -58,6 +58,7 @@ def _preempt_when_announced(marker: Path, timeout: float = 120) -> None:
 
 
 @pytest.mark.timeout(300)
+@pytest.mark.slow
 def test_preempted_step_is_up_for_retry_with_a_relaunch_message(
     instance: DagsterInstance, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -20,6 +20,7 @@ import pytest
 from dagster import Definitions, job, op
 
 from k8s_ai_orchestrator import ai_executor, compute
+from k8s_ai_orchestrator.testing.kube import KubeEmulator, NodeSpec
 
 HERE = Path(__file__).parent
 NAMESPACE = "default"
@@ -202,11 +203,10 @@ def test_both_slurm_transports_forward_the_same_environment_without_secrets(
 
 @pytest.fixture(scope="module")
 def cluster() -> Iterator[Any]:
-    kube = pytest.importorskip("k8s_ai_orchestrator.testing.kube")
     from tests.kubernetes.k8s_support import install_priority_classes
 
-    nodes = [kube.NodeSpec(name="node-a", cpu="8", memory="16Gi", gpus=0, labels={}, taints=())]
-    with kube.KubeEmulator(nodes=nodes, tenants=["team-a"], tls=False, workdir=None) as emu:
+    nodes = [NodeSpec(name="node-a", cpu="8", memory="16Gi", gpus=0, labels={}, taints=())]
+    with KubeEmulator(nodes=nodes, tenants=["team-a"], tls=False, workdir=None) as emu:
         install_priority_classes(emu.tenant("team-a").api_client())
         yield emu
 

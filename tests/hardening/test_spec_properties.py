@@ -1,6 +1,8 @@
 """Properties of compute specs over generated inputs: whatever a user writes, `compute()` and
 hand-written tags either give a spec that survives the trip through op tags unchanged, or raise
-`ComputeSpecError` — never another exception.
+`ComputeSpecError` — never another exception — whose message names the field and the value.
+Valid values within the rules between fields are always accepted, so an implementation that
+refused everything would fail here too.
 
 Example counts are modest and derandomized: CI has two cores and must not flake.
 """
@@ -70,6 +72,30 @@ COMPUTE_ARGS = st.fixed_dictionaries(
         name: st.one_of(VALID[name], VALID[name], VALID[name], ANY_VALUE) for name in SPEC_FIELDS
     },
 )
+
+
+def within_the_rules_between_fields(kwargs: dict[str, Any]) -> dict[str, Any]:
+    """`kwargs` less what a rule between fields refuses: `<x>_default` only with x='auto' and
+    no size; 'auto' only on one node; gpu or gpus_per_node, not both."""
+    kept = dict(kwargs)
+    for name in ("cpu", "memory"):
+        if kept.get(name) == "auto" and kept.get("nodes", 1) > 1:
+            del kept[name]
+        if kept.get(name) != "auto" or "size" in kept:
+            kept.pop(f"{name}_default", None)
+    if "gpu" in kept:
+        kept.pop("gpus_per_node", None)
+    return kept
+
+
+VALID_ARGS = st.fixed_dictionaries({}, optional=VALID).map(within_the_rules_between_fields)
+
+
+def names_the_value(message: str, value: Any) -> bool:
+    """Whether an error message shows `value` as field_error writes it (long ones cut)."""
+    return repr(value)[:40] in message
+
+
 TAGS = st.dictionaries(
     st.sampled_from([TAG_PREFIX + name for name in SPEC_FIELDS] + ["k8s_ai/cpus", "team"]),
     QUANTITY_TEXT,
@@ -78,11 +104,23 @@ TAGS = st.dictionaries(
 
 
 @PROPERTY
+@given(VALID_ARGS)
+def test_valid_arguments_within_the_rules_between_fields_are_accepted(kwargs: dict[str, Any]):
+    tags = compute(**kwargs)
+    assert spec_from_tags(tags) == resolve_spec(kwargs)
+
+
+@PROPERTY
 @given(COMPUTE_ARGS)
 def test_compute_round_trips_through_tags_or_raises_compute_spec_error(kwargs: dict[str, Any]):
     try:
         tags = compute(**kwargs)
-    except ComputeSpecError:
+    except ComputeSpecError as error:
+        given_values = [(name, value) for name, value in kwargs.items() if value is not None]
+        assert any(
+            f"{name}=" in str(error) and names_the_value(str(error), value)
+            for name, value in given_values
+        ), str(error)
         return
     expected = resolve_spec({k: v for k, v in kwargs.items() if v is not None})
     assert spec_from_tags(tags) == expected
@@ -95,7 +133,7 @@ def test_any_single_value_for_any_field_gives_a_spec_or_compute_spec_error(name:
     try:
         tags = compute(**{name: value})
     except ComputeSpecError as error:
-        assert name in str(error)
+        assert f"{name}=" in str(error) and names_the_value(str(error), value), str(error)
         return
     assert spec_from_tags(tags) == resolve_spec({name: value} if value is not None else {})
 
@@ -106,7 +144,9 @@ def test_hand_written_tags_give_a_spec_that_compute_reproduces_or_raise(tags: di
     try:
         spec = spec_from_tags(tags, step="mosaic")
     except ComputeSpecError as error:
-        assert str(error).startswith("step 'mosaic': ")
+        message = str(error)
+        assert message.startswith("step 'mosaic': ")
+        assert any(key.removeprefix(TAG_PREFIX) in message for key in tags), message
         return
     assert isinstance(spec, ComputeSpec)
     fields = {key[len(TAG_PREFIX) :]: value for key, value in tags.items() if key != "team"}
@@ -122,12 +162,49 @@ SIZE_TABLES = st.one_of(
 )
 
 
+SIZE_OVERRIDES = {
+    "cpu": st.integers(1, 256),
+    "memory": st.from_regex(r"\A[1-9][0-9]{0,3}(Mi|Gi)\Z"),
+    "gpu": st.integers(0, 8),
+}
+VALID_SIZE_TABLES = st.fixed_dictionaries(
+    {},
+    optional={
+        **{
+            name: st.fixed_dictionaries({}, optional=SIZE_OVERRIDES)
+            for name in DEFAULT_SIZE_CLASSES
+        },
+        "huge": st.fixed_dictionaries(
+            {"cpu": SIZE_OVERRIDES["cpu"], "memory": SIZE_OVERRIDES["memory"]},
+            optional={"gpu": SIZE_OVERRIDES["gpu"]},
+        ),
+    },
+)
+
+
+@PROPERTY
+@given(VALID_SIZE_TABLES)
+def test_size_class_tables_that_override_or_add_whole_classes_are_accepted(raw: dict[str, Any]):
+    table = parse_size_table(raw)
+    for name, row in raw.items():
+        base = DEFAULT_SIZE_CLASSES.get(name)
+        resolved = resolve_spec({"size": name}, table)
+        assert resolved.cpu == row.get("cpu", base.cpu if base else None)
+        assert resolved.gpu == row.get("gpu", base.gpu if base else 0)
+
+
 @PROPERTY
 @given(SIZE_TABLES)
 def test_size_class_tables_resolve_every_class_or_raise_compute_spec_error(raw: Any):
     try:
         table = parse_size_table(raw)
-    except ComputeSpecError:
+    except ComputeSpecError as error:
+        message = str(error)
+        if isinstance(raw, dict):
+            named = (f"size_classes.{name}" in message or repr(name) in message for name in raw)
+            assert any(named), message
+        else:
+            assert message.startswith("size_classes=") and names_the_value(message, raw)
         return
     for name in table:
         assert isinstance(resolve_spec({"size": name}, table), ComputeSpec)

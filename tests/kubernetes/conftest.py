@@ -16,17 +16,20 @@ from k8s_support import (
 )
 
 from k8s_ai_orchestrator.backends.kubernetes import KubernetesBackend, KubernetesConfig
+from k8s_ai_orchestrator.testing.kube import KubeEmulator, NodeSpec
+from tests.plane_fixtures import KUBE_TARGETS
 from tests.support import FakeClock
+
+assert {p.values[0] for p in KUBE_TARGETS} == set(GANG_TARGETS)
 
 
 @pytest.fixture(scope="module")
 def emulator() -> Iterator[Any]:
-    kube = pytest.importorskip("k8s_ai_orchestrator.testing.kube")
     nodes = [
-        kube.NodeSpec(name="node-a", cpu="8", memory="16Gi", gpus=0, labels={}, taints=()),
-        kube.NodeSpec(name="node-b", cpu="8", memory="16Gi", gpus=0, labels={}, taints=()),
+        NodeSpec(name="node-a", cpu="8", memory="16Gi", gpus=0, labels={}, taints=()),
+        NodeSpec(name="node-b", cpu="8", memory="16Gi", gpus=0, labels={}, taints=()),
     ]
-    with kube.KubeEmulator(nodes=nodes, tenants=list(TENANTS), tls=False, workdir=None) as emu:
+    with KubeEmulator(nodes=nodes, tenants=list(TENANTS), tls=False, workdir=None) as emu:
         for tenant in TENANTS:
             install_priority_classes(emu.tenant(tenant).api_client())
         yield emu
@@ -50,7 +53,7 @@ def backend(emulator: Any, clock: FakeClock) -> Iterator[KubernetesBackend]:
     backend.close()
 
 
-@pytest.fixture(scope="module", params=sorted(GANG_TARGETS))
+@pytest.fixture(scope="module", params=KUBE_TARGETS)
 def gang_target(
     request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[GangTarget]:
@@ -59,20 +62,19 @@ def gang_target(
         yield built
 
 
-@pytest.fixture(params=["emulator", "control-plane"])
+@pytest.fixture(params=KUBE_TARGETS)
 def cluster(request: pytest.FixtureRequest, dagster_home: Path) -> Iterator[Any]:
     """A host with one node big enough for an xl step and one GPU node, two tenants: the
     emulator, or the real v1.37 control plane with the node agent and tenant syncers."""
     if request.param == "control-plane":
         yield request.getfixturevalue("real_kube")
         return
-    kube = pytest.importorskip("k8s_ai_orchestrator.testing.kube")
     gpu_taint = {"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}
     nodes = [
-        kube.NodeSpec(name="big-1", cpu="96", memory="768Gi"),
-        kube.NodeSpec(name="gpu-1", cpu="32", memory="256Gi", gpus=4, taints=(gpu_taint,)),
+        NodeSpec(name="big-1", cpu="96", memory="768Gi"),
+        NodeSpec(name="gpu-1", cpu="32", memory="256Gi", gpus=4, taints=(gpu_taint,)),
     ]
-    with kube.KubeEmulator(nodes=nodes, tenants=list(TENANTS), tls=False, workdir=None) as emu:
+    with KubeEmulator(nodes=nodes, tenants=list(TENANTS), tls=False, workdir=None) as emu:
         for tenant in TENANTS:
             install_priority_classes(emu.tenant(tenant).api_client())
         yield emu

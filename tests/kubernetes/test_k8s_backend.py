@@ -19,6 +19,7 @@ from kubernetes.client import CoreV1Api
 from k8s_ai_orchestrator.backends.base import FailureReason, StepState
 from k8s_ai_orchestrator.backends.kubernetes import KubernetesBackend, KubernetesConfig
 from k8s_ai_orchestrator.errors import SubmitError, TenantAccessError
+from k8s_ai_orchestrator.launch.lifecycle import Attempt, Verdict
 from tests.support import FakeClock
 
 pytestmark = [pytest.mark.emulator, pytest.mark.timeout(180)]
@@ -95,13 +96,18 @@ def test_unschedulable_step_is_pending_with_the_scheduler_reason_then_fails_afte
     for blocker in blockers:
         running_pod(emulator, backend, blocker)
     handle = backend.submit(python_step("pass", step="mosaic", cpu=4, timeout=600))
+    attempt = Attempt(handle, clock(), "kubernetes tenant 'team-a'", timeout_s=600)
     pending = wait_until(emulator, backend, handle, lambda s: bool(s.reason))
     assert pending.state == StepState.PENDING
     assert "Insufficient cpu" in pending.message
+    attempt.observe(pending, clock())
     clock.advance(601)
-    status = backend.status(handle)
-    assert status.reason == FailureReason.UNSCHEDULABLE.value
-    assert "Insufficient cpu" in status.message and "timeout of 600s" in status.message
+    seen = attempt.observe(backend.status(handle), clock())  # the step's observer gives up
+    assert seen.verdict is Verdict.GIVE_UP
+    assert seen.status.reason == FailureReason.UNSCHEDULABLE.value
+    assert "Insufficient cpu" in seen.status.message
+    assert "stayed Pending for more than 600s" in seen.status.message
+    backend.cancel(handle)
     for blocker in blockers:
         backend.cancel(blocker)
 

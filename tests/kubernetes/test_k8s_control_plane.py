@@ -25,6 +25,7 @@ from kubernetes.client import CoreV1Api
 from k8s_ai_orchestrator.backends.base import FailureReason, StepState
 from k8s_ai_orchestrator.backends.kubernetes import KubernetesBackend, KubernetesConfig
 from k8s_ai_orchestrator.errors import SubmitError
+from k8s_ai_orchestrator.launch.lifecycle import Attempt, Verdict
 from k8s_ai_orchestrator.testing.controlplane.kube import RealKube
 from tests.support import FakeClock
 
@@ -104,8 +105,10 @@ def test_an_unschedulable_step_is_pending_with_the_real_scheduler_message(
     filler = backend.submit(python_step(SLEEPER, step="filler", cpu=18, grace_period_s=1))
     running_pod(real_kube, backend, filler)
     handle = backend.submit(python_step("pass", step="mosaic", cpu=40, timeout=600))
+    attempt = Attempt(handle, clock(), "kubernetes tenant 'team-a'", timeout_s=600)
     try:
         pending = wait_until(real_kube, backend, handle, lambda s: bool(s.reason))
+        attempt.observe(pending, clock())
         assert pending.state == StepState.PENDING
         assert "0/2 nodes are available" in pending.message
         assert "Insufficient cpu" in pending.message
@@ -120,9 +123,10 @@ def test_an_unschedulable_step_is_pending_with_the_real_scheduler_message(
             30,
         )
         clock.advance(601)
-        status = backend.status(handle)
-        assert status.reason == FailureReason.UNSCHEDULABLE.value
-        assert "timeout of 600s" in status.message
+        seen = attempt.observe(backend.status(handle), clock())  # the step's observer gives up
+        assert seen.verdict is Verdict.GIVE_UP
+        assert seen.status.reason == FailureReason.UNSCHEDULABLE.value
+        assert "stayed Pending for more than 600s" in seen.status.message
     finally:
         for step in (blocker, filler, handle):
             backend.cancel(step)

@@ -24,6 +24,7 @@ from kubernetes.client import CoreV1Api
 
 from k8s_ai_orchestrator.backends.base import FailureReason, StepState
 from k8s_ai_orchestrator.backends.kubernetes import KubernetesBackend, KubernetesConfig
+from k8s_ai_orchestrator.testing.kube import KubeEmulator, NodeSpec
 
 pytestmark = [pytest.mark.emulator, pytest.mark.timeout(180)]
 
@@ -57,10 +58,16 @@ def test_a_higher_priority_pod_preempts_a_preemptible_step(
     }
     core.create_namespaced_pod(NAMESPACE, urgent)
     try:
-        emulator.wait_for(
-            lambda: any(backend.status(h).reason == FailureReason.PREEMPTED.value for h in handles),
-            timeout=60,
-        )
+
+        def ended_preempted() -> list[Any]:  # a victim reads Preempted while it still stops
+            return [
+                h
+                for h in handles
+                if backend.status(h).is_terminal
+                and backend.status(h).reason == FailureReason.PREEMPTED.value
+            ]
+
+        emulator.wait_for(ended_preempted, timeout=60)
         preempted = [h for h in handles if backend.status(h).is_terminal]
         assert len(preempted) == 1
         assert "PreemptionByScheduler" in backend.status(preempted[0]).message
@@ -127,9 +134,8 @@ def test_tenant_reached_through_its_vcluster_secret_on_the_host(emulator: Any) -
 
 @pytest.fixture
 def lonely_node_emulator() -> Iterator[Any]:
-    kube = pytest.importorskip("k8s_ai_orchestrator.testing.kube")
-    node = kube.NodeSpec(name="node-z", cpu="4", memory="8Gi", gpus=0, labels={}, taints=())
-    with kube.KubeEmulator(nodes=[node], tenants=list(TENANTS), tls=False, workdir=None) as emu:
+    node = NodeSpec(name="node-z", cpu="4", memory="8Gi", gpus=0, labels={}, taints=())
+    with KubeEmulator(nodes=[node], tenants=list(TENANTS), tls=False, workdir=None) as emu:
         install_priority_classes(emu.tenant("team-a").api_client())
         yield emu
 
@@ -151,9 +157,8 @@ def test_a_step_on_a_failed_node_is_reported_lost(lonely_node_emulator: Any) -> 
 
 
 def test_tenants_over_tls_each_use_their_own_credentials() -> None:
-    kube = pytest.importorskip("k8s_ai_orchestrator.testing.kube")
-    node = kube.NodeSpec(name="node-t", cpu="4", memory="8Gi", gpus=0, labels={}, taints=())
-    with kube.KubeEmulator(nodes=[node], tenants=list(TENANTS), tls=True, workdir=None) as emu:
+    node = NodeSpec(name="node-t", cpu="4", memory="8Gi", gpus=0, labels={}, taints=())
+    with KubeEmulator(nodes=[node], tenants=list(TENANTS), tls=True, workdir=None) as emu:
         for tenant in TENANTS:
             install_priority_classes(emu.tenant(tenant).api_client())
         backend = KubernetesBackend(KubernetesConfig.from_dict(tenant_config(emu)))

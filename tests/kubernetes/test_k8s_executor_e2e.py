@@ -18,7 +18,8 @@ from k8s_support import NAMESPACE, TENANTS
 
 from tests.support import engine_messages
 
-pytestmark = [pytest.mark.emulator, pytest.mark.timeout(300)]
+# emulator or controlplane: each target parameter carries its marker (tests/plane_fixtures.py)
+pytestmark = pytest.mark.timeout(300)
 
 ROOT = Path(__file__).parents[2]
 HERE = Path(__file__).parent
@@ -43,6 +44,7 @@ def executor_config(emu: Any, aliases: dict[str, str] | None = None) -> dict[str
     }
 
 
+@pytest.mark.slow
 def test_example_pipeline_materializes_with_every_step_a_job_in_its_tenant(
     cluster: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -84,6 +86,7 @@ def test_example_pipeline_materializes_with_every_step_a_job_in_its_tenant(
     assert len(cluster.jobs("team-a", NAMESPACE)) == len(steps) - 2
 
 
+@pytest.mark.slow
 def test_oom_killed_step_is_relaunched_with_double_memory(cluster: Any) -> None:
     repo = ReconstructableRepository.for_module(
         "k8s_pipelines", "defs", working_directory=str(HERE)
@@ -107,6 +110,7 @@ def test_oom_killed_step_is_relaunched_with_double_memory(cluster: Any) -> None:
     assert limits == ["256Mi", "512Mi"]
 
 
+@pytest.mark.slow
 def test_evicted_step_is_relaunched_and_resumes_from_its_checkpoint(
     cluster: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

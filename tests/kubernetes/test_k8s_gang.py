@@ -36,6 +36,7 @@ def backend(gang_target: GangTarget) -> Iterator[KubernetesBackend]:
     built.close()
 
 
+@pytest.mark.slow
 def test_gang_runs_one_pod_per_node_and_every_rank_sees_the_slurm_environment(
     gang_target: GangTarget, backend: KubernetesBackend, tmp_path: Path
 ) -> None:
@@ -69,6 +70,7 @@ def test_gang_runs_one_pod_per_node_and_every_rank_sees_the_slurm_environment(
     assert 'RESULT {"RANK": "0"' in backend.logs(handle)
 
 
+@pytest.mark.slow
 def test_a_failing_rank_fails_the_gang_with_its_traceback_and_stops_the_other_ranks(
     gang_target: GangTarget, backend: KubernetesBackend, tmp_path: Path
 ) -> None:
@@ -107,6 +109,10 @@ def test_a_preempted_worker_pod_fails_the_whole_gang_as_preempted(
     assert status.reason == FailureReason.PREEMPTED, status
     assert status.message.startswith(f"gang pod 1 of 2 ({worker['metadata']['name']} on {node})")
     assert "PreemptionByScheduler" in status.message
+    # urgent-1 is team-b's: the gang's tenant cannot name it, and says so
+    assert f"; preempted by a higher-priority pod on {node} that this tenant cannot name" in (
+        status.message
+    )
     gang_target.wait_for(lambda: not job_pods(gang_target, handle), timeout=120)
     gang_target.core("team-b").delete_namespaced_pod("urgent-1", NAMESPACE, grace_period_seconds=0)
 

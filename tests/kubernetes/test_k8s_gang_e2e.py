@@ -16,7 +16,8 @@ from gang_support import GangTarget
 
 from tests.support import engine_messages
 
-pytestmark = [pytest.mark.emulator, pytest.mark.timeout(300)]
+# emulator or controlplane: each target parameter carries its marker (tests/plane_fixtures.py)
+pytestmark = pytest.mark.timeout(300)
 
 ROOT = Path(__file__).parents[2]
 HERE = Path(__file__).parent
@@ -32,6 +33,7 @@ def gang_executor_config(gang_target: GangTarget) -> dict[str, Any]:
     }
 
 
+@pytest.mark.slow
 def test_the_example_training_step_runs_as_a_gang_on_a_tenant_with_one_config_switch(
     gang_target: GangTarget, dagster_home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -65,6 +67,7 @@ def test_the_example_training_step_runs_as_a_gang_on_a_tenant_with_one_config_sw
     assert (job["spec"]["completionMode"], job["spec"]["completions"]) == ("Indexed", 2)
 
 
+@pytest.mark.slow
 def test_an_evicted_worker_pod_relaunches_the_whole_gang_from_its_checkpoint(
     gang_target: GangTarget, dagster_home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -126,3 +129,58 @@ def test_an_evicted_worker_pod_relaunches_the_whole_gang_from_its_checkpoint(
         ),
         timeout=120,
     )
+
+
+@pytest.mark.slow
+def test_steps_the_scheduler_preempts_for_a_gang_are_relaunched_naming_the_gang(
+    gang_target: GangTarget, dagster_home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Run H's preemptible 4-GPU `hold` and run E's checkpointed 4-GPU `embed` fill both GPU
+    nodes; run T's standard 2 × 4-GPU gang arrives (guard admission counts them as room) and
+    the scheduler preempts both. `embed` stops itself on SIGTERM (the step asks for its
+    relaunch first), `hold` is only interrupted (the backend sees its pod go first); either
+    relaunch event names T's step and run, also on a vCluster-style tenant whose events carry
+    the host pod's UID."""
+    repo = ReconstructableRepository.for_module(
+        "k8s_preemption_pipelines", "defs", working_directory=str(HERE)
+    )
+    markers = {name: tmp_path / f"{name}-running" for name in ("hold", "embed")}
+    monkeypatch.setenv("HOLD_MARKER", str(markers["hold"]))
+    monkeypatch.setenv("EMBED_MARKER", str(markers["embed"]))
+    monkeypatch.setenv("CHECKPOINT_ROOT", (tmp_path / "ckpt").as_uri())
+    config = {"backend": "kubernetes", "default_tenant": "team-a", "grace_period_s": 10.0}
+    run_config = {"execution": {"config": {**config, "kubernetes": gang_target.config()}}}
+    outcome: dict[str, tuple[bool, str]] = {}
+
+    def run(name: str) -> None:
+        with (
+            DagsterInstance.get() as instance,
+            execute_job(
+                repo.get_reconstructable_job(f"{name}_job"),
+                instance=instance,
+                run_config=run_config,
+            ) as result,
+        ):
+            outcome[name] = (result.success, result.run_id)
+
+    runners = [threading.Thread(target=run, args=(n,), daemon=True) for n in ("hold", "embed")]
+    for runner, marker in zip(runners, markers.values(), strict=True):
+        runner.start()
+        gang_target.wait_for(marker.exists, timeout=180)
+    with DagsterInstance.get() as instance:
+        train = execute_job(
+            repo.get_reconstructable_job("train_job"), instance=instance, run_config=run_config
+        )
+        assert train.success
+        for runner in runners:
+            runner.join(timeout=240)
+        for name in ("hold", "embed"):
+            success, run_id = outcome[name]
+            assert success, name
+            messages = engine_messages(instance, run_id)
+            relaunch = [m for m in messages if f"'{name}' was Preempted; relaunching" in m]
+            assert relaunch, messages
+            print(relaunch[0])
+            assert (
+                f"preempted by step 'train' of run '{train.run_id}' (pod k8s-ai-" in (relaunch[0])
+            )

@@ -31,7 +31,7 @@ from k8s_ai_orchestrator.backends.kubernetes.kueue import GROUP, QUEUE_LABEL, VE
 from k8s_ai_orchestrator.errors import SubmitError
 from tests.support import engine_messages
 
-pytestmark = [pytest.mark.controlplane, pytest.mark.timeout(400)]
+pytestmark = [pytest.mark.controlplane, pytest.mark.kueue, pytest.mark.timeout(400)]
 
 SLEEP = "import time; time.sleep(600)"
 ROOT = Path(__file__).parents[2]
@@ -40,21 +40,23 @@ HERE = Path(__file__).parent
 
 @pytest.fixture
 def plane(gang_plane: Any, kueue_team_a: Any, tmp_path: Any) -> GangTarget:
-    """The gang plane, once no Workload of an earlier test holds quota in the ClusterQueue
-    (a gang's Job completes, and frees its quota, when its last worker pod has exited)."""
+    """The gang plane, once the ClusterQueue is Active (Kueue has seen the chart's flavor and
+    queue) and no Workload of an earlier test holds quota in it (a gang's Job completes, and
+    frees its quota, when its last worker pod has exited)."""
     custom = client.CustomObjectsApi(gang_plane.tenant("team-a").api_client())
 
     def idle() -> bool:
         queue = custom.get_cluster_custom_object(
             GROUP, VERSION, "clusterqueues", kueue_team_a.cluster_queue
         )
-        return not (queue.get("status") or {}).get("reservingWorkloads")
+        active = conditions(queue).get("Active") == "True"
+        return active and not (queue.get("status") or {}).get("reservingWorkloads")
 
     try:
         gang_plane.wait_for(idle, 120)
     except TimeoutError:
         held = [(w["metadata"]["name"], conditions(w)) for w in workloads(gang_plane)]
-        raise AssertionError(f"ClusterQueue still reserving quota for {held}") from None
+        raise AssertionError(f"ClusterQueue not Active, or reserving quota for {held}") from None
     return _gang_target("control-plane", gang_plane.fresh(), tmp_path)
 
 

@@ -20,7 +20,8 @@ from kubernetes.client import (
 )
 
 from k8s_ai_orchestrator.backends.base import FailureReason, StepState
-from k8s_ai_orchestrator.backends.kubernetes.gangs import INDEX_KEY, gang_room, gang_status
+from k8s_ai_orchestrator.backends.kubernetes.capacity import gang_room
+from k8s_ai_orchestrator.backends.kubernetes.gangs import INDEX_KEY, gang_status, pending_pod
 from k8s_ai_orchestrator.errors import ConfigError
 from k8s_ai_orchestrator.launch.settings import ExecutorSettings
 from k8s_ai_orchestrator.spec import resolve_spec
@@ -47,6 +48,22 @@ def test_a_gang_runs_only_when_every_pod_runs() -> None:
     )
     running = gang_status([pod(0, "Running"), pod(1, "Running", "node-b")], [], 2)
     assert (running.state, running.node) == (StepState.RUNNING, "node-a")
+
+
+def test_a_pending_gang_is_explained_by_the_pod_carrying_the_pod_group_reason() -> None:
+    """kube-scheduler writes the group's reason on one pod of a gang and its per-pod filter
+    message on the others; the group's reason is the one that says what the gang waits for."""
+
+    def unscheduled(index: int, message: str) -> dict[str, Any]:
+        condition = {"type": "PodScheduled", "status": "False", "reason": "Unschedulable"}
+        return pod(index, "Pending", None, conditions=[{**condition, "message": message}])
+
+    filtered = unscheduled(0, "0/2 nodes are available: 2 Insufficient nvidia.com/gpu.")
+    group = unscheduled(1, "pod group is unschedulable, minCount (2) cannot be satisfied")
+    assert pending_pod([filtered, group]) is group
+    assert pending_pod([filtered, pod(1, "Pending", None)]) is filtered
+    assert pending_pod([pod(0, "Running"), pod(1, "Pending", None)]) == pod(1, "Pending", None)
+    assert pending_pod([pod(0, "Running")]) is None
 
 
 def test_a_preempted_pod_stands_for_the_gang_once_every_pod_has_stopped() -> None:

@@ -30,7 +30,7 @@ from k8s_ai_orchestrator.backends.base import StepState
 from k8s_ai_orchestrator.backends.kubernetes import KubernetesBackend
 from k8s_ai_orchestrator.errors import SubmitError
 
-pytestmark = [pytest.mark.emulator, pytest.mark.timeout(400)]
+pytestmark = pytest.mark.timeout(400)
 
 
 @pytest.fixture
@@ -64,6 +64,7 @@ def raw_pods(api_client: client.ApiClient, namespace: str) -> list[dict[str, Any
     return list(json.loads(answer.data)["items"])
 
 
+@pytest.mark.controlplane
 def test_a_workload_gang_runs_every_rank_through_its_podgroup(
     plane: GangTarget, gang_plane: Any, tmp_path: Path
 ) -> None:
@@ -97,6 +98,7 @@ def test_a_workload_gang_runs_every_rank_through_its_podgroup(
         backend.close()
 
 
+@pytest.mark.controlplane
 def test_the_scheduler_binds_none_of_a_workload_gang_until_every_pod_fits(
     plane: GangTarget,
 ) -> None:
@@ -113,11 +115,18 @@ def test_the_scheduler_binds_none_of_a_workload_gang_until_every_pod_fits(
     try:
         assert [j for j in plane.jobs("team-a") if j["metadata"]["name"] == handle.job_id]
 
+        last: list[Any] = []
+
         def explained() -> Any:
             status = backend.status(handle)
+            scheduled = [(p["status"].get("conditions") or [{}])[0] for p in plane.pods("team-a")]
+            last[:] = [status, [c.get("message") for c in scheduled]]
             return status if "pod group is unschedulable" in status.message else None
 
-        status = plane.wait_for(explained, timeout=120)
+        try:
+            status = plane.wait_for(explained, timeout=120)
+        except TimeoutError:
+            raise AssertionError(f"never explained: {last}") from None
         assert status.state == StepState.PENDING, status
         assert "minCount (2) cannot be satisfied" in status.message
         time.sleep(3)
@@ -133,6 +142,7 @@ def test_the_scheduler_binds_none_of_a_workload_gang_until_every_pod_fits(
         backend.close()
 
 
+@pytest.mark.emulator
 def test_workload_mode_is_refused_before_anything_is_created_where_podgroups_are_not_served(
     emulated: GangTarget,
 ) -> None:

@@ -1,19 +1,24 @@
 """`PodGrowth` against a recording stand-in for the API: when it reads node stats, when it
-asks for a resize, and how it reads the outcome from the pod (no cluster needed)."""
+asks for a resize, and how it reads the outcome from the pod (no cluster needed); and the
+backend on the emulator when the tenant refuses `get nodes/proxy`."""
 
 from __future__ import annotations
 
 import json
 import logging
+from dataclasses import replace
 from types import SimpleNamespace
 from typing import Any
 
 import pytest
+from k8s_support import TENANTS, python_step, tenant_config, wait_terminal
 from kubernetes.client.exceptions import ApiException
 
-from k8s_ai_orchestrator.backends.base import GrowOutcome, MemoryGrowth
+from k8s_ai_orchestrator.backends.base import FailureReason, GrowOutcome, MemoryGrowth
+from k8s_ai_orchestrator.backends.kubernetes import KubernetesBackend, KubernetesConfig
 from k8s_ai_orchestrator.backends.kubernetes.api import ApiRetry
 from k8s_ai_orchestrator.backends.kubernetes.growth import PodGrowth, PodMemory, resizable
+from k8s_ai_orchestrator.launch.lifecycle import resize_message
 from tests.support import FakeClock
 
 MiB, GiB = 1024**2, 1024**3
@@ -69,8 +74,13 @@ def growth(clock: FakeClock, policy: MemoryGrowth | None) -> PodGrowth:
 POLICY = MemoryGrowth(grow_at=0.85, factor=2.0, max_memory_bytes=4 * GiB)
 
 
+def memory(step: str = "run-1/tiles") -> PodMemory:
+    """A fresh attempt of `step` with a 1Gi limit."""
+    return PodMemory(limit_bytes=GiB, step=step)
+
+
 def test_below_the_threshold_memory_is_measured_at_most_once_a_second(clock: FakeClock) -> None:
-    core, state = FakeCore(used=500 * MiB), PodMemory(limit_bytes=GiB)
+    core, state = FakeCore(used=500 * MiB), memory()
     grower = growth(clock, POLICY)
     for _ in range(5):
         grower.observe(core, "team-a", pod(), state)  # type: ignore[arg-type]
@@ -81,7 +91,7 @@ def test_below_the_threshold_memory_is_measured_at_most_once_a_second(clock: Fak
 def test_past_the_threshold_the_pod_is_resized_and_accepted_once_the_status_shows_it(
     clock: FakeClock,
 ) -> None:
-    core, state = FakeCore(used=900 * MiB), PodMemory(limit_bytes=GiB)
+    core, state = FakeCore(used=900 * MiB), memory()
     grower = growth(clock, POLICY)
     grower.observe(core, "team-a", pod(), state)  # type: ignore[arg-type]
     resources = core.resizes[0]["spec"]["containers"][0]["resources"]
@@ -98,7 +108,7 @@ def test_past_the_threshold_the_pod_is_resized_and_accepted_once_the_status_show
 def test_a_deferred_resize_is_reported_pending_once_then_accepted_when_the_node_has_room(
     clock: FakeClock,
 ) -> None:
-    core, state = FakeCore(used=900 * MiB), PodMemory(limit_bytes=GiB)
+    core, state = FakeCore(used=900 * MiB), memory()
     grower = growth(clock, POLICY)
     grower.observe(core, "team-a", pod(), state)  # type: ignore[arg-type]
     why = "Node didn't have enough resource: memory, requested: 2147483648, used: 1, capacity: 2"
@@ -111,7 +121,7 @@ def test_a_deferred_resize_is_reported_pending_once_then_accepted_when_the_node_
 
 
 def test_a_resize_the_tenant_forbids_is_refused_and_not_asked_again(clock: FakeClock) -> None:
-    core, state = FakeCore(used=900 * MiB, resize_error=403), PodMemory(limit_bytes=GiB)
+    core, state = FakeCore(used=900 * MiB, resize_error=403), memory()
     grower = growth(clock, POLICY)
     for _ in range(3):
         grower.observe(core, "team-a", pod(), state)  # type: ignore[arg-type]
@@ -124,19 +134,74 @@ def test_a_resize_the_tenant_forbids_is_refused_and_not_asked_again(clock: FakeC
 def test_without_node_stats_the_tenant_is_not_asked_again(
     clock: FakeClock, caplog: pytest.LogCaptureFixture
 ) -> None:
-    core, state = FakeCore(used=900 * MiB, stats_error=403), PodMemory(limit_bytes=GiB)
+    core, state = FakeCore(used=900 * MiB, stats_error=403), memory()
     grower = growth(clock, POLICY)
     with caplog.at_level(logging.WARNING):
         for _ in range(3):
             grower.observe(core, "team-a", pod(), state)  # type: ignore[arg-type]
             clock.advance(1.5)
     assert core.stats_reads == 1 and not core.resizes
-    assert "cannot read node stats (403 Forbidden)" in caplog.text
-    assert "grant get on nodes/proxy" in caplog.text
+    assert caplog.text.count("cannot read node stats (403 Forbidden)") == 1
+    assert "set rbac.nodeProxy: true" in caplog.text
+
+
+def test_a_growing_step_without_node_stats_is_told_once_per_step_how_to_allow_them(
+    clock: FakeClock,
+) -> None:
+    core, grower = FakeCore(used=900 * MiB, stats_error=403), growth(clock, POLICY)
+    first, relaunched, other = memory(), memory(), memory("run-1/other")
+    for state in (first, first, relaunched, other, other):
+        grower.observe(core, "team-a", pod(), state)  # type: ignore[arg-type]
+        clock.advance(1.5)
+    (note,) = first.resizes
+    assert relaunched.resizes == []  # the step's next attempt: said already
+    assert [r.reason for r in other.resizes] == [note.reason]  # another step: its own note
+    assert note.outcome is GrowOutcome.REFUSED and note.old_bytes == note.new_bytes == GiB
+    assert "may not get nodes/proxy (403 Forbidden)" in note.reason
+    assert "set rbac.nodeProxy: true in the tenant chart's values" in note.reason
+    assert "exec-equivalent" in note.reason
+    assert core.stats_reads == 1 and not core.resizes
+    message = resize_message("tiles", note, grow_at=0.85)
+    assert message.startswith("Cannot grow step 'tiles' in place: growing in place needs ")
+    assert message.endswith("if it passes 1Gi it is OOMKilled and relaunched with more memory")
+
+
+def test_a_step_only_measured_gets_no_growth_note_without_node_stats(clock: FakeClock) -> None:
+    core, state = FakeCore(used=900 * MiB, stats_error=403), memory()
+    growth(clock, None).observe(core, "team-a", pod(), state)  # type: ignore[arg-type]
+    assert state.resizes == [] and state.peak_bytes == 0
+
+
+def test_on_a_tenant_refusing_node_proxy_a_growing_step_is_noted_and_oom_killed(
+    emulator: Any, clock: FakeClock
+) -> None:
+    """The emulator answers `get nodes/proxy` with 403, as a tenant installed with the chart's
+    default values (rbac.nodeProxy: false) does: a step that does not report its own memory
+    (a raw command) gets one note, then its OOM."""
+    backend = KubernetesBackend(
+        KubernetesConfig.from_dict(tenant_config(emulator)),
+        allowed_tenants=TENANTS,
+        clock=clock,
+        sleep=lambda s: None,
+        growth=MemoryGrowth(grow_at=0.5, factor=2.0, max_memory_bytes=GiB),
+    )
+    hog = "import time; blocks = [bytearray(16 << 20) for _ in range(40)]; time.sleep(30)"
+    emulator.set_permission("team-a", "get", "nodes/proxy", allowed=False)
+    try:
+        step = python_step(f"import time; time.sleep(1); {hog}", memory="128Mi")
+        handle = backend.submit(replace(step, raw_command=True))  # its argv as it is: no reports
+        status = wait_terminal(emulator, backend, handle)
+        (note,) = backend.resizes(handle)
+    finally:
+        emulator.set_permission("team-a", "get", "nodes/proxy", allowed=True)
+        backend.close()
+    assert (status.reason, status.exit_code) == (FailureReason.OOM_KILLED.value, 137)
+    assert note.outcome is GrowOutcome.REFUSED and note.new_bytes == note.old_bytes
+    assert "403 Forbidden" in note.reason and "rbac.nodeProxy: true" in note.reason
 
 
 def test_without_a_policy_memory_is_measured_but_never_grown(clock: FakeClock) -> None:
-    core, state = FakeCore(used=1000 * MiB), PodMemory(limit_bytes=GiB)
+    core, state = FakeCore(used=1000 * MiB), memory()
     growth(clock, None).observe(core, "team-a", pod(), state)  # type: ignore[arg-type]
     assert state.peak_bytes == 1000 * MiB and not core.resizes
 

@@ -1,5 +1,6 @@
 """The tenant chart installed for real (helm-python-sdk) into a tenant and the host of the real
-control plane; the executor then works with the chart's service-account token, not an admin's.
+control plane; the executor then works with the chart's service-account token, not an admin's,
+and grows a step in place with it although the chart's default refuses `get nodes/proxy`.
 """
 
 from __future__ import annotations
@@ -7,24 +8,28 @@ from __future__ import annotations
 import base64
 import json
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from k8s_support import TENANTS, python_step, tenant_config, wait_terminal
+from k8s_support import TENANTS, python_step, tenant_config, wait_terminal, wait_until
 from kubernetes import client, config
 
-from k8s_ai_orchestrator.backends.base import StepState
+from k8s_ai_orchestrator.backends.base import GrowOutcome, MemoryGrowth, StepState
 from k8s_ai_orchestrator.backends.kubernetes import KubernetesBackend, KubernetesConfig
+from k8s_ai_orchestrator.quantities import parse_memory
 from k8s_ai_orchestrator.testing.controlplane import write_kubeconfig
 from k8s_ai_orchestrator.testing.controlplane.kube import RealKube
+from tests.requirements import DEV_EXTRA, require_module
 
-helm = pytest.importorskip("helm_python", reason="pip install helm-python-sdk")
+helm = require_module("helm_python", "the Helm SDK (helm-python-sdk)", DEV_EXTRA)
 
 pytestmark = [pytest.mark.controlplane, pytest.mark.timeout(300)]
 
 CHART = Path(__file__).parents[2] / "helm" / "k8s-ai-tenant"
 TENANT = "team-b"
 NAMESPACE = "pipelines"  # the chart's default step namespace
+MiB = 1024**2
 
 
 def _helm(kubeconfig: str, namespace: str) -> object:
@@ -44,8 +49,9 @@ def _allowed(api: client.ApiClient, verb: str, resource: str, namespace: str) ->
     group, _, plural = resource.rpartition("/") if "/" in resource else ("", "", resource)
     attributes = review["spec"]["resourceAttributes"]
     attributes.update(resource=plural, group=group)
-    if resource in ("pods/log", "pods/resize"):
-        attributes.update(resource="pods", subresource=resource.split("/")[1], group="")
+    if resource in ("pods/log", "pods/resize", "nodes/proxy"):
+        plural, subresource = resource.split("/")
+        attributes.update(resource=plural, subresource=subresource, group="")
     answer = client.AuthorizationV1Api(api).create_self_subject_access_review(review)
     return bool(answer.status.allowed)
 
@@ -84,14 +90,24 @@ def installed(
     host_helm.uninstall("k8s-ai-host")
 
 
+def _chart_backend(
+    kubeconfig: Path, kube: RealKube, growth: MemoryGrowth | None = None
+) -> KubernetesBackend:
+    """A backend whose tenant team-b is reached with the chart's executor token."""
+    raw = tenant_config(kube)
+    raw["tenants"][TENANT] = {"kubeconfig": str(kubeconfig), "namespace": NAMESPACE}
+    return KubernetesBackend(
+        KubernetesConfig.from_dict(raw),
+        allowed_tenants=TENANTS,
+        sleep=lambda s: None,
+        growth=growth,
+    )
+
+
 def test_the_executor_runs_a_step_with_the_charts_service_account_token(
     installed: Path, real_kube: RealKube
 ) -> None:
-    raw = tenant_config(real_kube)
-    raw["tenants"][TENANT] = {"kubeconfig": str(installed), "namespace": NAMESPACE}
-    backend = KubernetesBackend(
-        KubernetesConfig.from_dict(raw), allowed_tenants=TENANTS, sleep=lambda s: None
-    )
+    backend = _chart_backend(installed, real_kube)
     try:
         handle = backend.submit(python_step("print('with the chart token')", tenant=TENANT))
         status = wait_terminal(real_kube, backend, handle)
@@ -99,6 +115,68 @@ def test_the_executor_runs_a_step_with_the_charts_service_account_token(
         assert "with the chart token" in backend.logs(handle)
     finally:
         backend.close()
+
+
+# ~400Mi in use (the interpreter with the reporter, which imports dagster: ~145Mi; 16 × 16Mi):
+# past 0.6 × 512Mi, under 512Mi and 0.6 × 1Gi; held while the reports reach the executor and
+# the resize reaches the node agent.
+# Holds 320 MiB (with Python about 340 MiB: past 0.6 × 512Mi, below 512Mi) until the test
+# has seen the growth (the file named in argv[1] appears), at most 60 s.
+GROWS_ONCE = (
+    "import os, sys, time; blocks = [bytearray(16 << 20) for _ in range(20)]\n"
+    "for b in blocks: b[::4096] = b'x' * len(b[::4096])\n"
+    "deadline = time.monotonic() + 60\n"
+    "while not os.path.exists(sys.argv[1]) and time.monotonic() < deadline: time.sleep(0.1)\n"
+    "print('grew in place')"
+)
+
+
+def test_with_the_charts_default_token_a_step_grows_in_place_from_its_own_reports(
+    installed: Path, real_kube: RealKube, tmp_path: Path
+) -> None:
+    """No `get nodes/proxy` (rbac.nodeProxy is off): the step's memory reports in its log,
+    read with `get pods/log`, raise its limit 512Mi → 1Gi in the same pod, which succeeds."""
+    assert not _allowed(
+        config.new_client_from_config(config_file=str(installed)), "get", "nodes/proxy", ""
+    )
+    growth = MemoryGrowth(grow_at=0.6, factor=2.0, max_memory_bytes=1024 * MiB)
+    backend = _chart_backend(installed, real_kube, growth=growth)
+    try:
+        seen = tmp_path / "growth-seen"
+        step = python_step(GROWS_ONCE, tenant=TENANT, memory="512Mi")
+        step = replace(
+            step,
+            command=[*step.command, str(seen)],
+            env={**step.env, "K8S_AI_USAGE_INTERVAL_S": "0.2"},
+        )
+        handle = backend.submit(step)
+        wait_until(
+            real_kube,
+            backend,
+            handle,
+            lambda s: (
+                s.is_terminal
+                or any(r.outcome is GrowOutcome.ACCEPTED for r in backend.resizes(handle))
+            ),
+        )
+        seen.touch()
+        status = wait_terminal(real_kube, backend, handle)
+        resizes = backend.resizes(handle)
+        assert status.state == StepState.SUCCEEDED, (status, resizes)
+        assert "grew in place" in backend.logs(handle)
+    finally:
+        backend.close()
+    grown = [(r.old_bytes, r.new_bytes) for r in resizes if r.outcome is GrowOutcome.ACCEPTED]
+    assert grown == [(512 * MiB, 1024 * MiB)], resizes
+    assert not any(r.outcome is GrowOutcome.REFUSED for r in resizes), resizes
+    (pod,) = [
+        p
+        for p in real_kube.pods(TENANT, NAMESPACE)
+        if p["metadata"]["labels"].get("k8s-ai/job") == handle.job_id
+    ]  # one pod ran it to the end, restarted by nothing
+    assert pod["status"]["containerStatuses"][0]["restartCount"] == 0
+    limit = pod["spec"]["containers"][0]["resources"]["limits"]["memory"]
+    assert parse_memory(limit) == 1024 * MiB  # the pod's own spec, resized in place
 
 
 def test_the_charts_executor_role_grants_nothing_the_executor_does_not_need(
@@ -128,6 +206,15 @@ def test_the_charts_executor_role_grants_nothing_the_executor_does_not_need(
     granted = [(verb, what) for verb, what in not_needed if _allowed(api, verb, what, NAMESPACE)]
     assert granted == []
     assert not _allowed(api, "create", "batch/jobs", "default")  # only its own namespace
+
+
+def test_by_default_the_executor_lists_nodes_but_cannot_reach_their_kubelets(
+    installed: Path,
+) -> None:
+    """`get nodes/proxy` (exec-equivalent) needs the chart's opt-in rbac.nodeProxy."""
+    api = config.new_client_from_config(config_file=str(installed))
+    assert _allowed(api, "list", "nodes", "")  # the pre-flight node-size check
+    assert not _allowed(api, "get", "nodes/proxy", "")
 
 
 def test_the_host_install_lets_the_executor_read_only_its_vcluster_secret(

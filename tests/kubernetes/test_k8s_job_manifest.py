@@ -1,12 +1,12 @@
 """The Job a step becomes: compared field by field with checked-in golden manifests.
 
-Regenerate after an intended change with `UPDATE_GOLDEN=1 pytest tests/kubernetes`.
+Regenerate after an intended change with `UPDATE_GOLDEN=1 pytest tests/kubernetes` (the run
+rewrites the files and fails; review the diff, then run again without it).
 """
 
 from __future__ import annotations
 
 import json
-import os
 from dataclasses import replace
 from pathlib import Path
 
@@ -23,6 +23,7 @@ from k8s_ai_orchestrator.backends.kubernetes.jobs import (
 )
 from k8s_ai_orchestrator.errors import ConfigError, SubmitError
 from k8s_ai_orchestrator.spec import resolve_spec
+from tests.support import update_golden
 
 GOLDEN = Path(__file__).parent / "golden"
 STEP_ARGV = ["/venv/bin/python", "-m", "dagster", "api", "execute_step", '{"step": "x"}']
@@ -65,8 +66,7 @@ def request(
 def assert_matches_golden(name: str, manifest: dict[str, object]) -> None:
     text = describe_manifest(manifest).replace(json.dumps(dagster_version), '"<dagster-version>"')
     path = GOLDEN / f"{name}.json"
-    if os.environ.get("UPDATE_GOLDEN"):
-        path.write_text(text)
+    update_golden(path, text)
     assert text == path.read_text(), f"{path.name} differs; see the diff above"
 
 

@@ -1,11 +1,10 @@
 """Right-sizing on Kubernetes, end to end: `ai_executor` reads a running step's memory from
-its node and resizes its pod through `pods/resize` before the OOM; without room on the node
-the resize waits and the step falls back to OOM escalation; `memory="auto"` is sized from the
-peak the last run measured. On the real v1.37 control plane,
-where the executor reads the pod's memory through the tenant apiserver's node proxy, the
-syncer's proxy and the node agent, and the resize goes tenant → syncer → host → node agent;
-the in-place growth on the emulator too (its Deferred resize is held to the real plane by the
-contract checks, `memory="auto"` on the local backend by tests/local)."""
+the step's own reports in its pod log (`steppod`) and resizes its pod through `pods/resize`
+before the OOM; without room on the node the resize waits and the step falls back to OOM
+escalation; `memory="auto"` is sized from the peak the last run measured. On the real v1.37
+control plane the resize goes tenant → syncer → host → node agent; the in-place growth on the
+emulator too (its Deferred resize is held to the real plane by the contract checks,
+`memory="auto"` on the local backend by tests/local)"""
 
 from __future__ import annotations
 
@@ -22,7 +21,8 @@ from test_k8s_executor_e2e import engine_messages, executor_config
 
 from k8s_ai_orchestrator.quantities import parse_memory
 
-pytestmark = [pytest.mark.emulator, pytest.mark.timeout(420)]
+# emulator or controlplane: each target parameter carries its marker (tests/plane_fixtures.py)
+pytestmark = pytest.mark.timeout(420)
 
 HERE = Path(__file__).parent
 REPO = ReconstructableRepository.for_module("k8s_pipelines", "defs", working_directory=str(HERE))
@@ -49,6 +49,7 @@ def step_pods(cluster: Any) -> list[dict[str, Any]]:
     ]
 
 
+@pytest.mark.slow
 def test_a_step_growing_past_its_limit_is_resized_in_place_and_keeps_its_pod(
     cluster: Any,
 ) -> None:
@@ -68,6 +69,7 @@ def test_a_step_growing_past_its_limit_is_resized_in_place_and_keeps_its_pod(
     assert parse_memory(resized) >= 4096 * MiB  # the pod's own spec, resized in place
 
 
+@pytest.mark.controlplane
 @pytest.mark.parametrize("cluster", ["control-plane"], indirect=True)  # the emulator: contract
 def test_without_room_on_the_node_the_resize_waits_and_the_step_is_relaunched(
     cluster: Any,
@@ -136,6 +138,7 @@ def step_summary(instance: DagsterInstance, run_id: str) -> dict[str, Any]:
     return [m for m in metas if "k8s_ai/peak_memory_bytes" in m][-1]
 
 
+@pytest.mark.controlplane
 @pytest.mark.parametrize("cluster", ["control-plane"], indirect=True)  # local: tests/local
 def test_memory_auto_converges_within_1_3x_of_the_true_peak_after_one_run(cluster: Any) -> None:
     config = {"execution": {"config": executor_config(cluster)}}

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import json
+import logging
 import os
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -47,6 +49,7 @@ def overlaps(a: tuple[float, float], b: tuple[float, float]) -> bool:
     return a[0] < b[1] and b[0] < a[1]
 
 
+@pytest.mark.slow
 def test_two_one_cpu_steps_overlap_and_a_two_cpu_step_runs_alone(instance, test_out):
     result = run(instance, "admission", {"local": {"cpus": 2, "memory": "4Gi"}})
     assert result.success
@@ -79,6 +82,7 @@ def test_step_allocating_past_its_limit_fails_as_oom_killed(instance, test_out):
     assert "exit code 137" in message or "oom_escalation" in message
 
 
+@pytest.mark.slow
 def test_oom_killed_step_is_relaunched_with_double_memory_until_it_fits(instance, test_out):
     result = run(instance, "oom", {"local": {"cpus": 2}})
     assert result.success
@@ -89,6 +93,7 @@ def test_oom_killed_step_is_relaunched_with_double_memory_until_it_fits(instance
     assert any("512Mi → 1Gi" in m for m in messages)
 
 
+@pytest.mark.slow
 def test_oom_escalation_stops_at_max_memory_with_the_sizes_tried(instance, test_out):
     executor = {"local": {"cpus": 2}, "oom_escalation": {"max_memory": "512Mi"}}
     result = run(instance, "oom", executor)
@@ -110,6 +115,7 @@ def _preempt_when_announced(out: Path, timeout: float = 60) -> None:
     raise AssertionError("the step never announced itself")
 
 
+@pytest.mark.slow
 def test_preemption_relaunch_does_not_consume_the_ops_retry_policy(instance, test_out):
     import threading
 
@@ -124,6 +130,7 @@ def test_preemption_relaunch_does_not_consume_the_ops_retry_policy(instance, tes
     assert any("was Preempted; relaunching at the same size" in m for m in messages)
 
 
+@pytest.mark.slow
 def test_a_step_preempted_in_its_save_loop_reads_as_a_relaunch_and_resumes(instance, test_out):
     import threading
 
@@ -145,17 +152,63 @@ def test_a_step_preempted_in_its_save_loop_reads_as_a_relaunch_and_resumes(insta
 
 
 def test_gpu_step_on_a_machine_without_gpus_runs_on_cpu_with_a_warning(instance, test_out):
+    result = run(
+        instance, "gpu_on_cpu_machine", {"local": {"cpus": 64, "memory": "64Gi", "gpus": 0}}
+    )
+    assert result.success
+    messages = engine_messages(instance, result.run_id)
+    assert any(
+        "asks for 1 GPU but this machine has 0: it runs on CPU without a GPU" in m for m in messages
+    )
+    assert not any("runs alone" in m for m in messages)  # 8 CPU fit in 64: only the GPU is missing
+    assert [e["cuda"] for e in recorded(test_out) if e["name"] == "gpu"] == [""]
+
+
+def test_a_step_larger_than_the_machine_is_warned_that_it_runs_alone(instance, test_out):
     result = run(instance, "gpu_on_cpu_machine", {"local": {"cpus": 2, "gpus": 0}})
     assert result.success
     messages = engine_messages(instance, result.run_id)
-    assert any("asks for 1 GPU but this machine has none" in m for m in messages)
-    assert any("runs alone" in m for m in messages)  # gpu-1 is 8 CPU, more than 2
+    assert any("it runs alone" in m for m in messages)  # gpu-1 is 8 CPU, more than 2
+    assert any("it runs on CPU without a GPU" in m for m in messages)
+
+
+def test_executor_warnings_are_stored_at_warning_level(instance, test_out):
+    result = run(instance, "gpu_on_cpu_machine", {"local": {"cpus": 2, "gpus": 0}})
+    records = instance.all_logs(result.run_id, of_type=DagsterEventType.ENGINE_EVENT)
+    levels = {r.dagster_event.message: r.level for r in records if r.dagster_event}
+    warnings = [m for m in levels if m.startswith("Warning:")]
+    assert len(warnings) == 2
+    assert all(levels[m] == logging.WARNING for m in warnings)
+    assert all(level == logging.DEBUG for m, level in levels.items() if m not in warnings)
+
+
+def _refusal(result: Any) -> Any:
+    failure = next(e for e in result.all_events if e.event_type == DagsterEventType.STEP_FAILURE)
+    return failure.step_failure_data.error
 
 
 def test_oversize_fail_refuses_the_step_before_running_it(instance, test_out):
     result = run(instance, "gpu_on_cpu_machine", {"local": {"cpus": 2, "oversize": "fail"}})
     assert not result.success
     assert not recorded(test_out)
+    error = _refusal(result)
+    assert error.cls_name == "SubmitError"
+    assert "local.oversize is 'fail'" in error.message
+    messages = engine_messages(instance, result.run_id)
+    assert not any("Warning" in m or "runs alone" in m for m in messages)  # the refusal alone
+
+
+def test_oversize_fail_refuses_a_gpu_step_on_a_machine_without_gpus(instance, test_out):
+    executor = {"local": {"cpus": 64, "memory": "64Gi", "gpus": 0, "oversize": "fail"}}
+    result = run(instance, "gpu_on_cpu_machine", executor)
+    assert not result.success
+    assert not recorded(test_out)
+    error = _refusal(result)
+    assert error.cls_name == "SubmitError"
+    assert "step 'wants_gpu' asks for 1 GPU but the local backend has 0" in error.message
+    assert "machine with GPUs" in error.message and "local.gpus" in error.message
+    assert "kubernetes backend" in error.message
+    assert not any("Warning" in m for m in engine_messages(instance, result.run_id))
 
 
 def test_hand_edited_tags_are_rejected_before_any_step_runs(instance, test_out):
@@ -209,6 +262,7 @@ def test_bad_executor_config_is_refused_with_the_key_named(instance, test_out, e
     assert not recorded(test_out)
 
 
+@pytest.mark.slow
 def test_terminating_the_run_kills_every_step_process_tree(dagster_home, test_out):
     code = (
         "import sys; from dagster import DagsterInstance, execute_job\n"
@@ -238,6 +292,7 @@ def test_terminating_the_run_kills_every_step_process_tree(dagster_home, test_ou
             os.killpg(worker.pid, signal.SIGKILL)
 
 
+@pytest.mark.slow
 def test_forkserver_step_processes_are_policed_and_relaunched_like_spawned_ones(instance, test_out):
     result = run(instance, "oom", {"local": {"cpus": 2, "start_method": "forkserver"}})
     assert result.success
@@ -245,3 +300,29 @@ def test_forkserver_step_processes_are_policed_and_relaunched_like_spawned_ones(
     assert attempts == [0, 1, 2]  # OOMKilled at 256Mi and 512Mi, fits 1Gi
     pids = {e["pid"] for e in recorded(test_out) if e["name"] == "hog"}
     assert len(pids) == 3 and os.getpid() not in pids  # each attempt its own process
+
+
+def test_a_run_on_dagster_devs_temporary_instance_warns_that_its_report_is_lost(
+    tmp_path, monkeypatch, test_out
+):
+    home = tmp_path / ".tmp_dagster_home_abc123"  # where `dagster dev` puts it without DAGSTER_HOME
+    home.mkdir()
+    (home / "dagster.yaml").write_text("telemetry:\n  enabled: false\n")
+    monkeypatch.setenv("DAGSTER_HOME", str(home))
+    with DagsterInstance.get() as temporary:
+        result = run(temporary, "gpu_on_cpu_machine", {"local": {"cpus": 64, "memory": "64Gi"}})
+        records = temporary.all_logs(result.run_id, of_type=DagsterEventType.ENGINE_EVENT)
+    notes = [r for r in records if "DAGSTER_HOME is not set" in (r.dagster_event.message or "")]
+    assert len(notes) == 1
+    assert notes[0].level == logging.WARNING and notes[0].step_key is None
+    assert "k8s-ai report" in notes[0].dagster_event.message
+
+
+def test_a_run_leaves_no_step_log_folder_in_the_temp_dir(tmp_path, monkeypatch, instance, test_out):
+    temp = tmp_path / "temp"
+    temp.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(temp))  # the run worker runs in this process
+    result = run(instance, "gpu_on_cpu_machine", {"local": {"cpus": 64, "memory": "64Gi"}})
+    assert result.success
+    assert recorded(test_out)  # the step ran, its log went through a k8s-ai-local-* folder
+    assert not list(temp.glob("k8s-ai-local-*"))

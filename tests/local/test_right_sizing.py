@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+import pytest
 from dagster import DagsterEventType, DagsterInstance, execute_job
 from dagster._core.definitions.reconstruct import ReconstructableRepository
 
@@ -68,6 +69,7 @@ def test_a_step_growing_past_its_limit_grows_in_place_and_finishes_in_one_attemp
     assert meta["k8s_ai/peak_memory_bytes"] > 256 * MiB
 
 
+@pytest.mark.slow
 def test_without_room_to_grow_the_step_is_oom_killed_and_relaunched_with_more_memory(
     instance, test_out
 ):
@@ -82,6 +84,7 @@ def test_without_room_to_grow_the_step_is_oom_killed_and_relaunched_with_more_me
     assert any("Relaunching" in m and "256Mi → 512Mi" in m for m in messages)
 
 
+@pytest.mark.slow
 def test_growth_is_off_unless_grow_at_is_set(instance, test_out):
     result = run(instance, "growing", {"local": {"cpus": 2, "memory": "4Gi"}})
     assert result.success
@@ -90,6 +93,7 @@ def test_growth_is_off_unless_grow_at_is_set(instance, test_out):
     assert not any("in place" in m for m in messages)
 
 
+@pytest.mark.slow
 def test_memory_auto_converges_within_1_3x_of_the_true_peak_after_one_run(instance, test_out):
     executor = {"local": {"cpus": 2, "memory": "4Gi"}}
     first = run(instance, "auto", executor)

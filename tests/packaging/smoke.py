@@ -2,8 +2,8 @@
 
 It runs from a temporary directory with only the wheel installed: the repository is not on
 sys.path, so a module the wheel forgot to ship fails here. Checks the wheel's contents and
-metadata, imports the public names, and runs a two-step pipeline on the local backend and on
-the Kubernetes emulator (`k8s_ai_orchestrator.testing.kube`).
+metadata, imports the public names and the test doubles users test with, and runs a two-step
+pipeline on the local backend and on the Kubernetes emulator (`k8s_ai_orchestrator.testing.kube`).
 """
 
 from __future__ import annotations
@@ -43,9 +43,28 @@ def check_public_names() -> None:
         "Gang",
         "AICompute",
         "ComputeSpecError",
+        "ProcessRunLauncher",
     ):
         assert hasattr(lib, name), name
     assert lib.compute("xs")["k8s_ai/size"] == "xs"
+
+
+def check_test_doubles(files: list[str]) -> None:
+    """The doubles a user tests pipelines with ship; this repository's contract checks do not."""
+    from k8s_ai_orchestrator.testing.controlplane import build_kubeplane, start_control_plane
+    from k8s_ai_orchestrator.testing.controlplane.agent import NodeAgent
+    from k8s_ai_orchestrator.testing.controlplane.kube import RealKube
+    from k8s_ai_orchestrator.testing.controlplane.kueue import start_kueue
+    from k8s_ai_orchestrator.testing.controlplane.syncer import TenantSyncer
+    from k8s_ai_orchestrator.testing.kube import KubeEmulator
+    from k8s_ai_orchestrator.testing.slurm import LocalSlurmCluster
+
+    for double in (KubeEmulator, LocalSlurmCluster, build_kubeplane, start_control_plane):
+        assert callable(double), double
+    for double in (NodeAgent, RealKube, TenantSyncer, start_kueue):
+        assert callable(double), double
+    contract = [f for f in files if f.startswith("k8s_ai_orchestrator/testing/kube/contract")]
+    assert contract == [], f"the wheel ships the repository's contract checks: {contract}"
 
 
 def run_two_steps(executor: dict[str, Any]) -> None:
@@ -93,6 +112,7 @@ def main() -> None:
     assert "site-packages" in location.parts, f"not the installed wheel: {location}"
     check_distribution()
     check_public_names()
+    check_test_doubles([str(f) for f in metadata.distribution("k8s-ai-orchestrator").files or []])
     run_two_steps({"backend": "local", "local": {"cpus": 2, "memory": "2Gi"}})
     run_on_emulator()
     print(f"wheel smoke test passed: {location.parent}")

@@ -14,12 +14,14 @@ from typing import Any
 
 import pytest
 
+from k8s_ai_orchestrator.testing.kube import KubeEmulator, NodeSpec
 from tests.kubernetes.k8s_support import (
     NAMESPACE,
     TENANTS,
     install_priority_classes,
     tenant_config,
 )
+from tests.plane_fixtures import KUBE_TARGETS
 
 
 @dataclass(frozen=True)
@@ -35,12 +37,11 @@ class PipesCluster:
 
 
 def _emulator_target() -> Iterator[PipesCluster]:
-    kube = pytest.importorskip("k8s_ai_orchestrator.testing.kube")
     nodes = [
-        kube.NodeSpec(name="node-a", cpu="8", memory="16Gi", gpus=0, labels={}, taints=()),
-        kube.NodeSpec(name="node-b", cpu="8", memory="16Gi", gpus=0, labels={}, taints=()),
+        NodeSpec(name="node-a", cpu="8", memory="16Gi", gpus=0, labels={}, taints=()),
+        NodeSpec(name="node-b", cpu="8", memory="16Gi", gpus=0, labels={}, taints=()),
     ]
-    with kube.KubeEmulator(nodes=nodes, tenants=list(TENANTS), tls=False, workdir=None) as emu:
+    with KubeEmulator(nodes=nodes, tenants=list(TENANTS), tls=False, workdir=None) as emu:
         for tenant in TENANTS:
             install_priority_classes(emu.tenant(tenant).api_client())
         yield _pipes_cluster("emulator", emu)
@@ -58,7 +59,7 @@ def _pipes_cluster(name: str, kube: Any) -> PipesCluster:
     )
 
 
-@pytest.fixture(scope="module", params=["emulator", "control-plane"])
+@pytest.fixture(scope="module", params=KUBE_TARGETS)
 def k8s_cluster(request: pytest.FixtureRequest) -> Iterator[PipesCluster]:
     if request.param == "control-plane":
         yield _pipes_cluster("control-plane", request.getfixturevalue("plane_with_nodes").fresh())

@@ -19,7 +19,8 @@ from k8s_ai_orchestrator import AICompute
 from tests.pipes.conftest import PipesCluster
 from tests.pipes.pipes_support import TILES_COMMAND, check_evaluation, materialization_metadata
 
-pytestmark = [pytest.mark.emulator, pytest.mark.timeout(180)]
+# emulator or controlplane: each target parameter carries its marker (tests/plane_fixtures.py)
+pytestmark = pytest.mark.timeout(180)
 ENV = {"TILES": "2"}
 PROGRAM_KEYS = ("tiles", "resumed_at", "attempt")
 COMPARED = (

@@ -27,7 +27,8 @@ from tests.pipes.pipes_support import (
     materialize_tiles,
 )
 
-pytestmark = [pytest.mark.emulator, pytest.mark.timeout(180)]
+# emulator or controlplane: each target parameter carries its marker (tests/plane_fixtures.py)
+pytestmark = pytest.mark.timeout(180)
 ROOT = Path(__file__).parents[2]
 SIZE = {"cpu": 0.5, "memory": "256Mi", "tenant": "team-a"}
 

@@ -8,6 +8,7 @@ from typing import Any
 from dagster_pipes import PIPES_PROTOCOL_VERSION, PIPES_PROTOCOL_VERSION_FIELD
 
 from k8s_ai_orchestrator.backends.base import FailureReason, JobHandle, StepStatus
+from k8s_ai_orchestrator.launch.lifecycle import Attempt
 from k8s_ai_orchestrator.pipes.messages import PodLogMessageReader
 from k8s_ai_orchestrator.pipes.supervise import AttemptWatcher
 from tests.support import FakeClock
@@ -39,7 +40,8 @@ def test_each_new_pending_reason_is_said_once_then_where_it_runs() -> None:
     )
     said: list[str] = []
 
-    status = AttemptWatcher(backend, HANDLE, said.append, sleep=lambda s: None).wait(None)
+    attempt = Attempt(HANDLE, launched_at=0.0)
+    status = AttemptWatcher(backend, attempt, said.append, sleep=lambda s: None).wait()
 
     assert status.state.value == "Succeeded"
     assert said == [
@@ -52,21 +54,21 @@ def test_each_new_pending_reason_is_said_once_then_where_it_runs() -> None:
 def test_an_attempt_pending_past_its_timeout_is_cancelled_as_unschedulable() -> None:
     clock = FakeClock()
     backend = ScriptedBackend(StepStatus.pending("Unschedulable", "Insufficient nvidia.com/gpu"))
-    watcher = AttemptWatcher(
-        backend,
+    attempt = Attempt(
         HANDLE,
-        lambda line: None,
-        clock=clock,
-        sleep=clock.advance,
+        clock(),
         where="kubernetes tenant 'team-a'",
+        timeout_s=60,
+        timeout_knob="timeout=...",
     )
+    watcher = AttemptWatcher(backend, attempt, lambda line: None, clock=clock, sleep=clock.advance)
 
-    status = watcher.wait(timeout_s=60)
+    status = watcher.wait()
 
     assert status.reason == FailureReason.UNSCHEDULABLE.value
     assert status.message == (
         "step 'train-pipes' stayed Pending for more than 60s on kubernetes tenant 'team-a'; "
-        "last reason: Insufficient nvidia.com/gpu. Free capacity, lower the program's size, "
+        "last reason: Insufficient nvidia.com/gpu. Free capacity, lower its size, "
         "or raise timeout=..."
     )
     assert backend.cancelled == [HANDLE]

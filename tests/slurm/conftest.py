@@ -9,17 +9,15 @@ import pytest
 
 from k8s_ai_orchestrator.backends.slurm import SlurmBackend, SlurmConfig
 from k8s_ai_orchestrator.testing.slurm import LocalSlurmCluster, missing_slurm_programs
+from tests.requirements import INSTALL_DEPS, require
 
 
 @pytest.fixture(scope="session")
 def slurm_cluster() -> Iterator[LocalSlurmCluster]:
     missing = missing_slurm_programs()
-    if missing:
-        pytest.skip(
-            f"Slurm not installed ({', '.join(missing)}): run scripts/install-system-deps.sh"
-        )
-    if os.geteuid() != 0:
-        pytest.skip("the local Slurm cluster runs its daemons as root")
+    require(f"Slurm ({', '.join(missing)})" if missing else "Slurm", not missing, INSTALL_DEPS)
+    root = "root (the local Slurm cluster runs its daemons as root)"
+    require(root, os.geteuid() == 0, "run the Slurm tests as root")
     with LocalSlurmCluster() as cluster:
         yield cluster
 

@@ -1,7 +1,7 @@
 """Generated batch scripts, compared line by line with checked-in golden files.
 
 Regenerate after an intended change with `UPDATE_GOLDEN=1 pytest tests/slurm/test_sbatch_script.py`
-and review the diff.
+(the run rewrites the files and fails; review the diff, then run again without it).
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from k8s_ai_orchestrator.backends.slurm import SlurmConfig, batch_job, render_sc
 from k8s_ai_orchestrator.errors import SubmitError
 from k8s_ai_orchestrator.spec import ComputeSpec, GiB
 from k8s_ai_orchestrator.stepenv import SLURM_FAILED_MARKER as MARKER
+from tests.support import update_golden
 
 GOLDEN = Path(__file__).parent / "golden"
 HOSTILE = "x'\"; touch /tmp/pwned; $(touch /tmp/pwned) `id`\nrm -rf / #"
@@ -51,8 +52,7 @@ def request(
 
 def assert_matches_golden(name: str, script: str) -> None:
     path = GOLDEN / name
-    if os.environ.get("UPDATE_GOLDEN"):
-        path.write_text(script)
+    update_golden(path, script)
     expected = path.read_text().splitlines()
     actual = script.splitlines()
     for number, (want, got) in enumerate(zip(expected, actual, strict=False), start=1):

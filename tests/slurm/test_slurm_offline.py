@@ -8,12 +8,13 @@ from collections.abc import Mapping, Sequence
 import pytest
 from slurm_support import launch_request
 
+from k8s_ai_orchestrator.backends.local.rank_launcher import supervise
 from k8s_ai_orchestrator.backends.slurm import CommandResult, SlurmConfig
 from k8s_ai_orchestrator.backends.slurm.cli import CliTransport
 from k8s_ai_orchestrator.backends.slurm.rest import RestTransport
 from k8s_ai_orchestrator.backends.slurm.script import batch_job
 from k8s_ai_orchestrator.errors import BackendError, ConfigError, SubmitError
-from k8s_ai_orchestrator.gang import GangPlan, _supervise
+from k8s_ai_orchestrator.ranks import GangPlan
 
 REST = SlurmConfig(
     transport="rest",
@@ -163,14 +164,14 @@ class FakeTime:
 
 
 def plan(timeout_s: float | None = None, straggler_timeout_s: float = 60.0) -> GangPlan:
-    return GangPlan("local", 2, 1, 0, 1, "python", timeout_s, straggler_timeout_s)
+    return GangPlan(2, 1, 0, 1, "python", timeout_s, straggler_timeout_s)
 
 
 def test_a_straggler_is_stopped_once_its_peer_has_been_gone_too_long() -> None:
     fake_time = FakeTime()
     ranks = [FakeRank(0), FakeRank(None)]
 
-    outcome = _supervise(ranks, plan(straggler_timeout_s=5), fake_time.clock, fake_time.sleep)
+    outcome = supervise(ranks, plan(straggler_timeout_s=5), fake_time.clock, fake_time.sleep)
 
     assert outcome.timed_out
     assert "ranks [1] still running 5s after a peer" in outcome.detail
@@ -181,7 +182,7 @@ def test_the_first_failing_rank_ends_the_gang_at_once() -> None:
     fake_time = FakeTime()
     ranks = [FakeRank(None), FakeRank(2, polls=3)]
 
-    outcome = _supervise(ranks, plan(), fake_time.clock, fake_time.sleep)
+    outcome = supervise(ranks, plan(), fake_time.clock, fake_time.sleep)
 
     assert (outcome.returncode, outcome.timed_out) == (2, False)
     assert outcome.detail == "rank 1 exited with code 2"
@@ -190,7 +191,7 @@ def test_the_first_failing_rank_ends_the_gang_at_once() -> None:
 def test_the_gang_timeout_bounds_ranks_that_never_finish() -> None:
     fake_time = FakeTime()
 
-    outcome = _supervise(
+    outcome = supervise(
         [FakeRank(None), FakeRank(None)], plan(timeout_s=30), fake_time.clock, fake_time.sleep
     )
 

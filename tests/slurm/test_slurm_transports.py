@@ -3,6 +3,7 @@ quotes, `$()`, `;` and newlines reach the step verbatim and never run."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import sys
 from pathlib import Path
@@ -155,3 +156,25 @@ def test_rest_jobs_get_usr2_before_their_time_limit_then_requeue_and_resume(
     assert status.state is StepState.SUCCEEDED, backend.logs(handle)
     assert (tmp_path / "checkpoint").read_text() == "saved"
     assert (tmp_path / "resumed").read_text() == "1"
+
+
+def test_a_new_backend_finds_a_submitted_attempt_by_its_run_step_and_attempt(
+    any_backend: SlurmBackend, cluster: LocalSlurmCluster, tmp_path: Path
+) -> None:
+    """What a resumed run worker does (`Adopts`): the job of attempt 0 is found, with its
+    state; attempt 1 of the same step, never submitted, is not."""
+    command = [sys.executable, "-c", "import time; time.sleep(60)"]
+    request = launch_request(command, nodes=1)
+    handle = any_backend.submit(request)
+    try:
+        config = any_backend.config
+        adopted = SlurmBackend(config).adopt(request)
+        assert adopted is not None and adopted.job_id == handle.job_id
+        other = dataclasses.replace(request, attempt=1)
+        assert SlurmBackend(config).adopt(other) is None
+        fresh = SlurmBackend(config)
+        found = fresh.adopt(request)
+        assert found is not None
+        wait_for_status(fresh, found, lambda s: s.state == StepState.RUNNING)
+    finally:
+        any_backend.cancel(handle)

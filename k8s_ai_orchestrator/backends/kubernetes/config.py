@@ -21,7 +21,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ...errors import ConfigError, config_number
-from .names import DNS_SUBDOMAIN
+from .api_values import security_context
+from .names import DNS_SUBDOMAIN, label_key_problem
 
 DEFAULT_SECURITY_CONTEXT: Mapping[str, Any] = {
     "runAsNonRoot": True,
@@ -248,11 +249,13 @@ class KubernetesConfig:
             volume_mounts=tuple(raw.get("volume_mounts") or ()),
             labels=dict(raw.get("labels") or {}),
             priority_classes=PriorityClasses(**priority),
-            security_context=dict(raw.get("security_context") or DEFAULT_SECURITY_CONTEXT),
+            security_context=security_context(
+                raw.get("security_context") or DEFAULT_SECURITY_CONTEXT
+            ),
             gpu_node_selectors={
                 k: dict(v) for k, v in (raw.get("gpu_node_selectors") or {}).items()
             },
-            gpu_type_label=_opt_str(raw, "gpu_type_label", "kubernetes") or defaults.gpu_type_label,
+            gpu_type_label=_gpu_type_label(raw, defaults.gpu_type_label),
             gpu_tolerations=tuple(raw.get("gpu_tolerations", DEFAULT_GPU_TOLERATIONS)),
             command_prefix=tuple(
                 _str_list(raw.get("command_prefix"), "kubernetes.command_prefix")
@@ -316,6 +319,19 @@ def _env_vars(value: Any) -> tuple[str, ...]:
                 "kubernetes.env_secrets"
             )
     return entries
+
+
+def _gpu_type_label(raw: Mapping[str, Any], default: str) -> str:
+    """`gpu_type_label`: a label key, since it becomes a nodeSelector key of GPU steps."""
+    label = _opt_str(raw, "gpu_type_label", "kubernetes") or default
+    problem = label_key_problem(label)
+    if problem is not None:
+        raise ConfigError(
+            f"kubernetes.gpu_type_label={label!r} is not allowed: it must be {problem}; set it "
+            f"to the node label that holds the GPU model ({default}, the default, is the one "
+            "NVIDIA's GPU feature discovery sets)"
+        )
+    return label
 
 
 def _gang_workdir(value: Any) -> str | None:

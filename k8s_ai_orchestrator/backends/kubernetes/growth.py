@@ -1,9 +1,14 @@
 """Memory of running step pods, and in-place growth through the `pods/resize` subresource.
 
-While a step's pod runs, its memory in use is read from the kubelet's summary on its node
+While a step's pod runs, its memory in use comes from the step itself: a measured step's
+container starts through `steppod` (`report_usage` rewrites its argv), which writes its
+cgroup's working set to the pod's log every `K8S_AI_USAGE_INTERVAL_S` seconds; the backend's
+log follower takes those lines out of the log (`usage_report`) and `observe` uses each new one.
+Pods that do not report (a command that is not `python -m ...` or `python -c ...`, or no report
+within `REPORT_GRACE_S` of running) are read from the kubelet's summary on their node instead
 (`GET /api/v1/nodes/{node}/proxy/stats/summary`, the source metrics-server reads; at most once
-a second per attempt, and only when growth or `memory="auto"` needs it). The peak becomes the
-attempt's `max_rss_bytes`. With a `MemoryGrowth` policy, once the pod uses `grow_at` of its
+a second per attempt). Both only when growth or `memory="auto"` needs them. The peak becomes
+the attempt's `max_rss_bytes`. With a `MemoryGrowth` policy, once the pod uses `grow_at` of its
 limit its memory request and limit are raised in place (× the escalation factor, capped by
 `max_memory`); the step container's `resizePolicy` says NotRequired (`resizable`), so the
 kubelet applies it without a restart when the node has room. What became of
@@ -14,6 +19,12 @@ each resize is read from the pod's status:
   kubelet keeps trying, and the step falls back to OOM escalation if it passes its old limit;
 - refused: the API server said no (no `pods/resize` permission, or more than the node's
   allocatable); the same size is not asked for again.
+
+Reading the summary needs `get` on `nodes/proxy` (the tenant chart's opt-in `rbac.nodeProxy`,
+off by default: it is exec-equivalent); the step's own reports need only the `pods/log` the
+executor has anyway. Without node stats (a 403, or any other refusal) the tenant's stats are
+not asked for again; a growing step that does not report records once a refused growth that
+names the fix (`NODE_PROXY_FIX`) and falls back to the OOM relaunch with more memory.
 
 Example:
     >>> pod = {"spec": {"containers": [{"name": "dagster"}]}, "status": {"containerStatuses": [
@@ -38,11 +49,27 @@ from kubernetes.client import CoreV1Api
 from kubernetes.client.exceptions import ApiException
 from kubernetes.utils import parse_quantity
 
+from ... import steppod
 from ...errors import BackendError
-from ..base import GrowOutcome, MemoryGrowth, Resize
+from ...spec import ComputeSpec
+from ...usage_report import MemoryReading
+from ..base import GrowOutcome, LaunchRequest, MemoryGrowth, Resize
 from .api import ApiRetry, api_message
+from .config import KubernetesConfig
 
 SAMPLE_S = 1.0  # at most one summary read per attempt per second
+# how long a reporting pod may take to its first report (Python's and the step's imports)
+# before its node stats are read instead
+REPORT_GRACE_S = 30.0
+# Entry point of a measured step container (`-c`, not `-m`: the package imports the module).
+STEP_POD_MAIN = (
+    f"import sys; from {steppod.__name__} import pod_main; sys.exit(pod_main(sys.argv[1:]))"
+)
+NODE_PROXY_FIX = (
+    "set rbac.nodeProxy: true in the tenant chart's values (helm/k8s-ai-tenant); it grants "
+    "get on nodes/proxy on every node, which is exec-equivalent (the kubelet's /exec through "
+    "the node proxy), so grant it only where the executor may already run commands in pods"
+)
 _MiB = 1024**2
 
 
@@ -51,7 +78,11 @@ class PodMemory:
     """What the backend knows about one attempt's memory (mutable, private)."""
 
     limit_bytes: int  # the limit in effect (grows with each accepted resize)
+    step: str  # run and step key: what is said once per step, not once per attempt
     sampled_at: float = -math.inf
+    reports: bool = False  # the pod runs `steppod`: its own reports come through its log
+    watched_since: float | None = None  # first seen running with a node
+    report_at: float | None = None  # the step's stamp on the last report used
     peak_bytes: int = 0
     asked_bytes: int | None = None  # a resize sent, its outcome not seen yet
     asked_used: int = 0  # memory in use when it was sent
@@ -69,6 +100,35 @@ def resizable(manifest: dict[str, Any]) -> None:
     for resource in ("cpu", "memory"):
         policies.setdefault(resource, {"resourceName": resource, "restartPolicy": "NotRequired"})
     container["resizePolicy"] = list(policies.values())
+
+
+def report_usage(
+    manifest: dict[str, Any], request: LaunchRequest, config: KubernetesConfig
+) -> None:
+    """Start the step container through `steppod`, which reports its memory in the pod's log.
+
+    Only a Python command is rewritten (`python -m dagster ...` with the default
+    `command_prefix` or one of the form `[python, -m, dagster]`, and `python -m|-c ...`); any
+    other stays as it is and is measured from node stats.
+    """
+    command = list(request.command)
+    if request.raw_command or len(command) < 3 or command[1] not in ("-m", "-c"):
+        return
+    python = config.python
+    if command[1:3] == ["-m", "dagster"]:
+        prefix = list(config.command_prefix)
+        if prefix[1:] == ["-m", "dagster"]:
+            python = prefix[0]
+        elif prefix != ["dagster"]:
+            return
+    container = manifest["spec"]["template"]["spec"]["containers"][0]
+    container["args"] = [python, "-c", STEP_POD_MAIN, *command[1:]]
+
+
+def reports_usage(pod: Mapping[str, Any]) -> bool:
+    """Whether the pod's step container runs `steppod` (rewritten by `report_usage`)."""
+    containers = (pod.get("spec") or {}).get("containers") or [{}]
+    return STEP_POD_MAIN in (containers[0].get("args") or [])
 
 
 def in_use(summary: Mapping[str, Any], namespace: str, pod: str) -> int | None:
@@ -124,20 +184,72 @@ class PodGrowth:
         self._retry = retry
         self._clock = clock
         self._log = logger
-        self._no_stats: set[str] = set()  # tenants whose node stats this executor may not read
+        self._no_stats: dict[str, str] = {}  # tenant → why its node stats cannot be read
+        self._told_no_stats: set[str] = set()  # steps whose growth was refused for it
+        self._memory: dict[str, PodMemory] = {}  # Job → its attempt's memory, once running
+
+    def measures(self, spec: ComputeSpec) -> bool:
+        """Whether a step's memory is read while it runs: to grow it, or to size `auto` next
+        time (single-pod steps only)."""
+        return (self.growth is not None or spec.memory_auto) and not spec.is_gang
+
+    def prepare(
+        self, manifest: dict[str, Any], request: LaunchRequest, config: KubernetesConfig
+    ) -> None:
+        """Make the Job's pod growable in place (growth on) and reporting its memory
+        (measured), for a single-pod step."""
+        if self.growth is not None and not request.spec.is_gang:
+            resizable(manifest)
+        if self.measures(request.spec):
+            report_usage(manifest, request, config)
+
+    def measure(
+        self,
+        job: str,
+        request: LaunchRequest,
+        core: CoreV1Api,
+        tenant: str,
+        pod: Mapping[str, Any],
+        report_of: Callable[[], MemoryReading | None],
+    ) -> None:
+        """`observe` the running pod of a measured step's attempt, whose memory state is kept
+        per Job; `report_of` gives the step's latest report from its log (asked only of a
+        pod that reports)."""
+        if not self.measures(request.spec):
+            return
+        state = self._memory.get(job)
+        if state is None:
+            step = f"{request.run_id}/{request.step_key}"
+            state = PodMemory(request.spec.memory_bytes, step, reports=reports_usage(pod))
+            self._memory[job] = state
+        self.observe(core, tenant, pod, state, report_of() if state.reports else None)
+
+    def memory(self, job: str) -> PodMemory | None:
+        """The memory of the Job's attempt, if it was measured."""
+        return self._memory.get(job)
 
     def observe(
-        self, core: CoreV1Api, tenant: str, pod: Mapping[str, Any], state: PodMemory
+        self,
+        core: CoreV1Api,
+        tenant: str,
+        pod: Mapping[str, Any],
+        state: PodMemory,
+        report: MemoryReading | None = None,
     ) -> None:
-        """Settle the last resize from the pod's status; sample memory and grow when due."""
+        """Settle the last resize from the pod's status; take the pod's latest `report` (or
+        sample node stats when it does not report) and grow when due."""
         self._settle(pod, state)
         now = self._clock()
         node = (pod.get("spec") or {}).get("nodeName")
-        if not node or tenant in self._no_stats or now - state.sampled_at < SAMPLE_S:
+        if not node:
             return
-        state.sampled_at = now
-        meta = pod["metadata"]
-        used = self._memory_in_use(core, tenant, node, meta["namespace"], meta["name"])
+        if state.watched_since is None:
+            state.watched_since = now
+        used = None
+        if report is not None and (state.report_at is None or report.at > state.report_at):
+            state.report_at, used = report.at, report.working_set_bytes
+        elif self._stats_due(state, now):
+            used = self._node_stats(core, tenant, node, pod, state)
         if used is None:
             return
         state.peak_bytes = max(state.peak_bytes, used)
@@ -147,6 +259,26 @@ class PodGrowth:
         if target is None or target <= state.limit_bytes or target in state.refused:
             return
         self.ask(core, tenant, pod, state, target, used)
+
+    def _stats_due(self, state: PodMemory, now: float) -> bool:
+        """Node stats: at most once a second, and for a reporting pod only if it never did."""
+        if now - state.sampled_at < SAMPLE_S:
+            return False
+        assert state.watched_since is not None
+        silent = state.report_at is None and now - state.watched_since >= REPORT_GRACE_S
+        return not state.reports or silent
+
+    def _node_stats(
+        self, core: CoreV1Api, tenant: str, node: str, pod: Mapping[str, Any], state: PodMemory
+    ) -> int | None:
+        state.sampled_at = self._clock()
+        meta = pod["metadata"]
+        used = None
+        if tenant not in self._no_stats:
+            used = self._memory_in_use(core, tenant, node, meta["namespace"], meta["name"])
+        if tenant in self._no_stats:
+            self._cannot_measure(tenant, state)
+        return used
 
     def _memory_in_use(
         self, core: CoreV1Api, tenant: str, node: str, namespace: str, pod: str
@@ -161,17 +293,28 @@ class PodGrowth:
             )
             summary = json.loads(answer.data)
         except ApiException as error:
-            self._no_stats.add(tenant)  # a permanent answer: asking again each second is noise
+            # a permanent answer: asking again each second is noise
+            self._no_stats[tenant] = _no_stats_reason(error)
             self._log.warning(
                 "tenant '%s': cannot read node stats (%s); steps there are not measured "
-                "and not grown in place (grant get on nodes/proxy)",
+                "and not grown in place; to measure them, %s",
                 tenant,
                 api_message(error),
+                NODE_PROXY_FIX,
             )
             return None
         except (BackendError, ValueError):
             return None
         return in_use(summary, namespace, pod)
+
+    def _cannot_measure(self, tenant: str, state: PodMemory) -> None:
+        """Record once per growing step that it cannot be grown: its memory is unknown."""
+        if self.growth is None or state.step in self._told_no_stats:
+            return
+        self._told_no_stats.add(state.step)
+        limit = state.limit_bytes  # nothing asked for: old and new limits are the same
+        reason = self._no_stats[tenant]
+        state.resizes.append(Resize(limit, limit, 0, GrowOutcome.REFUSED, reason))
 
     def ask(
         self,
@@ -225,11 +368,30 @@ class PodGrowth:
             )
 
 
+def _no_stats_reason(error: ApiException) -> str:
+    """Why a step on a tenant whose node stats were refused cannot grow, and the fix."""
+    unreported = (
+        "growing in place needs the memory in use; the step's pod did not report it (its "
+        "command is not `python -m ...` or `python -c ...`, or its log cannot be read) and"
+    )
+    if error.status == 403:
+        return (
+            f"{unreported} the executor may not get nodes/proxy ({api_message(error)}) to read "
+            f"it from the node's kubelet; to allow it, {NODE_PROXY_FIX}"
+        )
+    return f"{unreported} the tenant did not give the node's stats ({api_message(error)})"
+
+
 __all__ = [
+    "NODE_PROXY_FIX",
+    "REPORT_GRACE_S",
+    "STEP_POD_MAIN",
     "PodGrowth",
     "PodMemory",
     "applied_memory_limit",
     "in_use",
+    "report_usage",
+    "reports_usage",
     "resizable",
     "resize_pending",
 ]

@@ -12,6 +12,7 @@ Example:
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Any
 
 from kubernetes.client import BatchV1Api
@@ -20,6 +21,7 @@ from kubernetes.client.exceptions import ApiException
 from ...errors import SubmitError
 from ..base import LaunchRequest
 from .api import ApiRetry, api_message
+from .jobs import run_selector
 from .tenants import TenantConnections
 
 
@@ -55,6 +57,41 @@ class JobApi:
                 f"step '{request.step_key}': tenant '{request.tenant}' refused Job "
                 f"{manifest['metadata']['name']} in namespace '{namespace}' ({message}); {fix}"
             ) from None
+
+    def read(self, tenant: str, namespace: str, name: str, step: str) -> dict[str, Any] | None:
+        """The Job as the API server has it (one read), or None if there is no such Job."""
+        batch = BatchV1Api(self._tenants.client(tenant, step))
+
+        def read() -> dict[str, Any] | None:
+            try:
+                job = batch.read_namespaced_job(name, namespace)
+            except ApiException as error:
+                if error.status == 404:
+                    return None
+                raise
+            found: dict[str, Any] = batch.api_client.sanitize_for_serialization(job)
+            return found
+
+        found: dict[str, Any] | None = self._retry.call(f"read Job {name}", tenant, read)
+        return found
+
+    def delete_run(self, run_id: str, where: list[tuple[str, str]]) -> list[str]:
+        """Delete every Job of `run_id` (its run label) in each (tenant, namespace); their
+        names."""
+        deleted = []
+        for tenant, namespace in where:
+            listed = self._retry.call(
+                "list Jobs", tenant, partial(self._list, tenant, namespace, run_id)
+            )
+            for name in listed:
+                self.delete(tenant, namespace, name, "?")
+            deleted += listed
+        return deleted
+
+    def _list(self, tenant: str, namespace: str, run_id: str) -> list[str]:
+        batch = BatchV1Api(self._tenants.client(tenant, "?"))
+        found = batch.list_namespaced_job(namespace, label_selector=run_selector(run_id))
+        return [job.metadata.name for job in found.items]
 
     def delete(self, tenant: str, namespace: str, name: str, step: str) -> None:
         """Delete a Job and its pods (propagation Background); a missing Job is fine."""

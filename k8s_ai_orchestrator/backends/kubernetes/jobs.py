@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -34,6 +35,7 @@ from dagster_k8s.models import k8s_snake_case_dict
 from dagster_k8s.utils import sanitize_k8s_label
 from kubernetes.client import ApiClient, Configuration, V1SecurityContext
 
+from ... import gangpods
 from ...errors import ConfigError, SubmitError
 from ...stepenv import GANG_DIR, NODE_NAME, POD_IP
 from ..base import LaunchRequest, cpu_quantity
@@ -59,8 +61,7 @@ GPU_RESOURCE = "nvidia.com/gpu"
 HOSTNAME_LABEL = "kubernetes.io/hostname"
 # Entry point of every pod of a gang (`-c`, not `-m`: the package imports the module itself).
 GANG_POD_MAIN = (
-    "import sys; from k8s_ai_orchestrator.gangpods import pod_main; "
-    "sys.exit(pod_main(sys.argv[1:]))"
+    f"import sys; from {gangpods.__name__} import pod_main; sys.exit(pod_main(sys.argv[1:]))"
 )
 
 # Keys of `LaunchRequest.labels` read as dagster-k8s step tags rather than turned into labels.
@@ -262,8 +263,11 @@ def _place_on_gpus(pod: dict[str, Any], request: LaunchRequest, config: Kubernet
         pod["tolerations"] = tolerations
 
 
-def config_problems(tenant: TenantConfig, config: KubernetesConfig) -> list[str]:
-    """Names in the config a step of `tenant` would write into its Job, against the API's rules.
+def config_problems(
+    tenant: TenantConfig, config: KubernetesConfig, environ: Mapping[str, str] = os.environ
+) -> list[str]:
+    """Names in the config a step of `tenant` would write into its Job, against the API's rules,
+    and the `env_vars` copied from `environ` (the run worker's) that are not set there.
 
     Each problem reads "<field>=<value> is not <what is allowed>; <fix>".
 
@@ -298,6 +302,17 @@ def config_problems(tenant: TenantConfig, config: KubernetesConfig) -> list[str]
         f"{field_name}={value!r} is not {allowed}; fix it in the executor config"
         for field_name, value, allowed in checks
         if allowed is not None
+    ] + _unset_env_vars(config, environ)
+
+
+def _unset_env_vars(config: KubernetesConfig, environ: Mapping[str, str]) -> list[str]:
+    """A problem for each `env_vars` entry without '=' whose variable `environ` lacks."""
+    return [
+        f"kubernetes.env_vars={name!r} is not set in the run worker's environment, and an entry "
+        f"without '=' copies the variable from there: set {name} where the run starts (its "
+        f"code location or run launcher), or give the value here as {name}=<value>"
+        for name in config.env_vars
+        if "=" not in name and name not in environ
     ]
 
 

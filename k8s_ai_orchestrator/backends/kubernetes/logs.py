@@ -3,7 +3,8 @@
 `LogFollower` opens `GET .../log?follow=true` once and appends what arrives to a buffer, so
 an executor that shows new lines on every poll costs one API request per pod, not one per
 poll. If the stream breaks while the pod still runs, the next read re-opens it and skips the
-bytes already buffered.
+bytes already buffered. A step's own memory reports (`usage_report`) are taken out of the
+stream as it arrives: the latest is `last_report`, and no reader of the log sees them.
 
 Example:
     >>> follower = LogFollower(core_api, "default", "k8s-ai-0f3c-0-abcde")  # doctest: +SKIP
@@ -18,7 +19,10 @@ from typing import Any
 from kubernetes.client import CoreV1Api
 from kubernetes.client.exceptions import ApiException
 
+from ...usage_report import MemoryReading, ReportFilter, without_reports
+
 _MAX_BUFFER = 4 * 1024 * 1024  # bytes kept per pod; older output is dropped
+DRAIN_S = 2.0  # how long the last read of an ended attempt waits for its stream's last lines
 
 
 class LogFollower:
@@ -41,14 +45,28 @@ class LogFollower:
         self._thread: threading.Thread | None = None
         self._response: Any = None
         self._closed = False
+        self._reports = ReportFilter()
+        self._last_report: MemoryReading | None = None
 
-    def read_since(self, offset: int) -> tuple[str, int]:
-        """Text received after byte `offset`, and the offset to pass next time."""
+    @property
+    def last_report(self) -> MemoryReading | None:
+        """The pod's latest memory report (the stream is opened if it is not)."""
         self._ensure_streaming()
+        return self._last_report
+
+    def read_since(self, offset: int, drain_s: float = 0.0) -> tuple[str, int]:
+        """Text received after byte `offset`, and the offset to pass next time (never less
+        than `offset`: a new follower of a pod whose log an earlier run worker read up to
+        `offset` says nothing until its stream has gone past it). `drain_s`: first wait that
+        long for the stream to end (its container has exited)."""
+        self._ensure_streaming()
+        if drain_s and self._thread is not None:
+            self._thread.join(drain_s)
         with self._lock:
             start = max(offset - self._dropped, 0)
             chunk = bytes(self._buffer[start:])
-            return chunk.decode("utf-8", errors="replace"), self._dropped + len(self._buffer)
+            end = max(offset, self._dropped + len(self._buffer))
+            return chunk.decode("utf-8", errors="replace"), end
 
     def close(self) -> None:
         self._closed = True
@@ -92,13 +110,47 @@ class LogFollower:
                 response.release_conn()
 
     def _append(self, chunk: bytes) -> None:
+        kept, reports = self._reports.feed(chunk)
         with self._lock:
-            self._buffer.extend(chunk)
+            if reports:
+                self._last_report = reports[-1]
+            self._buffer.extend(kept)
             self._received += len(chunk)
             overflow = len(self._buffer) - _MAX_BUFFER
             if overflow > 0:
                 del self._buffer[:overflow]
                 self._dropped += overflow
+
+
+class LogStreams:
+    """Each attempt's one log stream (keyed by its Job), following its current pod."""
+
+    def __init__(self) -> None:
+        self._followers: dict[str, LogFollower] = {}
+        self._lock = threading.Lock()
+
+    def follow(self, job: str, core: CoreV1Api, namespace: str, pod: str) -> LogFollower:
+        """The Job's stream of `pod`'s log; a new one when the Job's pod changed."""
+        with self._lock:
+            follower = self._followers.get(job)
+        if follower is None or follower.pod != pod:
+            follower = LogFollower(core, namespace, pod)
+            with self._lock:
+                self._followers[job] = follower
+        return follower
+
+    def close(self, job: str) -> None:
+        """Stop following the Job's pod (the attempt was cancelled)."""
+        with self._lock:
+            follower = self._followers.get(job)
+        if follower is not None:
+            follower.close()
+
+    def close_all(self) -> None:
+        with self._lock:
+            followers = list(self._followers.values())
+        for follower in followers:
+            follower.close()
 
 
 def read_tail(core: CoreV1Api, namespace: str, pod: str, tail_lines: int | None) -> str:
@@ -110,4 +162,4 @@ def read_tail(core: CoreV1Api, namespace: str, pod: str, tail_lines: int | None)
         if error.status in (400, 404):
             return ""
         raise
-    return bytes(response.data).decode("utf-8", errors="replace")
+    return without_reports(bytes(response.data).decode("utf-8", errors="replace"))

@@ -1,9 +1,20 @@
-"""Who preempted a step: the scheduler's `Preempted` event names the preemptor's pod UID.
+"""Who preempted a step: the scheduler's `Preempted` event, then what the tenant can see.
 
-The scheduler records `Preempted by pod <uid> on node <node>` on each victim pod. When the
-preemptor is a pod of the same tenant namespace (a gang or a standard GPU step of this or
-another run), its annotations name the step and run; otherwise only the UID is known (a pod
-of another tenant or namespace, which this tenant cannot see).
+The scheduler marks each victim pod `DisruptionTarget` (PreemptionByScheduler) and records
+`Preempted by pod <uid> on node <node>` on it. Inside a vCluster tenant that UID is the
+*host* pod's: the real vCluster syncer copies host events into the tenant with the host's
+message, and a tenant cannot read host pods. So the preemptor is named, in this order:
+
+1. the tenant pod with that UID (a plain cluster, or a syncer that rewrites UIDs);
+2. else the tenant's step pods that outrank the victim and are nominated for
+   (`status.nominatedNodeName`) or were scheduled onto (`PodScheduled` after the disruption)
+   the victim's node — what a preemptor does, and what vCluster copies back to the tenant;
+3. else "a higher-priority pod ... this tenant cannot name", with the UID the scheduler gave
+   (another tenant's or namespace's pod, or a host UID).
+
+A gang is named from its preempted pods (`name_preemptor_of_any`). A step that stopped itself
+on SIGTERM can say Preempted before the tenant shows the victim's `DisruptionTarget` or the
+`Preempted` event; `wait_for_preemptor` then reads them again for a short, bounded time.
 
 Example:
     >>> preemptor_uid("Preempted by pod 6f1c-22 on node node-b")
@@ -12,16 +23,25 @@ Example:
 
 from __future__ import annotations
 
+import json
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 from kubernetes.client import CoreV1Api
 from kubernetes.client.exceptions import ApiException
 
+from .status import condition_of
+
 _PREEMPTED = re.compile(r"Preempted by pod (?P<uid>\S+) on node (?P<node>\S+)")
 RUN_ANNOTATION = "k8s-ai/run-id"
 STEP_ANNOTATION = "k8s-ai/step-key"
+Obj = Mapping[str, Any]
+PREEMPTOR_WAIT_CAP_S = 10.0  # the longest a step that said Preempted waits for the marks
+PREEMPTOR_POLL_S = 0.5  # between reads of the victim and its events while it waits
+DEFAULT_GRACE_S = 30.0  # a pod's terminationGracePeriodSeconds when its spec has none
 
 
 def preemptor_uid(message: str) -> tuple[str, str] | None:
@@ -30,28 +50,251 @@ def preemptor_uid(message: str) -> tuple[str, str] | None:
     return (found.group("uid"), found.group("node")) if found else None
 
 
-def who_preempted(core: CoreV1Api, namespace: str, victim: str) -> str | None:
-    """ "preempted by step 'train' of run 'r1' (pod p) on node-b", or None if unknown."""
-    try:
-        events = core.list_namespaced_event(
-            namespace, field_selector=f"involvedObject.name={victim}"
-        ).items
-    except ApiException:
-        return None
-    parsed = [preemptor_uid(e.message or "") for e in events if e.reason == "Preempted"]
-    found = [pair for pair in parsed if pair is not None]
-    if not found:
-        return None
-    uid, node = found[-1]
-    return f"preempted by {_describe_pod(core, namespace, uid)} on {node}"
+@dataclass(frozen=True)
+class Preemptor:
+    """Who preempted a pod, in words."""
+
+    text: str  # "preempted by step 'train' of run 'r1' (pod p) on node-b"
+    named: bool  # a pod of the tenant was found; False: only the scheduler's UID is known
 
 
-def _describe_pod(core: CoreV1Api, namespace: str, uid: str) -> str:
+def name_preemptor(victim: Obj, events: Iterable[Obj], pods: Sequence[Obj]) -> Preemptor | None:
+    """Who preempted `victim`, from its events and the pods of its namespace (API JSON);
+    None while nothing names the preemptor yet.
+
+    Example:
+        >>> victim = {"metadata": {"uid": "v"}, "spec": {"nodeName": "node-b"}}
+        >>> train = {"metadata": {"uid": "t", "name": "p",
+        ...     "annotations": {STEP_ANNOTATION: "train", RUN_ANNOTATION: "r1"}}}
+        >>> event = {"reason": "Preempted", "message": "Preempted by pod t on node node-b"}
+        >>> name_preemptor(victim, [event], [victim, train]).text
+        "preempted by step 'train' of run 'r1' (pod p) on node-b"
+    """
+    said = [preemptor_uid(e.get("message") or "") for e in events if e.get("reason") == "Preempted"]
+    uid, node = next((pair for pair in reversed(said) if pair is not None), (None, None))
+    node = node or (victim.get("spec") or {}).get("nodeName")
+    if not node:
+        return None
+    by_uid = [p for p in pods if uid is not None and _meta(p).get("uid") == uid]
+    found = by_uid or _nominated_or_scheduled(victim, node, pods)
+    if found:
+        return Preemptor(f"preempted by {' or '.join(_describe_steps(found))} on {node}", True)
+    if uid is None:
+        return None
+    return Preemptor(
+        f"preempted by a higher-priority pod on {node} that this tenant cannot name (the "
+        f"scheduler names pod {uid}: another tenant's or namespace's pod, or a host pod UID, "
+        "which a vCluster tenant cannot resolve)",
+        False,
+    )
+
+
+def name_preemptor_of_any(
+    victims: Sequence[Obj], events_of: Mapping[str, Sequence[Obj]], pods: Sequence[Obj]
+) -> Preemptor | None:
+    """`name_preemptor` asked for each victim (a gang's preempted pods), with `events_of`
+    a victim's name: the first answer that names a step, else the first answer, else None.
+
+    Example:
+        >>> victim = {"metadata": {"name": "v"}, "spec": {"nodeName": "node-b"}}
+        >>> event = {"reason": "Preempted", "message": "Preempted by pod h on node node-b"}
+        >>> name_preemptor_of_any([victim], {"v": [event]}, [victim]).named
+        False
+    """
+    answers = [name_preemptor(v, events_of.get(_name(v), ()), pods) for v in victims]
+    found = [a for a in answers if a is not None]
+    return next((a for a in found if a.named), found[0] if found else None)
+
+
+def who_preempted(core: CoreV1Api, namespace: str, victims: Sequence[Obj]) -> Preemptor | None:
+    """`name_preemptor_of_any` for pods of `namespace`, reading their events and the
+    namespace's pods (one request per victim, and one); None if they cannot be read or
+    nothing names the preemptor yet."""
+    pods = _read_items(lambda: core.list_namespaced_pod(namespace, _preload_content=False))
+    if pods is None:
+        return None
+    events_of = {}
+    for victim in victims:
+        events = _read_events(core, namespace, victim)
+        if events is None:
+            return None
+        events_of[_name(victim)] = events
+    return name_preemptor_of_any(victims, events_of, pods)
+
+
+def wait_for_preemptor(
+    core: CoreV1Api,
+    namespace: str,
+    victims: Sequence[Obj],
+    *,
+    clock: Callable[[], float],
+    sleep: Callable[[float], None],
+    cap_s: float = PREEMPTOR_WAIT_CAP_S,
+) -> Preemptor | None:
+    """`who_preempted`, once the victims' scheduler marks show: their `DisruptionTarget`
+    condition or the scheduler's `Preempted` event. For a step that stopped itself on SIGTERM
+    before the tenant showed them: the victims and their events are read again every
+    `PREEMPTOR_POLL_S` until one shows, for at most the victims' shortest termination grace
+    period and at most `cap_s` (by the injected `clock` and `sleep`).
+
+    Example:
+        >>> wait_for_preemptor(core, "ns", [victim], clock=time.monotonic,
+        ...     sleep=time.sleep)  # doctest: +SKIP
+    """
+    bound_s = min([cap_s, *(_grace_s(v) for v in victims)])
+    deadline = clock() + bound_s
+    for _ in range(int(bound_s / PREEMPTOR_POLL_S) + 1):  # bounded even if the clock stalls
+        fresh = [_read_pod(core, namespace, v) for v in victims]
+        events_of = {_name(v): _read_events(core, namespace, v) or [] for v in fresh}
+        if any(_marked(v, events_of[_name(v)]) for v in fresh) or clock() >= deadline:
+            break
+        sleep(max(0.0, min(PREEMPTOR_POLL_S, deadline - clock())))
+    pods = _read_items(lambda: core.list_namespaced_pod(namespace, _preload_content=False))
+    return name_preemptor_of_any(fresh, events_of, pods or fresh)
+
+
+@dataclass
+class PreemptorLookup:
+    """Who preempted one attempt, as far as known: asked of the tenant while its status is
+    Preempted, and waited for at most once after its step said Preempted (`wait`)."""
+
+    found: Preemptor | None = None
+    settled: bool = False  # waited once, or admission (Kueue) named the preemptor itself
+
+    def name(self, core: CoreV1Api, namespace: str, victims: Sequence[Obj], message: str) -> str:
+        """`message` with who preempted the victims, read again until a tenant pod names it."""
+        if (self.found is None or not self.found.named) and victims:
+            self.found = who_preempted(core, namespace, victims) or self.found
+        if self.found is None:
+            return message
+        return f"{message}; {self.found.text}" if message else self.found.text
+
+    def wait(
+        self,
+        core: CoreV1Api,
+        namespace: str,
+        victims: Sequence[Obj],
+        *,
+        clock: Callable[[], float],
+        sleep: Callable[[float], None],
+    ) -> str:
+        """Who preempted the attempt, in words ("" if nothing names it); unless named or
+        settled, waits for the scheduler's marks once (`wait_for_preemptor`)."""
+        named = self.found is not None and self.found.named
+        if not named and not self.settled:
+            self.settled = True
+            if victims:
+                found = wait_for_preemptor(core, namespace, victims, clock=clock, sleep=sleep)
+                self.found = found or self.found
+        return self.found.text if self.found is not None else ""
+
+    def named_by_admission(self) -> None:
+        """Admission took the attempt back and named who for it: no scheduler marks to wait
+        for."""
+        self.settled = True
+
+
+def _marked(victim: Obj, events: Sequence[Obj]) -> bool:
+    """Whether the scheduler's preemption of `victim` shows in the tenant yet."""
+    disruption = condition_of(victim.get("status") or {}, "DisruptionTarget") or {}
+    return disruption.get("status") == "True" or any(e.get("reason") == "Preempted" for e in events)
+
+
+def _grace_s(victim: Obj) -> float:
+    grace = (victim.get("spec") or {}).get("terminationGracePeriodSeconds")
+    return float(grace) if grace is not None else DEFAULT_GRACE_S
+
+
+def _read_pod(core: CoreV1Api, namespace: str, victim: Obj) -> Obj:
+    """The victim as the API server has it now; as it was last seen if that cannot be read
+    (deleted already, or a failed request)."""
     try:
-        pods: list[Any] = core.list_namespaced_pod(namespace).items
-    except ApiException:
-        pods = []
-    return describe_uid(pods, uid, "pod", namespace)
+        answer = core.read_namespaced_pod(_name(victim), namespace, _preload_content=False)
+        fresh = json.loads(answer.data)
+    except (ApiException, ValueError):
+        return victim
+    return fresh if isinstance(fresh, dict) else victim
+
+
+def _read_events(core: CoreV1Api, namespace: str, victim: Obj) -> list[Obj] | None:
+    selector = f"involvedObject.name={_name(victim)}"
+    return _read_items(
+        lambda: core.list_namespaced_event(
+            namespace, field_selector=selector, _preload_content=False
+        )
+    )
+
+
+def _read_items(request: Callable[[], Any]) -> list[Obj] | None:
+    """The `items` of a list request made with `_preload_content=False`; None on failure."""
+    try:
+        return json.loads(request().data).get("items") or []
+    except (ApiException, ValueError):
+        return None
+
+
+def _name(pod: Obj) -> str:
+    return str(_meta(pod).get("name"))
+
+
+def _nominated_or_scheduled(victim: Obj, node: str, pods: Sequence[Obj]) -> list[Obj]:
+    """The step pods (of another step) that outrank the victim and took, or will take, its
+    place on `node`: nominated for it, or scheduled onto it at or after the disruption."""
+    since = _disrupted_at(victim)
+    mine = _step_of(victim)
+    found = []
+    for pod in pods:
+        if _step_of(pod) in (None, mine) or not _outranks(pod, victim):
+            continue
+        status = pod.get("status") or {}
+        scheduled = condition_of(status, "PodScheduled") or {}
+        if status.get("nominatedNodeName") == node:
+            found.append(pod)
+        elif (pod.get("spec") or {}).get("nodeName") == node and scheduled.get("status") == "True":
+            at = _time(scheduled.get("lastTransitionTime"))
+            if since is not None and at is not None and at >= since:
+                found.append(pod)
+    return found
+
+
+def _describe_steps(pods: Sequence[Obj]) -> list[str]:
+    """ "step 'train' of run 'r1' (pod p)" once per step and run (a gang has several pods)."""
+    named: dict[tuple[str, str] | None, str] = {}
+    for pod in pods:
+        step = _step_of(pod)
+        if step not in named:
+            what = f"pod {_meta(pod).get('name') or _meta(pod).get('uid')}"
+            named[step] = f"step '{step[0]}' of run '{step[1]}' ({what})" if step else what
+    return list(named.values())
+
+
+def _step_of(pod: Obj) -> tuple[str, str] | None:
+    notes = _meta(pod).get("annotations") or {}
+    if STEP_ANNOTATION not in notes:
+        return None
+    return str(notes[STEP_ANNOTATION]), str(notes.get(RUN_ANNOTATION, "?"))
+
+
+def _outranks(pod: Obj, victim: Obj) -> bool:
+    """True unless both priorities are known and `pod`'s is not higher."""
+    mine, theirs = (p.get("spec", {}).get("priority") for p in (pod, victim))
+    return mine is None or theirs is None or int(mine) > int(theirs)
+
+
+def _disrupted_at(victim: Obj) -> datetime | None:
+    condition = condition_of(victim.get("status") or {}, "DisruptionTarget") or {}
+    return _time(condition.get("lastTransitionTime"))
+
+
+def _time(value: Any) -> datetime | None:
+    try:
+        return datetime.fromisoformat(str(value).replace("Z", "+00:00")) if value else None
+    except ValueError:
+        return None
+
+
+def _meta(obj: Obj) -> Mapping[str, Any]:
+    return obj.get("metadata") or {}
 
 
 def describe_uid(objects: Iterable[Any], uid: str, kind: str, namespace: str) -> str:

@@ -3,7 +3,8 @@
 Three questions, each answered once per tenant (permission) or per tenant and size (fit):
 a SelfSubjectAccessReview for `create jobs.batch` in the namespace; the step's requests
 against every ResourceQuota's hard limits; and the requests against the largest visible node's
-allocatable resources. A failure is a `SubmitError` that names step, tenant, limit and fix.
+allocatable resources (the arithmetic is `capacity.py`'s, shared with the gang guard). A
+failure is a `SubmitError` that names step, tenant, limit and fix.
 A tenant that lists no nodes (a vCluster without `sync.fromHost.nodes`), or may not list
 them, skips the node check with a warning that says so and how to enable it.
 
@@ -19,47 +20,29 @@ Example:
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
 from decimal import Decimal
 from typing import Any
 
 from kubernetes.client import ApiClient, AuthorizationV1Api, CoreV1Api, SchedulingV1Api
 from kubernetes.client.exceptions import ApiException
-from kubernetes.utils import parse_quantity
 
 from ...errors import SubmitError
-from ...spec import ComputeSpec, format_memory
+from ...spec import ComputeSpec
 from ..base import LaunchRequest
 from .api import ApiRetry
+from .capacity import (
+    fits,
+    gang_needs,
+    quota_lines,
+    quota_of,
+    resources,
+    schedulable,
+    show,
+    step_needs,
+)
 from .config import KubernetesConfig, TenantConfig
-from .jobs import GPU_RESOURCE
 
 _LOG = logging.getLogger(__name__)
-
-# Quota keys compared with the step's requests, and the values reading them.
-QUOTA_KEYS = {
-    "requests.cpu": "cpu",
-    "cpu": "cpu",
-    "requests.memory": "memory",
-    "memory": "memory",
-    "limits.memory": "memory",
-    f"requests.{GPU_RESOURCE}": "gpu",
-}
-
-
-def step_needs(spec: ComputeSpec) -> dict[str, Decimal]:
-    """What one pod of the step requests, by resource kind (a gang's pod: one node's ranks)."""
-    return {
-        "cpu": Decimal(str(spec.cpu)) * spec.tasks_per_node,
-        "memory": Decimal(spec.memory_bytes),
-        "gpu": Decimal(spec.gpu),
-    }
-
-
-def _show(kind: str, value: Decimal) -> str:
-    if kind == "memory":
-        return format_memory(int(value))
-    return f"{value.normalize():f}"
 
 
 class Preflight:
@@ -148,32 +131,27 @@ class Preflight:
             tenant.name,
             lambda: core.list_namespaced_resource_quota(tenant.namespace),
         )
-        needs = {kind: value * spec.nodes for kind, value in step_needs(spec).items()}
         for quota in quotas.items:
-            hard: Mapping[str, str] = (quota.status and quota.status.hard) or quota.spec.hard or {}
-            used: Mapping[str, str] = (quota.status and quota.status.used) or {}
-            for key, kind in QUOTA_KEYS.items():
-                if key not in hard or not needs[kind]:
-                    continue
-                limit = parse_quantity(hard[key])
-                if needs[kind] > limit:
+            name, hard, used = quota_of(quota)
+            for line in quota_lines(name, hard, used, gang_needs(spec)):
+                if line.never_fits:
                     raise SubmitError(
                         f"step '{step}' ({spec.describe()}) can never run in tenant "
-                        f"'{tenant.name}': it requests {key}={_show(kind, needs[kind])} but "
-                        f"ResourceQuota '{quota.metadata.name}' allows {hard[key]} in namespace "
-                        f"'{tenant.namespace}'; raise policies.resourceQuota.quota.{key} in the "
-                        "tenant's vCluster values (helm chart: quota.hard) or pick a smaller size"
+                        f"'{tenant.name}': it requests {line.key}={show(line.kind, line.needs)} "
+                        f"but ResourceQuota '{name}' allows {line.hard_text} in namespace "
+                        f"'{tenant.namespace}'; raise policies.resourceQuota.quota.{line.key} in "
+                        "the tenant's vCluster values (helm chart: quota.hard) or pick a smaller "
+                        "size"
                     )
-                left = limit - parse_quantity(used.get(key, "0"))
-                if needs[kind] > left:
+                if line.short:
                     _LOG.warning(
                         "step '%s' requests %s=%s but only %s of quota '%s' is free in tenant "
                         "'%s' right now; it will wait Pending until quota frees up",
                         step,
-                        key,
-                        _show(kind, needs[kind]),
-                        _show(kind, left),
-                        quota.metadata.name,
+                        line.key,
+                        show(line.kind, line.needs),
+                        show(line.kind, line.left),
+                        name,
                         tenant.name,
                     )
 
@@ -195,12 +173,7 @@ class Preflight:
             )
             return
         selector = {self._config.gpu_type_label: spec.gpu_type} if spec.gpu_type else {}
-        candidates = [
-            n
-            for n in nodes
-            if not (n.spec and n.spec.unschedulable)
-            and all((n.metadata.labels or {}).get(k) == v for k, v in selector.items())
-        ]
+        candidates = [n for n in nodes if schedulable(n, selector)]
         if not nodes:
             _warn_unchecked(
                 step,
@@ -215,8 +188,8 @@ class Preflight:
         largest: dict[str, Decimal] = {kind: Decimal(0) for kind in needs}
         fitting = []
         for node in candidates:
-            free = _allocatable(node.status.allocatable or {})
-            if all(free[kind] >= needs[kind] for kind in needs):
+            free = resources(node.status.allocatable or {})
+            if fits(free, needs):
                 fitting.append(node.metadata.name)
             largest = {kind: max(largest[kind], free[kind]) for kind in needs}
         if len(fitting) >= spec.nodes:
@@ -235,7 +208,7 @@ class Preflight:
             f"step '{step}' ({spec.describe()}) can never run in tenant '{tenant.name}': no "
             f"schedulable node{where} has enough allocatable "
             + ", ".join(
-                f"{k} (needs {_show(k, needs[k])}, largest {_show(k, largest[k])})" for k in short
+                f"{k} (needs {show(k, needs[k])}, largest {show(k, largest[k])})" for k in short
             )
             + "; add a node pool with larger nodes to the host cluster (and sync it into the "
             "vCluster), or pick a smaller size class"
@@ -253,11 +226,3 @@ def _warn_unchecked(step: str, spec: ComputeSpec, tenant: TenantConfig, why: str
         why,
         fix,
     )
-
-
-def _allocatable(allocatable: Mapping[str, str]) -> dict[str, Decimal]:
-    return {
-        "cpu": parse_quantity(allocatable.get("cpu", "0")),
-        "memory": parse_quantity(allocatable.get("memory", "0")),
-        "gpu": parse_quantity(allocatable.get(GPU_RESOURCE, "0")),
-    }

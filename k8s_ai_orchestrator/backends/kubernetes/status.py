@@ -41,6 +41,14 @@ _POD_REASONS = {
     "DeadlineExceeded": FailureReason.DEADLINE_EXCEEDED,
 }
 
+# A finished Job's `Failed` condition reasons, for an attempt whose pods are gone (deleted by
+# an eviction or preemption while no run worker watched): the Job is all that is left.
+_JOB_REASONS = {
+    "PodFailurePolicy": FailureReason.LOST,  # a pod had DisruptionTarget: preempted, evicted...
+    "BackoffLimitExceeded": FailureReason.ERROR,  # the step process failed
+    "DeadlineExceeded": FailureReason.DEADLINE_EXCEEDED,
+}
+
 # Container waiting reasons that fail the step at once: waiting longer cannot help.
 FAIL_FAST_WAITING = {
     "ImagePullBackOff": FailureReason.IMAGE_PULL,
@@ -128,6 +136,29 @@ def deleted_pod_status(pod: Mapping[str, Any]) -> StepStatus:
     return StepStatus.failed(
         FailureReason.LOST, f"pod {pod_name(pod)} was deleted before it finished", node=node
     )
+
+
+def job_status(job: Mapping[str, Any]) -> StepStatus | None:
+    """How a finished Job ended, from its `Complete` / `Failed` condition; None while it runs.
+
+    Example:
+        >>> job_status({"status": {"conditions": [{"type": "Failed", "status": "True",
+        ...     "reason": "PodFailurePolicy", "message": "Pod x has condition DisruptionTarget"}]}},
+        ... )
+        ... # doctest: +NORMALIZE_WHITESPACE
+        StepStatus(state=<StepState.FAILED: 'Failed'>, reason='Lost',
+                   message='Job failed: Pod x has condition DisruptionTarget',
+                   exit_code=None, node=None)
+    """
+    status = job.get("status") or {}
+    complete, failed = condition_of(status, "Complete"), condition_of(status, "Failed")
+    if complete is not None and complete.get("status") == "True":
+        return StepStatus.succeeded()
+    if failed is None or failed.get("status") != "True":
+        return None
+    why = failed.get("message") or failed.get("reason") or "no reason given"
+    reason = _JOB_REASONS.get(str(failed.get("reason")), FailureReason.ERROR)
+    return StepStatus.failed(reason, f"Job failed: {why}")
 
 
 def pod_name(pod: Mapping[str, Any]) -> str:

@@ -66,6 +66,15 @@ class TenantConnections:
             )
         return self._config.tenants[tenant]
 
+    def usable(self) -> list[tuple[str, str]]:
+        """(tenant, namespace) of every configured tenant this run may use."""
+        tenants = self._config.tenants
+        return [
+            (t, s.namespace)
+            for t, s in sorted(tenants.items())
+            if self.allowed is None or t in self.allowed
+        ]
+
     def client(self, tenant: str, step: str) -> ApiClient:
         """The tenant's API client (checked against the allowed tenants first)."""
         settings = self.check_allowed(tenant, step)

@@ -66,6 +66,8 @@ class PodWatch:
         self._log = logger or logging.getLogger(__name__)
         self._lock = threading.Condition()
         self._pods: dict[str, Pod] = {}
+        self._by_job: dict[str, set[str]] = {}  # job → names of its live pods (an index)
+        self._listeners: list[Callable[[str], None]] = []
         self._deleted: dict[str, Pod] = {}
         self._gone: dict[str, dict[str, Pod]] = {}  # job → pod name → its last state
         self._synced = threading.Event()
@@ -86,10 +88,14 @@ class PodWatch:
     def wait_synced(self, timeout: float) -> bool:
         return self._synced.wait(timeout)
 
+    def on_change(self, callback: Callable[[str], None]) -> None:
+        """Call `callback(job)` (on the watch thread) for each change to one of a Job's pods."""
+        self._listeners.append(callback)
+
     def pods(self, job: str) -> list[Pod]:
         """Live pods of a Job, oldest first."""
         with self._lock:
-            found = [p for p in self._pods.values() if _job_of(p) == job]
+            found = [self._pods[name] for name in self._by_job.get(job, ())]
         return sorted(found, key=lambda p: (p.get("metadata") or {}).get("creationTimestamp", ""))
 
     def deleted(self, job: str) -> Pod | None:
@@ -101,11 +107,6 @@ class PodWatch:
         """The last state of every deleted pod of a Job (a gang has several)."""
         with self._lock:
             return list(self._gone.get(job, {}).values())
-
-    def wait_for_change(self, timeout: float) -> None:
-        """Block until any pod changes or `timeout` seconds pass."""
-        with self._lock:
-            self._lock.wait(timeout)
 
     def _run(self) -> None:
         # The first request is a watch without a resourceVersion: the server sends the pods
@@ -167,9 +168,14 @@ class PodWatch:
                 if name not in fresh:
                     self._deleted[_job_of(pod)] = pod
                 self._gone.setdefault(_job_of(pod), {})[name] = pod
+            changed = {_job_of(p) for p in [*self._pods.values(), *fresh.values()]}
             self._pods = fresh
+            self._by_job = {}
+            for name, pod in fresh.items():
+                self._by_job.setdefault(_job_of(pod), set()).add(name)
             self._lock.notify_all()
         self._synced.set()
+        self._tell(changed)
         return str(listing["metadata"]["resourceVersion"])
 
     def _watch(self, version: str) -> str:
@@ -204,16 +210,86 @@ class PodWatch:
             return version
         if pod.get("kind", "Pod") != "Pod":
             return version  # only pods are watched; tolerate a server that streams more
-        name = pod["metadata"]["name"]
+        name, job = pod["metadata"]["name"], _job_of(pod)
         with self._lock:
             if kind == "DELETED":
                 self._pods.pop(name, None)
-                self._deleted[_job_of(pod)] = pod
-                self._gone.setdefault(_job_of(pod), {})[name] = pod
+                self._by_job.get(job, set()).discard(name)
+                self._deleted[job] = pod
+                self._gone.setdefault(job, {})[name] = pod
             else:
                 self._pods[name] = pod
+                self._by_job.setdefault(job, set()).add(name)
             self._lock.notify_all()
+        self._tell({job})
         return version
+
+    def _tell(self, jobs: set[str]) -> None:
+        for job in jobs:
+            for listener in self._listeners:
+                listener(job)
+
+
+class PodWatches:
+    """One `PodWatch` per tenant, namespace and run, started on first use.
+
+    Args:
+        selector_of: the label selector of a run's pods.
+        backoff_s, timeout_s, sleep, logger: as for `PodWatch`.
+    """
+
+    def __init__(
+        self,
+        selector_of: Callable[[str], str],
+        *,
+        backoff_s: float,
+        timeout_s: int,
+        sleep: Callable[[float], None] | None,
+        logger: logging.Logger,
+    ) -> None:
+        self._selector_of = selector_of
+        self._backoff_s = backoff_s
+        self._timeout_s = timeout_s
+        self._sleep = sleep
+        self._log = logger
+        self._watches: dict[tuple[str, str, str], PodWatch] = {}
+        self._listeners: list[Callable[[str], None]] = []
+        self._lock = threading.Lock()
+
+    def of_run(self, tenant: str, namespace: str, run_id: str, core: CoreV1Api) -> PodWatch:
+        """The watch of the run's pods in the tenant's namespace."""
+        key = (tenant, namespace, run_id)
+        with self._lock:
+            watch = self._watches.get(key)
+            if watch is None:
+                watch = PodWatch(
+                    core,
+                    namespace,
+                    self._selector_of(run_id),
+                    backoff_s=self._backoff_s,
+                    timeout_s=self._timeout_s,
+                    sleep=self._sleep,
+                    logger=self._log,
+                )
+                for listener in self._listeners:
+                    watch.on_change(listener)
+                watch.start()
+                self._watches[key] = watch
+        return watch
+
+    def on_change(self, callback: Callable[[str], None]) -> None:
+        """`callback(job)` on each pod event of every watch, those started later included."""
+        with self._lock:
+            self._listeners.append(callback)
+            watches = list(self._watches.values())
+        for watch in watches:
+            watch.on_change(callback)
+
+    def stop_all(self) -> None:
+        with self._lock:
+            watches, self._watches = list(self._watches.values()), {}
+        for watch in watches:
+            watch.stop()
 
 
 def _job_of(pod: Pod) -> str:

@@ -6,7 +6,10 @@
 - `launch.py`: how step processes start (spawn, or forked from a warm forkserver);
 - `meter.py`: what a running attempt holds (its limit, grown in place) and uses (peak, CPU);
 - `outcome.py`: an attempt's exit code and kill reason as a `StepStatus`;
-- `proctree.py`: the memory and CPU time of a process tree, and killing a tree.
+- `rank_launcher.py`: the ranks of a `Gang.run` call as local processes.
+
+Process trees (memory, CPU time, killing a tree) are measured by `k8s_ai_orchestrator.proctree`,
+which the step pod's memory reporter shares.
 
 Example:
     >>> LocalBackend(LocalCapacity(cpus=1, memory_bytes=2 * 1024**3, gpus=0)).name

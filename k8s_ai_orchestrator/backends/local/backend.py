@@ -18,7 +18,9 @@ Example:
 
 from __future__ import annotations
 
+import contextlib
 import os
+import shutil
 import signal
 import subprocess
 import tempfile
@@ -26,11 +28,11 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
-from ...errors import ConfigError, SubmitError
+from ...errors import ConfigError
+from ...proctree import charged_memory, tree_cpu_seconds
 from ...spec import ComputeSpec, format_memory
 from ..base import (
     FailureReason,
@@ -43,32 +45,21 @@ from ..base import (
     ResourceUsage,
     StepStatus,
 )
+from .attempt import LocalAttempt
 from .capacity import LocalCapacity, local_cpu, local_gpus, local_memory
-from .launch import ProcessLauncher, StartMethod, StepProcess
+from .launch import (
+    AdoptedProcess,
+    ProcessLauncher,
+    StartMethod,
+    StepProcess,
+    kill_step,
+    stop_run,
+)
 from .ledger import AdmissionLedger, Want
 from .meter import AttemptMeter
-from .outcome import OOM_EXIT_CODE, exit_status, format_memory_approx
-from .proctree import charged_memory, kill_group, tree_cpu_seconds
+from .outcome import OOM_EXIT_CODE, exit_status, oom_message
 
 Oversize = Literal["run_alone", "fail"]
-
-
-@dataclass
-class _Attempt:
-    request: LaunchRequest
-    handle: JobHandle
-    log_path: Path
-    alone: bool  # larger than the machine: runs with nothing else
-    gpu_ids: tuple[int, ...] = ()
-    process: StepProcess | None = None
-    started_at: float | None = None
-    ended_at: float | None = None
-    status: StepStatus = field(default_factory=lambda: StepStatus.pending("WaitingForCapacity"))
-    meter: AttemptMeter | None = None  # limit, peak memory and CPU, from the start
-    resizes: list[Resize] = field(default_factory=list)  # in-place growths tried
-    growth_refused: str = ""  # why the last growth was refused ("" if none was)
-    kill_reason: FailureReason | None = None
-    kill_message: str = ""
 
 
 class LocalBackend:
@@ -79,7 +70,9 @@ class LocalBackend:
         oversize: a step larger than the whole capacity either runs alone ("run_alone") or
             is refused at submit ("fail").
         sample_interval_s: how often RSS is sampled and queued steps are admitted.
-        log_dir: where each attempt's stdout/stderr is written.
+        log_dir: where each attempt's stdout/stderr is written and kept; by default a
+            `k8s-ai-local-*` folder in the temp dir that `close()` removes (the executor has
+            forwarded the logs to the run's event log by then).
         start_method: "spawn" starts each step with a fresh interpreter; "forkserver" forks
             it from a process that has Dagster imported already (as Dagster's multiprocess
             executor does), which starts steps faster.
@@ -114,52 +107,71 @@ class LocalBackend:
         self.ledger = ledger or AdmissionLedger()
         self.growth = growth
         self._interval = sample_interval_s
+        self._own_log_dir = not log_dir  # a temp folder of ours: removed by close()
         self._log_dir = Path(log_dir or tempfile.mkdtemp(prefix="k8s-ai-local-"))
         self._clock = clock
         self._launcher = ProcessLauncher(start_method)
         self._lock = threading.Lock()
-        self._queue: deque[_Attempt] = deque()
-        self._running: dict[str, _Attempt] = {}
-        self._attempts: dict[str, _Attempt] = {}
+        self._queue: deque[LocalAttempt] = deque()
+        self._running: dict[str, LocalAttempt] = {}
+        self._attempts: dict[str, LocalAttempt] = {}
         self._stop = threading.Event()
         self._wake = threading.Event()
+        self._listeners: list[Callable[[str], None]] = []
         self._thread = threading.Thread(target=self._loop, name="k8s-ai-local", daemon=True)
         self._thread.start()
 
     # -- Backend protocol -------------------------------------------------------------------
 
     def placement_warnings(self, spec: ComputeSpec) -> list[str]:
-        """Why this step will not run exactly as sized here (shown as warning events)."""
-        notes = []
-        if not self.capacity.fits(spec):
-            notes.append(
-                f"step needs {spec.describe()}, more than this machine's "
-                f"{self.capacity.describe()}: it runs alone, with the memory limit still enforced"
-            )
-        if spec.gpu and self.capacity.gpus == 0:
-            notes.append(f"step asks for {spec.gpu} GPU but this machine has none: it runs on CPU")
-        return notes
+        """Why this step will not run exactly as sized here (shown as warning events); none
+        under `oversize: fail`, where `submit` refuses such a step."""
+        return [] if self.oversize == "fail" else self.capacity.placement_warnings(spec)
+
+    def validate(self, request: LaunchRequest) -> None:
+        """Every check `submit` makes, creating nothing: under `oversize: fail`, a step larger
+        than the machine or asking for more GPUs than it has raises `SubmitError`."""
+        if self.oversize == "fail":
+            self.capacity.refuse_oversize(request.step_key, request.spec)
 
     def submit(self, request: LaunchRequest) -> JobHandle:
-        spec = request.spec
-        cpu_mem_fit = local_cpu(spec) <= self.capacity.cpus and local_memory(spec) <= (
-            self.capacity.memory_bytes
-        )
-        if not cpu_mem_fit and self.oversize == "fail":
-            raise SubmitError(
-                f"step '{request.step_key}' needs {spec.describe()} but the local backend has "
-                f"{self.capacity.describe()} and local.oversize is 'fail': run it on a cluster "
-                "backend, shrink it with compute(...), or set local.oversize: run_alone"
-            )
-        job_id = f"{request.run_id[:8]}-{request.step_key}-{request.attempt}"
+        self.validate(request)
+        job_id = _job_id(request)
         handle = JobHandle(backend=self.name, job_id=job_id, step_key=request.step_key)
         log_path = self._log_dir / f"{_safe_file_name(job_id)}.log"
-        attempt = _Attempt(request, handle, log_path, alone=not cpu_mem_fit)
+        alone = not self.capacity.cpu_memory_fit(request.spec)
+        attempt = LocalAttempt(request, handle, log_path, alone=alone)
         with self._lock:
             self._attempts[job_id] = attempt
             self._queue.append(attempt)
         self._wake.set()
         return handle
+
+    def adopt(self, request: LaunchRequest) -> JobHandle | None:
+        """The attempt's step process if it still runs (`Adopts`; its run worker died): found
+        by its ledger claim (run, step and attempt), start-time checked so a reused PID is
+        never taken. The claim becomes this backend's and its memory limit is enforced from
+        now on; its exit status is unknown (its own events tell). None if it is not running."""
+        job_id = _job_id(request)
+        claim = self.ledger.adopt(request.run_id, job_id)
+        if claim is None:
+            return None
+        handle = JobHandle(backend=self.name, job_id=job_id, step_key=request.step_key)
+        log_path = Path(claim.log_path or self._log_dir / f"{_safe_file_name(job_id)}.log")
+        attempt = LocalAttempt(request, handle, log_path, claim.alone, claim.gpu_ids, adopted=True)
+        attempt.process = AdoptedProcess(claim.pid, claim.pid_started)
+        attempt.started_at = self._clock()
+        attempt.meter = AttemptMeter(claim.memory_bytes, attempt.started_at)
+        attempt.status = StepStatus.running(node="localhost")
+        with self._lock:
+            self._attempts[job_id] = self._running[job_id] = attempt
+        self._wake.set()
+        return handle
+
+    def cancel_run(self, run_id: str) -> list[str]:
+        """Stop every step process of `run_id` the machine's ledger holds (`CancelsRuns`),
+        whichever run worker started it: SIGTERM, SIGKILL after a grace period."""
+        return stop_run(self.ledger, run_id)
 
     def status(self, handle: JobHandle) -> StepStatus:
         with self._lock:
@@ -182,8 +194,8 @@ class LocalBackend:
             if attempt in self._queue:
                 self._queue.remove(attempt)
                 self.ledger.release(attempt.handle.job_id)
-                attempt.status = StepStatus.failed(
-                    FailureReason.CANCELLED, "cancelled while queued"
+                self._set_status(
+                    attempt, StepStatus.failed(FailureReason.CANCELLED, "cancelled while queued")
                 )
                 return
             attempt.kill_reason = FailureReason.CANCELLED
@@ -194,22 +206,11 @@ class LocalBackend:
     def usage(self, handle: JobHandle) -> ResourceUsage:
         with self._lock:
             attempt = self._attempts[handle.job_id]
-            meter = attempt.meter
-            if attempt.started_at is None or meter is None:
+            if attempt.started_at is None or attempt.meter is None:
                 return ResourceUsage()
-            now = attempt.ended_at or self._clock()
-            wall = now - attempt.started_at
-            spec = attempt.request.spec
-            return ResourceUsage(
-                cpu_seconds=local_cpu(spec) * wall,
-                memory_gib_seconds=meter.memory_byte_seconds(now) / 1024**3,
-                gpu_seconds=min(local_gpus(spec), self.capacity.gpus) * wall,
-                wall_seconds=wall,
-                max_rss_bytes=meter.max_rss or None,
-                nodes=("localhost",),
-                cpu_used_seconds=round(meter.cpu_seconds, 3),
-                peak_cpu=meter.peak_cpu(now),
-            )
+            spec, now = attempt.request.spec, attempt.ended_at or self._clock()
+            gpus = min(local_gpus(spec), self.capacity.gpus)
+            return attempt.meter.usage(local_cpu(spec), gpus, now)
 
     def grow_memory(self, handle: JobHandle, new_limit_bytes: int) -> GrowResult:
         """Raise a running attempt's memory limit in place, if the machine has room for it.
@@ -247,7 +248,8 @@ class LocalBackend:
             return tuple(self._attempts[handle.job_id].resizes)
 
     def close(self) -> None:
-        """Stop the monitor thread and kill anything still running (nothing is left behind)."""
+        """Stop the monitor thread, kill anything still running and remove the temp log
+        folder (nothing is left behind)."""
         with self._lock:
             running = list(self._running.values())
             self._queue.clear()
@@ -259,6 +261,12 @@ class LocalBackend:
         self._wake.set()
         self._thread.join(timeout=5)
         self.ledger.leave()
+        if self._own_log_dir:
+            shutil.rmtree(self._log_dir, ignore_errors=True)
+        for adopted in (a for a in self._attempts.values() if a.adopted):
+            adopted.log_path.unlink(missing_ok=True)
+            with contextlib.suppress(OSError):  # the dead run worker's folder, once empty
+                adopted.log_path.parent.rmdir()
 
     # -- monitor thread ---------------------------------------------------------------------
 
@@ -269,19 +277,30 @@ class LocalBackend:
             self._wake.wait(self._interval)
             self._wake.clear()
 
+    def on_change(self, callback: Callable[[str], None]) -> None:
+        """`callback(job_id)` whenever an attempt's status changes (`ReportsChanges`)."""
+        self._listeners.append(callback)
+
+    def _set_status(self, attempt: LocalAttempt, status: StepStatus) -> None:
+        if status == attempt.status:
+            return
+        attempt.status = status
+        for listener in self._listeners:
+            listener(attempt.handle.job_id)
+
     def _admit(self) -> None:
         with self._lock:
             while self._queue:
                 head = self._queue[0]
                 verdict = self.ledger.admit(self._want(head), self.capacity)
                 if not verdict.admitted:
-                    head.status = StepStatus.pending("WaitingForCapacity", verdict.reason)
+                    self._set_status(head, StepStatus.pending("WaitingForCapacity", verdict.reason))
                     return
                 self._queue.popleft()
                 head.gpu_ids = verdict.gpu_ids
                 self._start(head)
 
-    def _want(self, attempt: _Attempt) -> Want:
+    def _want(self, attempt: LocalAttempt) -> Want:
         spec, request = attempt.request.spec, attempt.request
         return Want(
             run_id=request.run_id,
@@ -295,7 +314,7 @@ class LocalBackend:
             parent_step_key=request.parent_step_key,
         )
 
-    def _start(self, attempt: _Attempt) -> None:
+    def _start(self, attempt: LocalAttempt) -> None:
         env = {**os.environ, **attempt.request.env}
         if attempt.gpu_ids or attempt.request.spec.gpu:
             env["CUDA_VISIBLE_DEVICES"] = ",".join(str(g) for g in attempt.gpu_ids)
@@ -303,12 +322,14 @@ class LocalBackend:
             attempt.process = self._launcher.start(attempt.request.command, env, attempt.log_path)
         except OSError as exc:
             self.ledger.release(attempt.handle.job_id)
-            attempt.status = StepStatus.failed(FailureReason.ERROR, f"could not start: {exc}")
+            self._set_status(
+                attempt, StepStatus.failed(FailureReason.ERROR, f"could not start: {exc}")
+            )
             return
-        self.ledger.started(attempt.handle.job_id, attempt.process.pid)
+        self.ledger.started(attempt.handle.job_id, attempt.process.pid, str(attempt.log_path))
         attempt.started_at = self._clock()
         attempt.meter = AttemptMeter(local_memory(attempt.request.spec), attempt.started_at)
-        attempt.status = StepStatus.running(node="localhost")
+        self._set_status(attempt, StepStatus.running(node="localhost"))
         self._running[attempt.handle.job_id] = attempt
 
     def _reap_and_police(self) -> None:
@@ -318,7 +339,7 @@ class LocalBackend:
             if not self._reap(attempt, block=False):
                 self._police(attempt)
 
-    def _police(self, attempt: _Attempt) -> None:
+    def _police(self, attempt: LocalAttempt) -> None:
         """Sample the attempt's tree; grow its limit when due; kill it past its limit."""
         meter, process = attempt.meter, attempt.process
         if meter is None or process is None:
@@ -329,20 +350,12 @@ class LocalBackend:
             self._grow_if_due(attempt, meter, rss, self.growth)
         if rss > meter.limit_bytes:
             attempt.kill_reason = FailureReason.OOM_KILLED
-            attempt.kill_message = (
-                f"resident memory {format_memory_approx(rss)} exceeded the limit "
-                f"{format_memory(meter.limit_bytes)}"
-                + (
-                    f"; growing it in place was refused: {attempt.growth_refused}"
-                    if attempt.growth_refused
-                    else ""
-                )
-            )
-            _kill_group(process, signal.SIGKILL)
+            attempt.kill_message = oom_message(rss, meter.limit_bytes, attempt.growth_refused)
+            kill_step(process, signal.SIGKILL)
             self._reap(attempt, block=True)
 
     def _grow_if_due(
-        self, attempt: _Attempt, meter: AttemptMeter, rss: int, growth: MemoryGrowth
+        self, attempt: LocalAttempt, meter: AttemptMeter, rss: int, growth: MemoryGrowth
     ) -> None:
         old = meter.limit_bytes
         target = growth.target(old, rss)
@@ -360,8 +373,8 @@ class LocalBackend:
                 attempt.resizes.append(Resize(old, target, rss, result.outcome, result.reason))
         attempt.growth_refused = "" if accepted else result.reason
 
-    def _terminate(self, attempt: _Attempt, grace_s: float) -> None:
-        _kill_group(attempt.process, signal.SIGTERM)
+    def _terminate(self, attempt: LocalAttempt, grace_s: float) -> None:
+        kill_step(attempt.process, signal.SIGTERM)
         process = attempt.process
         if process is None:
             return
@@ -369,23 +382,23 @@ class LocalBackend:
             process.wait(timeout=grace_s)
         except subprocess.TimeoutExpired:
             pass
-        _kill_group(process, signal.SIGKILL)
+        kill_step(process, signal.SIGKILL)
 
-    def _reap(self, attempt: _Attempt, *, block: bool) -> bool:
+    def _reap(self, attempt: LocalAttempt, *, block: bool) -> bool:
         process = attempt.process
         if process is None:
             return True
         code = process.wait() if block else process.poll()
         if code is None:
             return False
-        _kill_group(process, signal.SIGKILL)  # leftovers of the tree
+        kill_step(process, signal.SIGKILL)  # leftovers of the tree
         with self._lock:
             if attempt.handle.job_id not in self._running:
                 return True
             del self._running[attempt.handle.job_id]
             self.ledger.release(attempt.handle.job_id)
             attempt.ended_at = self._clock()
-            attempt.status = exit_status(code, attempt.kill_reason, attempt.kill_message)
+            self._set_status(attempt, exit_status(code, attempt.kill_reason, attempt.kill_message))
         self._wake.set()
         return True
 
@@ -394,13 +407,8 @@ def _charged_memory(process: StepProcess | None, limit: int) -> int:
     return charged_memory(process.pid, limit) if process is not None else 0
 
 
-def _kill_group(process: StepProcess | None, sig: signal.Signals) -> None:
-    if process is not None:
-        kill_group(process.pid, sig)
-        try:  # a forked step that has not called setsid yet is not a group leader
-            os.kill(process.pid, sig)
-        except ProcessLookupError:
-            pass
+def _job_id(request: LaunchRequest) -> str:
+    return f"{request.run_id[:8]}-{request.step_key}-{request.attempt}"
 
 
 def _safe_file_name(text: str) -> str:

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import psutil
 
-from ...errors import ConfigError
+from ...errors import ConfigError, SubmitError
 from ...spec import ComputeSpec, parse_cpu, parse_memory
 
 
@@ -80,6 +80,52 @@ class LocalCapacity:
 
     def describe(self) -> str:
         return f"{self.cpus:g} CPU / {self.memory_bytes / 1024**3:.1f}Gi / {self.gpus} GPU"
+
+    def cpu_memory_fit(self, spec: ComputeSpec) -> bool:
+        """Whether the step's CPUs and memory fit the machine (its GPUs aside)."""
+        return local_cpu(spec) <= self.cpus and local_memory(spec) <= self.memory_bytes
+
+    def placement_warnings(self, spec: ComputeSpec) -> list[str]:
+        """Why a step will not run here exactly as sized (under `oversize: run_alone`).
+
+        Example:
+            >>> capacity = LocalCapacity(cpus=16, memory_bytes=64 * 1024**3)
+            >>> capacity.placement_warnings(ComputeSpec(cpu=1, memory_bytes=1024**3, gpu=1))
+            ['step asks for 1 GPU but this machine has 0: it runs on CPU without a GPU']
+        """
+        notes = []
+        if not self.cpu_memory_fit(spec):
+            notes.append(
+                f"step needs {spec.describe()}, more than this machine's "
+                f"{self.describe()}: it runs alone, with the memory limit still enforced"
+            )
+        wanted = local_gpus(spec)
+        if wanted > self.gpus:
+            given = (
+                "it runs on CPU without a GPU"
+                if self.gpus == 0
+                else f"it runs with the {self.gpus} GPU this machine has"
+            )
+            notes.append(f"step asks for {wanted} GPU but this machine has {self.gpus}: {given}")
+        return notes
+
+    def refuse_oversize(self, step_key: str, spec: ComputeSpec) -> None:
+        """Under `oversize: fail`, raise `SubmitError` for a step larger than the machine or
+        short of GPUs."""
+        if not self.cpu_memory_fit(spec):
+            raise SubmitError(
+                f"step '{step_key}' needs {spec.describe()} but the local backend has "
+                f"{self.describe()} and local.oversize is 'fail': run it on a cluster "
+                "backend, shrink it with compute(...), or set local.oversize: run_alone"
+            )
+        if local_gpus(spec) > self.gpus:
+            raise SubmitError(
+                f"step '{step_key}' asks for {local_gpus(spec)} GPU but the local backend has "
+                f"{self.gpus} ({self.describe()}) and local.oversize is "
+                "'fail': run it on a machine with GPUs, set local.gpus if this machine has "
+                "GPUs that nvidia-smi does not list, use the kubernetes backend, or set "
+                "local.oversize: run_alone to run it on CPU"
+            )
 
 
 def local_cpu(spec: ComputeSpec) -> float:

@@ -22,12 +22,18 @@ import runpy
 import signal
 import subprocess
 import sys
+import time
 from collections.abc import Mapping, Sequence
 from multiprocessing.context import BaseContext
 from pathlib import Path
 from typing import Literal, Protocol
 
+from ...proctree import kill_group, process_alive
+from .ledger import AdmissionLedger, entry_alive
+
 StartMethod = Literal["forkserver", "spawn"]
+STOP_GRACE_S = 10.0  # SIGTERM → SIGKILL when a run's steps are stopped by the run alone
+UNKNOWN_EXIT = -(2**16)  # the exit code of an adopted process, which is not ours to wait for
 PRELOAD = ["dagster", "dagster._cli.api", "k8s_ai_orchestrator"]
 
 
@@ -57,6 +63,53 @@ class ForkedProcess:
         if code is None:
             raise subprocess.TimeoutExpired(f"step process {self.pid}", timeout or 0)
         return code
+
+
+class AdoptedProcess:
+    """A step process an earlier run worker started (`LocalBackend.adopt`): not a child of
+    this one, so it is watched by its PID and create time, and its exit status is unknown
+    (`poll` and `wait` answer `UNKNOWN_EXIT` once it has gone)."""
+
+    def __init__(self, pid: int, started: float, poll_s: float = 0.05) -> None:
+        self.pid = pid
+        self._started = started
+        self._poll_s = poll_s
+
+    def poll(self) -> int | None:
+        return None if process_alive(self.pid, self._started) else UNKNOWN_EXIT
+
+    def wait(self, timeout: float | None = None) -> int:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while (code := self.poll()) is None:
+            if deadline is not None and time.monotonic() > deadline:
+                raise subprocess.TimeoutExpired(f"step process {self.pid}", timeout or 0)
+            time.sleep(self._poll_s)
+        return code
+
+
+def kill_step(process: StepProcess | None, sig: signal.Signals) -> None:
+    """Signal a step's process group (and the step itself: a forked step that has not called
+    setsid yet leads no group)."""
+    if process is not None:
+        kill_group(process.pid, sig)
+        try:
+            os.kill(process.pid, sig)
+        except ProcessLookupError:
+            pass
+
+
+def stop_run(ledger: AdmissionLedger, run_id: str, grace_s: float = STOP_GRACE_S) -> list[str]:
+    """SIGTERM the process group of every step of `run_id` the machine's ledger holds, SIGKILL
+    what is left after `grace_s` (whichever run worker started them); their job ids."""
+    claims = [c for c in ledger.snapshot().claims if c.run_id == run_id and c.pid]
+    for claim in claims:
+        kill_group(claim.pid, signal.SIGTERM)
+    deadline = time.monotonic() + grace_s
+    while any(entry_alive(c) for c in claims) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    for claim in (c for c in claims if entry_alive(c)):
+        kill_group(claim.pid, signal.SIGKILL)
+    return [claim.job_id for claim in claims]
 
 
 class ProcessLauncher:

@@ -49,8 +49,8 @@ from typing import Any
 import psutil
 
 from ...errors import ConfigError
+from ...proctree import group_left_behind, process_alive
 from .capacity import LocalCapacity
-from .proctree import group_left_behind, process_alive
 
 LEDGER_FOLDER = "k8s_ai_local"
 
@@ -98,6 +98,7 @@ class Claim:
     pid: int = 0  # the step's process (its group leader); 0 while it starts
     pid_started: float = 0.0  # that process's create time
     parent_step_key: str = ""  # see `Want.parent_step_key`
+    log_path: str = ""  # where the step's output goes (a resumed run worker reads it there)
 
 
 @dataclass(frozen=True)
@@ -298,13 +299,28 @@ class AdmissionLedger:
             commit(replace(state, claims=tuple(grown if c is mine else c for c in state.claims)))
             return Verdict(True)
 
-    def started(self, job_id: str, pid: int) -> None:
+    def started(self, job_id: str, pid: int, log_path: str = "") -> None:
         """Record the process (group leader) of an admitted step, so a crash is reclaimed."""
         try:
             pid_started = psutil.Process(pid).create_time()
         except psutil.Error:
             pid_started = 0.0
-        self._update(job_id, lambda c: replace(c, pid=pid, pid_started=pid_started))
+        self._update(
+            job_id, lambda c: replace(c, pid=pid, pid_started=pid_started, log_path=log_path)
+        )
+
+    def adopt(self, run_id: str, job_id: str) -> Claim | None:
+        """Take over the claim of a step of `run_id` whose process still runs (its run worker
+        died; dead entries are dropped first, so a reused PID never matches): it becomes this
+        backend's. None if there is none."""
+        with self._transaction() as (state, commit):
+            for claim in state.claims:
+                if (claim.run_id, claim.job_id) == (run_id, job_id) and claim.pid:
+                    mine = replace(claim, owner=self.owner)
+                    claims = tuple(mine if c is claim else c for c in state.claims)
+                    commit(replace(state, claims=claims))
+                    return mine
+        return None
 
     def release(self, job_id: str) -> None:
         """Drop this backend's claim or place in line for `job_id` (done, failed, cancelled)."""

@@ -20,6 +20,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from ..base import ResourceUsage
+
 CPU_WINDOW_S = 1.0  # peak cores are averaged over at least this long
 
 
@@ -69,6 +71,20 @@ class AttemptMeter:
         wall = now - self.started_at
         mean = self.cpu_seconds / wall if wall > 0 else 0.0
         return round(max(self._peak_cores, mean), 3)
+
+    def usage(self, cpus: float, gpus: int, now: float) -> ResourceUsage:
+        """The attempt's usage until `now`: `cpus` and `gpus` held, memory as metered."""
+        wall = now - self.started_at
+        return ResourceUsage(
+            cpu_seconds=cpus * wall,
+            memory_gib_seconds=self.memory_byte_seconds(now) / 1024**3,
+            gpu_seconds=gpus * wall,
+            wall_seconds=wall,
+            max_rss_bytes=self.max_rss or None,
+            nodes=("localhost",),
+            cpu_used_seconds=round(self.cpu_seconds, 3),
+            peak_cpu=self.peak_cpu(now),
+        )
 
 
 __all__ = ["CPU_WINDOW_S", "AttemptMeter"]

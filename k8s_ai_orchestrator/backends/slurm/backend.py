@@ -36,6 +36,8 @@ class Transport(Protocol):
 
     def prepare_dir(self, path: str) -> None: ...
     def submit(self, job: BatchJob, script: str, step_key: str) -> str: ...
+    def find(self, job: BatchJob) -> str | None: ...
+    def run_jobs(self, run_id: str) -> list[str]: ...
     def job_info(self, job_id: str) -> JobInfo | None: ...
     def cancel(self, job_id: str) -> None: ...
     def max_rss_bytes(self, job_id: str) -> int | None: ...
@@ -134,6 +136,25 @@ class SlurmBackend:
         job_id = self._transport.submit(job, render_script(job), request.step_key)
         self._attempts[job_id] = _Attempt(job)
         return JobHandle(backend=self.name, job_id=job_id, step_key=request.step_key)
+
+    def adopt(self, request: LaunchRequest) -> JobHandle | None:
+        """The attempt's job if slurmctld still knows it (`Adopts`: its name and comment
+        carry run, step and attempt), watched as if just submitted; None if not. A job
+        purged from slurmctld (MinJobAge after it ended) is not found."""
+        job = batch_job(request, self.config)
+        job_id = self._transport.find(job)
+        if job_id is None:
+            return None
+        self._attempts[job_id] = _Attempt(job)
+        return JobHandle(backend=self.name, job_id=job_id, step_key=request.step_key)
+
+    def cancel_run(self, run_id: str) -> list[str]:
+        """scancel every pending or running job of `run_id` (`CancelsRuns`: its comment names
+        the run), whichever run worker submitted it."""
+        jobs = self._transport.run_jobs(run_id)
+        for job_id in jobs:
+            self._transport.cancel(job_id)
+        return jobs
 
     def status(self, handle: JobHandle) -> StepStatus:
         info = self._transport.job_info(handle.job_id)

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 from ...errors import BackendError, SubmitError
 from .config import SlurmConfig, job_environment
-from .script import BatchJob
+from .script import BatchJob, run_comment
 from .states import JobInfo, expand_hostlist, parse_exit_code, parse_scontrol_job, parse_time
 
 
@@ -36,10 +36,14 @@ Runner = Callable[[Sequence[str], "str | None", float], CommandResult]
 
 
 def subprocess_runner(
-    env: Mapping[str, str] | None = None, base: Mapping[str, str] | None = None
+    env: Mapping[str, str] | None = None,
+    base: Mapping[str, str] | None = None,
+    *,
+    capture: bool = True,
 ) -> Runner:
     """A `Runner` that runs commands here with `env` added to `base` (default: this process's
-    environment)."""
+    environment); with `capture=False` their output goes to this process's stdout and stderr
+    as it comes (the result's are empty)."""
     full_env = {**(os.environ if base is None else base), **(env or {})}
 
     def run(argv: Sequence[str], stdin: str | None, timeout_s: float) -> CommandResult:
@@ -47,7 +51,7 @@ def subprocess_runner(
             done = subprocess.run(
                 list(argv),
                 input=stdin,
-                capture_output=True,
+                capture_output=capture,
                 text=True,
                 timeout=timeout_s,
                 env=full_env,
@@ -56,7 +60,7 @@ def subprocess_runner(
             )
         except subprocess.TimeoutExpired:
             raise TimeoutError(f"{shlex.join(argv)} did not finish in {timeout_s:g}s") from None
-        return CommandResult(done.returncode, done.stdout, done.stderr)
+        return CommandResult(done.returncode, done.stdout or "", done.stderr or "")
 
     return run
 
@@ -117,6 +121,22 @@ class CliTransport:
                 "check the partition, account and sizes in the executor's slurm config"
             )
         return done.stdout.strip().split(";")[0]
+
+    def find(self, job: BatchJob) -> str | None:
+        """The id of the job slurmctld still knows with `job`'s name and comment (its run,
+        step and attempt), or None."""
+        argv = ["squeue", "--noheader", "--states=all", f"--name={job.name}", "--format=%i|%k"]
+        done = self._run(argv)
+        if done.returncode != 0:
+            raise BackendError(f"squeue --name={job.name}: {done.stderr.strip()}", transient=True)
+        return matching_job(done.stdout.splitlines(), job.comment)
+
+    def run_jobs(self, run_id: str) -> list[str]:
+        """The ids of the pending and running jobs of `run_id` (their comment names it)."""
+        done = self._run(["squeue", "--noheader", "--format=%i|%k"])
+        if done.returncode != 0:
+            raise BackendError(f"squeue: {done.stderr.strip()}", transient=True)
+        return of_run(done.stdout.splitlines(), run_id)
 
     def job_info(self, job_id: str) -> JobInfo | None:
         done = self._run(["scontrol", "show", "job", "-o", job_id])
@@ -182,6 +202,27 @@ class CliTransport:
                 (int(row.get("RealMemory", 0)) for row in node_rows), default=0
             ),
         )
+
+
+def matching_job(rows: Sequence[str], comment: str) -> str | None:
+    """The newest job id of `id|comment` rows whose comment is `comment`.
+
+    Example:
+        >>> rows = ["41|k8s_ai:run=r1,step=a,attempt=0", "42|k8s_ai:run=r1,step=a,attempt=1"]
+        >>> matching_job(rows, "k8s_ai:run=r1,step=a,attempt=1")
+        '42'
+    """
+    found = [
+        row.split("|", 1)[0].strip() for row in rows if row.partition("|")[2].strip() == comment
+    ]
+    return max(found, key=lambda job_id: int(job_id) if job_id.isdigit() else 0, default=None)
+
+
+def of_run(rows: Sequence[str], run_id: str) -> list[str]:
+    """The job ids of `id|comment` rows whose comment is one of `run_id`'s jobs."""
+    prefix = run_comment(run_id) + ","
+    pairs = [row.partition("|") for row in rows]
+    return [job_id.strip() for job_id, _, text in pairs if text.strip().startswith(prefix)]
 
 
 def _pairs(line: str) -> list[tuple[str, str]]:

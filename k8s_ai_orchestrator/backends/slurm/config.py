@@ -117,16 +117,19 @@ class SlurmConfig:
         """
         if self.time_limit is None:
             return None
+        minutes = 0
         if isinstance(self.time_limit, int) and not isinstance(self.time_limit, bool):
-            if self.time_limit > 0:
-                return self.time_limit
+            minutes = self.time_limit
         elif isinstance(self.time_limit, str):
             match = _TIME_LIMIT.match(self.time_limit.strip())
             if match:
-                return _minutes(*match.groups(), has_days=match.group(1) is not None)
+                minutes = _minutes(*match.groups(), has_days=match.group(1) is not None)
+        if minutes > 0:
+            return minutes
         raise ConfigError(
-            f"slurm.time_limit={self.time_limit!r} is not allowed: give minutes (120) or "
-            '"D-HH:MM:SS" / "HH:MM:SS" / "MM"'
+            f"slurm.time_limit={self.time_limit!r} is not allowed: it must be at least one "
+            'minute, given as minutes (120) or "D-HH:MM:SS" / "HH:MM:SS" / "MM"; set it to e.g. '
+            "120, or remove it to use the partition's default"
         )
 
 
@@ -143,10 +146,7 @@ def _minutes(
         total = numbers[0] * 60 + numbers[1]
     else:  # HH:MM:SS
         total = numbers[0] * 3600 + numbers[1] * 60 + numbers[2]
-    minutes_total = -(-total // 60)
-    if minutes_total <= 0:
-        raise ConfigError("slurm.time_limit must be at least one minute")
-    return minutes_total
+    return -(-total // 60)
 
 
 def config_from_mapping(raw: Mapping[str, Any] | None) -> SlurmConfig:

@@ -20,7 +20,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from ...errors import BackendError, SubmitError
-from .cli import NodeLimits, _gpus
+from .cli import NodeLimits, _gpus, matching_job, of_run
 from .config import SlurmConfig, job_environment
 from .script import BatchJob, rest_job_properties
 from .states import JobInfo, expand_hostlist, parse_tres
@@ -102,6 +102,23 @@ class RestTransport:
             )
         return str(data["job_id"])
 
+    def find(self, job: BatchJob) -> str | None:
+        """The id of the job slurmctld still knows with `job`'s name and comment, or None."""
+        return matching_job(self._rows(lambda row: row.get("name") == job.name), job.comment)
+
+    def run_jobs(self, run_id: str) -> list[str]:
+        """The ids of the pending and running jobs of `run_id` (their comment names it)."""
+        return of_run(self._rows(lambda row: _state(row) in LIVE_STATES), run_id)
+
+    def _rows(self, keep: Callable[[Mapping[str, Any]], bool]) -> list[str]:
+        """`id|comment` of the jobs slurmctld knows that `keep` keeps (as `squeue` prints)."""
+        status, data = self._call("GET", "jobs")
+        if status != 200:
+            raise BackendError(f"slurmrestd jobs: {_errors(data)}", transient=True)
+        return [
+            f"{row.get('job_id')}|{_comment(row)}" for row in data.get("jobs") or [] if keep(row)
+        ]
+
     def job_info(self, job_id: str) -> JobInfo | None:
         status, data = self._call("GET", f"job/{job_id}")
         jobs = data.get("jobs") or []
@@ -164,6 +181,21 @@ class RestTransport:
                 (int(row.get("real_memory", 0)) for row in node_rows), default=0
             ),
         )
+
+
+LIVE_STATES = ("PENDING", "RUNNING", "SUSPENDED", "REQUEUED", "CONFIGURING", "COMPLETING")
+
+
+def _state(row: Mapping[str, Any]) -> str:
+    """A job's state as slurmrestd gives it (a string, or a list of flags in newer versions)."""
+    state = row.get("job_state")
+    return str(state[0] if isinstance(state, list) and state else state or "")
+
+
+def _comment(row: Mapping[str, Any]) -> str:
+    """A job's comment as slurmrestd gives it (a string, or {job, administrator, system})."""
+    comment = row.get("comment")
+    return str(comment.get("job") or "") if isinstance(comment, Mapping) else str(comment or "")
 
 
 def _errors(data: Mapping[str, Any]) -> str:

@@ -171,6 +171,11 @@ def _escape_directive(option: str) -> str:
     return f'{name}{sep}"{escaped}"'
 
 
+def run_comment(run_id: str) -> str:
+    """The start of the comment of every sbatch job of `run_id` (`k8s_ai:run=<run>`)."""
+    return f"k8s_ai:run={quote(run_id, safe='')}"
+
+
 def batch_job(request: LaunchRequest, config: SlurmConfig) -> BatchJob:
     """The batch job for one step attempt; refuses what an `#SBATCH` line cannot carry."""
     _check_request(request, config)
@@ -193,7 +198,7 @@ def batch_job(request: LaunchRequest, config: SlurmConfig) -> BatchJob:
         command[0] = config.python
     comment = ",".join(
         (
-            f"k8s_ai:run={quote(request.run_id, safe='')}",
+            run_comment(request.run_id),
             f"step={quote(request.step_key, safe='')}",
             f"attempt={request.attempt}",
         )

@@ -14,6 +14,7 @@ from __future__ import annotations
 import base64
 import os
 import re
+import shutil
 import signal
 import subprocess
 import threading
@@ -22,9 +23,25 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
-from ...backends.local.proctree import charged_memory
+from ...proctree import charged_memory
 from .quantity import to_milli
 from .store import Obj, Store, now_rfc3339
+
+
+def _default_signals() -> list[str]:
+    """The prefix that starts a container's process with every signal at its default, as a
+    container runtime does: a process spawned by a run worker in the background (SIGINT
+    ignored, and Dagster maps SIGTERM to SIGINT's handler) would otherwise inherit an ignored
+    SIGTERM and outlive every eviction until SIGKILL. GNU env's --default-signal; none where
+    env lacks it."""
+    env = shutil.which("env")
+    if env is None:
+        return []
+    probe = subprocess.run([env, "--default-signal", "true"], capture_output=True, check=False)
+    return [env, "--default-signal"] if probe.returncode == 0 else []
+
+
+DEFAULT_SIGNALS = _default_signals()
 
 
 class ContainerConfigError(Exception):
@@ -153,7 +170,7 @@ class ContainerProcess:
         self.kill_deadline: float | None = None
         self._log: IO[bytes] = open(log_path, "ab")  # noqa: SIM115 - closed in reap()
         self.proc = subprocess.Popen(
-            argv,
+            [*DEFAULT_SIGNALS, *argv],
             cwd=cwd,
             env=env,
             stdin=subprocess.DEVNULL,

@@ -3,82 +3,42 @@
 It enforces memory limits by sampling the RSS of each container's process tree (OOMKilled,
 exit 137), honours terminationGracePeriodSeconds (SIGTERM, then SIGKILL), restarts containers
 per restartPolicy, keeps each container's current and previous log, and applies in-place
-resizes of running pods when the node has room (`resize.py`).
+resizes of running pods when the node has room (`resize.py`). What it keeps about each pod,
+and the status and `/stats/summary` it reports from that, are in `podreport.py`.
 
 Example:
-    >>> _exit_phase([0, 0]), _exit_phase([0, 1])
-    ('Succeeded', 'Failed')
+    >>> _ready({"status": {"conditions": [{"type": "Ready", "status": "True"}]}})
+    True
 """
 
 from __future__ import annotations
 
-import copy
 import os
 import secrets
 import signal
 import sys
 import threading
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from .containers import (
     ContainerConfigError,
     ContainerProcess,
-    Exit,
     bad_image,
     container_argv,
     memory_limit_of,
     resolve_env,
     start_error,
-    terminated_state,
 )
-from .lifecycle import is_terminal, put_or_release, record_event, releasable, set_condition
-from .resize import DEFERRED, PENDING, desired, event_message, memory_limits, requests_of, shortfall
+from .lifecycle import is_terminal, put_or_release, record_event, releasable
+from .podreport import ContainerRun, PodRun, reported, stats_summary
+from .resize import DEFERRED, desired, event_message, memory_limits, requests_of, shortfall
 from .store import ClusterState, Obj, Store, now_rfc3339, parse_rfc3339
 
 # The emulator's own interpreter directory (a venv's bin) comes first on the containers' PATH,
 # so commands such as `dagster api execute_step` resolve to the same installation.
 _PATH = os.pathsep.join([os.path.dirname(sys.executable), os.environ.get("PATH", "")])
-
-
-def _exit_phase(codes: list[int]) -> str:
-    return "Succeeded" if all(code == 0 for code in codes) else "Failed"
-
-
-@dataclass
-class ContainerRun:
-    """One container of a pod over its restarts."""
-
-    name: str
-    image: str
-    container_id: str = ""
-    process: ContainerProcess | None = None
-    restarts: int = 0
-    exit: Exit | None = None  # current terminated state
-    last_exit: Exit | None = None  # lastState.terminated
-    logs: list[Path] = field(default_factory=list)  # one file per run
-
-
-@dataclass
-class PodRun:
-    """What the kubelet keeps about one pod it runs."""
-
-    store: Store
-    uid: str
-    directory: Path
-    containers: dict[str, ContainerRun]
-    started_at: str
-    waiting: dict[str, tuple[str, str]] = field(default_factory=dict)  # name → (reason, message)
-    started: bool = False
-    deadline_exceeded: bool = False  # spec.activeDeadlineSeconds passed: the pod is killed
-    node: str = ""
-    namespace: str = ""
-    name: str = ""
-    allocated: dict[str, dict[str, Any]] = field(default_factory=dict)  # container → resources
-    resize_pending: str = ""  # why the desired resources wait (PodResizePending message)
-    resize_generation: int = 0  # the pod generation the pending resize was reported for
 
 
 class Kubelet:
@@ -96,21 +56,27 @@ class Kubelet:
     def tick(self) -> None:
         """Start, watch, terminate and report the containers of every bound pod once."""
         nodes = {n["metadata"]["name"]: n for n in self.host.list("nodes")}
-        seen = set()
+        bound = []
         for store in list(self.cluster.stores.values()):
             for pod in store.list("pods"):
                 node = nodes.get((pod.get("spec") or {}).get("nodeName", ""))
-                if node is None or not _ready(node):
-                    continue
-                seen.add(pod["metadata"]["uid"])
-                self._sync(store, pod, node)
+                if node is not None and _ready(node):
+                    bound.append((store, pod, node))
+        # every new pod is admitted before any resize is weighed: a kubelet handles a pod's
+        # arrival before a later resize of another pod, so that resize counts it as used
+        for store, pod, node in bound:
+            if pod["metadata"]["uid"] not in self.runs and not _finished(pod):
+                self._new_run(store, pod).node = node["metadata"]["name"]
+        for store, pod, node in bound:
+            self._sync(store, pod, node)
+        seen = {pod["metadata"]["uid"] for _, pod, _ in bound}
         for uid in [uid for uid in self.runs if uid not in seen]:
             self._forget(uid)
 
     def _sync(self, store: Store, pod: Obj, node: Obj) -> None:
         uid = pod["metadata"]["uid"]
         run = self.runs.get(uid)
-        if is_terminal(pod) and not pod["metadata"].get("deletionTimestamp"):
+        if _finished(pod):
             if run is None or not any(s.process for s in run.containers.values()):
                 return  # finished and published: nothing left to do
         if run is None:
@@ -276,63 +242,9 @@ class Kubelet:
 
     def _publish(self, run: PodRun, pod: Obj) -> None:
         """Write the pod's status when it changed; release it when its deletion completes."""
-        new = copy.deepcopy(pod)
-        status = new.setdefault("status", {})
-        running = [s for s in run.containers.values() if s.process is not None]
-        exits = [s.exit for s in run.containers.values() if s.exit is not None]
-        all_exited = run.started and len(exits) == len(run.containers)
-        deleting = bool(pod["metadata"].get("deletionTimestamp"))
-        if all_exited or ((deleting or run.deadline_exceeded) and not running):
-            status["phase"] = _exit_phase([e.code for e in exits] if all_exited else [1])
-        elif run.started:
-            status["phase"] = "Running"
-        status["containerStatuses"] = [
-            self._container_status(run, s) for s in run.containers.values()
-        ]
-        _pod_conditions(status, ready=bool(running) and len(running) == len(run.containers))
-        if run.resize_pending and not is_terminal(new):
-            set_condition(status, PENDING, "True", DEFERRED, run.resize_pending)
-        else:
-            status["conditions"] = [c for c in status["conditions"] if c["type"] != PENDING]
-        status.update(hostIP="127.0.0.1", hostIPs=[{"ip": "127.0.0.1"}], podIP="127.0.0.1")
-        status.update(podIPs=[{"ip": "127.0.0.1"}], startTime=run.started_at)
-        if deleting and is_terminal(new):
-            _deletion_reason(status)
-        if run.deadline_exceeded and is_terminal(new):
-            status.update(
-                reason="DeadlineExceeded",
-                message="Pod was active on the node longer than the specified deadline",
-            )
+        new = reported(run, pod)
         if new != pod or releasable("pods", new):
             put_or_release(run.store, "pods", new)
-
-    def _container_status(self, run: PodRun, state: ContainerRun) -> dict[str, Any]:
-        current: dict[str, Any]
-        if state.process is not None:
-            current = {"running": {"startedAt": state.process.started_at}}
-        elif state.exit is not None:
-            current = {"terminated": terminated_state(state.exit, state.container_id)}
-        else:
-            reason, message = run.waiting.get(state.name, ("ContainerCreating", ""))
-            current = {"waiting": {"reason": reason, **({"message": message} if message else {})}}
-        last = {}
-        if state.last_exit is not None:
-            last = {"terminated": terminated_state(state.last_exit, state.container_id)}
-        status = {
-            "name": state.name,
-            "image": state.image,
-            "imageID": f"{state.image}@sha256:{'0' * 64}" if state.container_id else "",
-            "ready": state.process is not None,
-            "restartCount": state.restarts,
-            "started": state.process is not None,
-            "state": current,
-            "lastState": last,
-        }
-        if state.container_id:
-            status["containerID"] = state.container_id
-        if state.process is not None and state.name in run.allocated:
-            status["resources"] = copy.deepcopy(run.allocated[state.name])
-        return status
 
     def _forget(self, uid: str) -> None:
         run = self.runs.pop(uid)
@@ -373,33 +285,7 @@ class Kubelet:
 
         `store` keeps only the pods of one API server (an emulator tenant).
         """
-        stamp = now_rfc3339()
-        pods = []
-        for run in list(self.runs.values()):
-            if run.node != node or (store is not None and run.store.name != store):
-                continue
-            containers: list[dict[str, Any]] = []
-            total = 0
-            for state in list(run.containers.values()):
-                process = state.process
-                if process is None:
-                    continue
-                used = process.memory_in_use()
-                total += used
-                memory = {"time": stamp, "workingSetBytes": used, "rssBytes": used}
-                memory["usageBytes"] = used
-                containers.append(
-                    {"name": state.name, "startTime": process.started_at, "memory": memory}
-                )
-            pods.append(
-                {
-                    "podRef": {"name": run.name, "namespace": run.namespace, "uid": run.uid},
-                    "startTime": run.started_at,
-                    "containers": containers,
-                    "memory": {"time": stamp, "workingSetBytes": total},
-                }
-            )
-        return {"node": {"nodeName": node}, "pods": pods}
+        return stats_summary(list(self.runs.values()), node, store)
 
     def processes_alive(self) -> int:
         """Container process groups still alive."""
@@ -421,25 +307,11 @@ def _past_deadline(run: PodRun, pod: Obj) -> bool:
     return limit is not None and time.time() >= parse_rfc3339(run.started_at) + int(limit)
 
 
+def _finished(pod: Obj) -> bool:
+    """Terminal and not being deleted: nothing left for the kubelet to run or report."""
+    return is_terminal(pod) and not pod["metadata"].get("deletionTimestamp")
+
+
 def _ready(node: Obj) -> bool:
     conditions = (node.get("status") or {}).get("conditions") or []
     return any(c["type"] == "Ready" and c["status"] == "True" for c in conditions)
-
-
-def _pod_conditions(status: dict[str, Any], ready: bool) -> None:
-    done = status.get("phase") in ("Succeeded", "Failed")
-    reason = "PodCompleted" if done else ("" if ready else "ContainersNotReady")
-    set_condition(status, "PodReadyToStartContainers", "False" if done else "True")
-    set_condition(status, "Initialized", "True", "PodCompleted" if done else "")
-    for type_ in ("Ready", "ContainersReady"):
-        set_condition(status, type_, "True" if ready else "False", reason)
-    set_condition(status, "PodScheduled", "True")
-
-
-def _deletion_reason(status: dict[str, Any]) -> None:
-    for condition in status.get("conditions") or []:
-        if (
-            condition["type"] == "DisruptionTarget"
-            and condition.get("reason") == "EvictionByEvictionAPI"
-        ):
-            status.update(reason="Evicted", message="The pod was evicted via the Eviction API.")

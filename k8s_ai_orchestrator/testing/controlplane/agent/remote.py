@@ -6,9 +6,10 @@ surface over a real apiserver, the way a kubelet talks to one:
 - `list("pods")` is a watch-fed cache of the pods bound to this agent's nodes (one list+watch
   of all pods, relisted when the watch expires), so the kubelet loop costs no requests;
 - `put("pods", pod)` writes `pods/status` (a strategic merge patch, so conditions others
-  added, such as DisruptionTarget, are kept) only when the
-  status differs from what was last sent, and, once a pod being deleted is terminal, sends
-  the final `DELETE` with grace 0 and a UID precondition — whatever finalizers it still has;
+  added, such as DisruptionTarget, are kept; bound to the pod's uid, so it never lands on a
+  new pod of the same name) only when the status differs from what was last sent, and, once
+  a pod being deleted is terminal, sends the final `DELETE` with grace 0 and a UID
+  precondition — whatever finalizers it still has;
 - `get("secrets" | "configmaps", ...)` reads through to the API (environment resolution);
 - events are created, and their count bumped, in the pod's namespace.
 
@@ -29,7 +30,7 @@ from kubernetes.client.rest import ApiException
 from ...kube.lifecycle import is_terminal
 from ...kube.store import ClusterState, Obj, Store
 from ..informer import Informer
-from ..patches import STRATEGIC, status_patch
+from ..patches import STRATEGIC, replaced, status_patch
 
 
 class RemoteStore(Store):
@@ -134,11 +135,11 @@ class RemoteStore(Store):
             answer = self.core.patch_namespaced_pod_status(
                 meta["name"],
                 meta["namespace"],
-                status_patch(before, status),
+                status_patch(before, status, uid=meta["uid"]),
                 _content_type=STRATEGIC,  # conditions merge by type, as a kubelet's patch
             )
         except ApiException as error:
-            if error.status in (404, 409):
+            if error.status in (404, 409) or replaced(error):
                 return  # gone, or replaced by a new pod of the same name: nothing to report
             raise
         self._sent[meta["uid"]] = status

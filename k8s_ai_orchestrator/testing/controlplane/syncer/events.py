@@ -3,9 +3,10 @@
 The host's scheduler and node agent record events on host pods (`FailedScheduling`,
 `Preempted`, `Killing`...). A tenant user (and the executor, which names a preemptor from the
 `Preempted` event) reads them in the tenant, on the tenant pod. Each host event whose
-involved object is a synced pod becomes a tenant event on that pod, in its namespace, with the
-host's pod names and UIDs in the message replaced by the tenant's where the pod is this
-tenant's. An event seen again with a new resourceVersion (its count went up) is updated.
+involved object is a synced pod becomes a tenant event on that pod, in its namespace, with
+the host's message: like vCluster's syncer, this one does not turn host pod UIDs in it into
+tenant UIDs (`Preempted by pod <host uid>` stays so). An event seen again with a new
+resourceVersion (its count went up) is updated.
 
 Example:
     >>> host_pod_event = {"metadata": {"name": "a.1", "uid": "e1", "resourceVersion": "7"},
@@ -13,13 +14,13 @@ Example:
     ...     "reason": "Preempted", "message": "Preempted by pod h2 on node gpu-1",
     ...     "type": "Normal", "count": 1}
     >>> pods = {"a-x-default-x-team-a": PodRef("default", "a", "t1")}
-    >>> tenant_event(host_pod_event, pods["a-x-default-x-team-a"], {"h2": "t2"})["message"]
-    'Preempted by pod t2 on node gpu-1'
+    >>> tenant_event(host_pod_event, pods["a-x-default-x-team-a"])["message"]
+    'Preempted by pod h2 on node gpu-1'
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -36,12 +37,8 @@ class PodRef:
     uid: str
 
 
-def tenant_event(event: Obj, pod: PodRef, uids: Mapping[str, str]) -> Obj:
+def tenant_event(event: Obj, pod: PodRef) -> Obj:
     """The tenant's copy of a host event on the host pod of `pod`."""
-    message = event.get("message") or ""
-    for host_uid, tenant_uid in uids.items():
-        if host_uid in message:
-            message = message.replace(host_uid, tenant_uid)
     meta = event["metadata"]
     copied = {k: event[k] for k in _KEPT if event.get(k) is not None}
     when = event.get("eventTime")  # events.k8s.io events carry only this time
@@ -60,7 +57,7 @@ def tenant_event(event: Obj, pod: PodRef, uids: Mapping[str, str]) -> Obj:
             "name": pod.name,
             "uid": pod.uid,
         },
-        "message": message,
+        "message": event.get("message") or "",
     }
 
 
@@ -75,12 +72,9 @@ class EventSync:
         self._write = write
         self._copied: dict[str, str] = {}  # host event uid → resourceVersion copied
         self.pods: dict[str, PodRef] = {}  # host pod name → tenant pod, every one seen
-        self.uids: dict[str, str] = {}  # host pod uid → tenant pod uid
 
-    def remember(self, host_name: str, pod: PodRef, host_uid: str | None = None) -> None:
+    def remember(self, host_name: str, pod: PodRef) -> None:
         self.pods[host_name] = pod
-        if host_uid:
-            self.uids[host_uid] = pod.uid
 
     def sync(self, events: list[Obj]) -> None:
         for event in events:
@@ -92,7 +86,7 @@ class EventSync:
             seen = self._copied.get(meta["uid"])
             if seen == meta.get("resourceVersion"):
                 continue
-            self._write(tenant_event(event, pod, self.uids), seen is not None)
+            self._write(tenant_event(event, pod), seen is not None)
             self._copied[meta["uid"]] = str(meta.get("resourceVersion"))
 
 

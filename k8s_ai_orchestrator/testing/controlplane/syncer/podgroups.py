@@ -5,8 +5,8 @@ tenant's pods are: it is copied into `vcluster-<tenant>` under the translated na
 (`<name>-x-<namespace>-x-<tenant>`) with its policy, its PriorityClass translated as the pods'
 is, and without owner references (the owner, a Job, stays in the tenant). The host pods'
 `spec.schedulingGroup.podGroupName` is translated the same way (`translate.host_pod`). A host
-copy whose tenant PodGroup is gone is deleted. Only a tenant whose API server serves
-PodGroups (`served`) is synced.
+copy whose tenant PodGroup is gone is deleted (`sync`, once per pass of the syncer). Only a
+tenant whose API server serves PodGroups (`served`) is synced.
 
 Example:
     >>> tenant_group = {"metadata": {"name": "g", "namespace": "default", "uid": "u1"},
@@ -26,6 +26,8 @@ from kubernetes import client
 
 from ....backends.kubernetes.podgroups import GROUP, PLURAL, VERSION
 from ....backends.kubernetes.podgroups import serves_podgroups as served
+from ..informer import Informer
+from ..patches import ignoring
 from . import translate
 
 Obj = dict[str, Any]
@@ -79,4 +81,39 @@ def host_podgroup(group: Obj, tenant: str, host_namespace: str) -> Obj:
     }
 
 
-__all__ = ["GROUP", "PLURAL", "VERSION", "host_podgroup", "lister", "served"]
+def sync(
+    host_api: client.ApiClient,
+    tenant_groups: list[Obj],
+    host_groups: Informer,
+    tenant: str,
+    host_namespace: str,
+    copy_priority_class: Callable[[str], None],
+) -> None:
+    """Copy new tenant PodGroups (with their PriorityClass) to the host namespace; delete
+    host copies whose original is gone."""
+    custom = client.CustomObjectsApi(host_api)
+    wanted = {}
+    for group in tenant_groups:
+        body = host_podgroup(group, tenant, host_namespace)
+        wanted[body["metadata"]["name"]] = group["metadata"]["uid"]
+        if host_groups.get(host_namespace, body["metadata"]["name"]) is not None:
+            continue
+        priority = (group.get("spec") or {}).get("priorityClassName")
+        if priority:
+            copy_priority_class(priority)
+        with ignoring(409):
+            created = custom.create_namespaced_custom_object(
+                GROUP, VERSION, host_namespace, PLURAL, body
+            )
+            host_groups.update(created)
+    for host in host_groups.items():
+        meta = host["metadata"]
+        uid = (meta.get("annotations") or {}).get(translate.OBJECT_UID)
+        if wanted.get(meta["name"]) != uid and not meta.get("deletionTimestamp"):
+            with ignoring(404, 409):
+                custom.delete_namespaced_custom_object(
+                    GROUP, VERSION, host_namespace, PLURAL, meta["name"]
+                )
+
+
+__all__ = ["GROUP", "PLURAL", "VERSION", "host_podgroup", "lister", "served", "sync"]

@@ -5,8 +5,9 @@ What it does, as vCluster does with our recommended values (`helm/vcluster-value
 - host namespace `vcluster-<tenant>` with the secret `vc-<tenant>` (key `config`: the tenant's
   kubeconfig; labels `app=vcluster`, `vcluster-name=<tenant>`);
 - nodes from the host: every host node appears in the tenant with its labels, taints and
-  status, its kubelet endpoint pointing at this syncer's proxy for that node, which serves
-  `/containerLogs` and `/stats/summary` with host pod names turned into the tenant's;
+  status (`nodes.py`), its kubelet endpoint pointing at this syncer's proxy for that node,
+  which serves `/containerLogs` and `/stats/summary` with host pod names turned into the
+  tenant's (`proxies.py`);
 - pods to the host: a tenant pod (the tenant has no scheduler) becomes a host pod named
   `<name>-x-<namespace>-x-<tenant>` in `vcluster-<tenant>`, with the secrets and config maps it
   reads and its PriorityClass copied; when the host scheduler places it, the tenant pod is bound
@@ -19,7 +20,8 @@ What it does, as vCluster does with our recommended values (`helm/vcluster-value
   host pod is gone (finished deletion, eviction, preemption) its last status is copied and the
   tenant pod's deletion is completed (grace 0), which is what a kubelet would do;
 - events on host pods (the scheduler's `FailedScheduling` and `Preempted`, the agent's) are
-  copied to the tenant pod, host pod UIDs in the message turned into the tenant's (`events.py`).
+  copied to the tenant pod with the host's message, as vCluster copies them: a UID in it (the
+  scheduler's `Preempted by pod <uid>`) stays the host pod's (`events.py`).
 
 Jobs stay in the tenant, where the tenant's controller manager runs them.
 
@@ -33,37 +35,22 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
-from functools import partial
 from pathlib import Path
-from typing import Any
 
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
 from ...kube import resize
 from ...kube.lifecycle import is_terminal
-from .. import pki
-from ..agent.logserver import LogLookup, LogServer
+from ..agent.logserver import LogLookup
 from ..informer import Informer, Obj
-from ..patches import STRATEGIC, status_patch
+from ..patches import STRATEGIC, ignoring, replaced, status_patch
 from . import podgroups, translate
 from .events import EventSync, PodRef
 from .nodes import NodeSync
+from .proxies import NodeProxies
 
 TICK_S = 5.0  # a safety net: every watched change wakes the loop at once
-
-
-def _ignore(*codes: int) -> Any:
-    """A context manager that swallows ApiExceptions with the given statuses."""
-
-    class _Ignore:
-        def __enter__(self) -> None:
-            return None
-
-        def __exit__(self, kind: Any, error: Any, tb: Any) -> bool:
-            return isinstance(error, ApiException) and error.status in codes
-
-    return _Ignore()
 
 
 class TenantSyncer:
@@ -129,15 +116,17 @@ class TenantSyncer:
                 self._wake.set,
                 label_selector=f"{translate.MANAGED_BY}={tenant}",
             )
-        ca = pki.write_ca(Path(workdir) / "pki", f"k8s-ai-syncer-{tenant}")
-        hosts = list(dict.fromkeys([address, "127.0.0.1"]))
-        serving = pki.write_serving_cert(ca, Path(workdir) / "serving", hosts)
-        self._address, self._client_ca = address, client_ca
-        self._host_logs = host_logs
-        self._host_stats = host_stats
-        self._serving = serving
-        self.proxies: dict[str, LogServer] = {}  # host node → its proxy for the tenant
-        self.nodes = NodeSync(self.virtual, self._proxy_port)
+        self.proxies = NodeProxies(
+            tenant,
+            self.host_namespace,
+            self.tenant_pods.items,
+            host_logs,
+            workdir,
+            host_stats,
+            address,
+            client_ca,
+        )
+        self.nodes = NodeSync(self.virtual, self.proxies.port)
         self._copied: dict[str, Obj] = {}  # tenant pod uid → the status last copied
         self._gone: set[str] = set()  # tenant pod uids whose host pod is gone
         self._synced_classes: set[str] = set()
@@ -162,15 +151,14 @@ class TenantSyncer:
             self._loop.join(timeout=10)
         for informer in self._informers():
             informer.stop()
-        for proxy in list(self.proxies.values()):
-            proxy.stop()
+        self.proxies.stop()
 
     def _informers(self) -> tuple[Informer, ...]:
         groups = tuple(i for i in (self.tenant_groups, self.host_groups) if i is not None)
         return (self.host_nodes, self.host_pods, self.tenant_pods, self.host_events, *groups)
 
     def _publish_secret(self) -> None:
-        with _ignore(409):
+        with ignoring(409):
             self.host.create_namespace({"metadata": {"name": self.host_namespace}})
         labels = {"app": "vcluster", "vcluster-name": self.tenant}
         secret = {
@@ -205,13 +193,7 @@ class TenantSyncer:
         virtual = {self._host_name(p): p for p in self.tenant_pods.items()}
         for name, pod in virtual.items():
             meta = pod["metadata"]
-            hpod = self.host_pods.get(self.host_namespace, name)
-            host_uid = None
-            if hpod is not None and _owner_uid(hpod) == meta["uid"]:
-                host_uid = hpod["metadata"]["uid"]
-            self.events.remember(
-                name, PodRef(meta["namespace"], meta["name"], meta["uid"]), host_uid
-            )
+            self.events.remember(name, PodRef(meta["namespace"], meta["name"], meta["uid"]))
         self.events.sync(self.host_events.items())  # before a pod's end is copied
         self._sync_podgroups()
         for pod in virtual.values():
@@ -288,7 +270,7 @@ class TenantSyncer:
             if kind == "Secret"
             else self.host.create_namespaced_config_map
         )
-        with _ignore(409):
+        with ignoring(409):
             create(self.host_namespace, body)
 
     def _copy_priority_class(self, name: str) -> None:
@@ -308,7 +290,7 @@ class TenantSyncer:
             "preemptionPolicy": found.preemption_policy or "PreemptLowerPriority",
             "description": f"{name} of vCluster {self.tenant}",
         }
-        with _ignore(409):
+        with ignoring(409):
             client.SchedulingV1Api(self.host_api).create_priority_class(body)
         self._synced_classes.add(name)
 
@@ -320,7 +302,7 @@ class TenantSyncer:
             "metadata": {"name": meta["name"], "namespace": meta["namespace"]},
             "target": {"apiVersion": "v1", "kind": "Node", "name": node},
         }
-        with _ignore(404, 409):
+        with ignoring(404, 409):
             self.virtual.create_namespaced_pod_binding(
                 meta["name"], meta["namespace"], body, _preload_content=False
             )
@@ -331,46 +313,30 @@ class TenantSyncer:
         if not status or self._copied.get(meta["uid"]) == status:
             return
         before = self._copied.get(meta["uid"])  # only conditions copied earlier are removed
-        with _ignore(404, 409):
+        try:
             self.virtual.patch_namespaced_pod_status(
                 meta["name"],
                 meta["namespace"],
-                status_patch(before, status),
+                status_patch(before, status, uid=meta["uid"]),
                 _content_type=STRATEGIC,
             )
-            self._copied[meta["uid"]] = status
+        except ApiException as error:
+            if error.status in (404, 409) or replaced(error):
+                return  # the tenant pod is gone, or a new one took its name
+            raise
+        self._copied[meta["uid"]] = status
 
     def _sync_podgroups(self) -> None:
-        """Copy new tenant PodGroups to the host; delete host copies whose original is gone."""
         if self.tenant_groups is None or self.host_groups is None:
             return
-        custom = client.CustomObjectsApi(self.host_api)
-        wanted = {}
-        for group in self.tenant_groups.items():
-            body = podgroups.host_podgroup(group, self.tenant, self.host_namespace)
-            wanted[body["metadata"]["name"]] = group["metadata"]["uid"]
-            if self.host_groups.get(self.host_namespace, body["metadata"]["name"]) is not None:
-                continue
-            priority = (group.get("spec") or {}).get("priorityClassName")
-            if priority:
-                self._copy_priority_class(priority)
-            with _ignore(409):
-                created = custom.create_namespaced_custom_object(
-                    podgroups.GROUP, podgroups.VERSION, self.host_namespace, podgroups.PLURAL, body
-                )
-                self.host_groups.update(created)
-        for host in self.host_groups.items():
-            meta = host["metadata"]
-            uid = (meta.get("annotations") or {}).get(translate.OBJECT_UID)
-            if wanted.get(meta["name"]) != uid and not meta.get("deletionTimestamp"):
-                with _ignore(404, 409):
-                    custom.delete_namespaced_custom_object(
-                        podgroups.GROUP,
-                        podgroups.VERSION,
-                        self.host_namespace,
-                        podgroups.PLURAL,
-                        meta["name"],
-                    )
+        podgroups.sync(
+            self.host_api,
+            self.tenant_groups.items(),
+            self.host_groups,
+            self.tenant,
+            self.host_namespace,
+            self._copy_priority_class,
+        )
 
     def _resize_host(self, hpod: Obj, vpod: Obj) -> None:
         """Give the host pod the tenant pod's new container resources (`pods/resize`)."""
@@ -385,7 +351,7 @@ class TenantSyncer:
             if c["name"] in wanted
         ]
         meta = hpod["metadata"]
-        with _ignore(404, 409, 422):
+        with ignoring(404, 409, 422):
             answer = self.host.patch_namespaced_pod_resize(
                 meta["name"], meta["namespace"], {"spec": {"containers": containers}}
             )
@@ -396,7 +362,7 @@ class TenantSyncer:
         options = client.V1DeleteOptions(
             grace_period_seconds=grace, preconditions=client.V1Preconditions(uid=meta["uid"])
         )
-        with _ignore(404, 409):
+        with ignoring(404, 409):
             self.host.delete_namespaced_pod(meta["name"], meta["namespace"], body=options)
 
     def _finish_tenant_delete(self, vpod: Obj) -> None:
@@ -406,56 +372,16 @@ class TenantSyncer:
         options = client.V1DeleteOptions(
             grace_period_seconds=0, preconditions=client.V1Preconditions(uid=meta["uid"])
         )
-        with _ignore(404, 409):
+        with ignoring(404, 409):
             self.virtual.delete_namespaced_pod(meta["name"], meta["namespace"], body=options)
 
     def _write_event(self, event: Obj, exists: bool) -> None:
         meta = event["metadata"]
-        with _ignore(404, 409, 422):
+        with ignoring(404, 409, 422):
             if exists:
                 self.virtual.replace_namespaced_event(meta["name"], meta["namespace"], event)
             else:
                 self.virtual.create_namespaced_event(meta["namespace"], event)
-
-    # -- the node proxies ----------------------------------------------------------------------
-
-    def _proxy_port(self, node: str) -> int:
-        """The port of `node`'s proxy (started on first use)."""
-        proxy = self.proxies.get(node)
-        if proxy is None:
-            stats = partial(self._tenant_stats, node) if self._host_stats else None
-            proxy = LogServer(
-                self._tenant_logs,
-                self._serving,
-                stats=stats,
-                address=self._address,
-                client_ca=self._client_ca,
-            ).start()
-            self.proxies[node] = proxy
-        return proxy.port
-
-    def _tenant_stats(self, node: str) -> Obj:
-        """The host node's summary with this tenant's pods only, under their tenant names."""
-        assert self._host_stats is not None
-        summary = self._host_stats(node)
-        refs = {}
-        for pod in self.tenant_pods.items():
-            meta = pod["metadata"]
-            refs[self._host_name(pod)] = {
-                "name": meta["name"],
-                "namespace": meta["namespace"],
-                "uid": meta["uid"],
-            }
-        pods = []
-        for pod in summary.get("pods") or []:
-            ref = pod.get("podRef") or {}
-            if ref.get("namespace") == self.host_namespace and ref.get("name") in refs:
-                pods.append({**pod, "podRef": refs[ref["name"]]})
-        return {**summary, "pods": pods}
-
-    def _tenant_logs(self, namespace: str, name: str, container: str, previous: bool) -> Any:
-        host = translate.host_name(name, namespace, self.tenant)
-        return self._host_logs(self.host_namespace, host, container, previous)
 
 
 def _owner_uid(hpod: Obj) -> str | None:

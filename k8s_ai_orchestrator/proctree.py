@@ -1,4 +1,5 @@
-"""Process trees: resident memory and group signals (used where memory limits are enforced).
+"""Process trees: resident memory, group signals and stopping (shared by the backends, the
+step pod's memory reporter and the gang launchers).
 
 Summed RSS counts a page once per process that maps it, so right after a step process forks a
 helper (before the helper execs) the tree looks twice its size. A kernel cgroup charges each
@@ -18,7 +19,8 @@ from __future__ import annotations
 
 import os
 import signal
-from collections.abc import Callable
+import subprocess
+from collections.abc import Callable, Sequence
 
 import psutil
 
@@ -79,6 +81,19 @@ def kill_group(pgid: int, sig: signal.Signals) -> None:
         os.killpg(pgid, sig)
     except (ProcessLookupError, PermissionError):
         pass
+
+
+def stop_processes(procs: Sequence[subprocess.Popen[bytes]], grace_s: float) -> None:
+    """SIGTERM every process still running, SIGKILL what is left after `grace_s`."""
+    alive = [proc for proc in procs if proc.poll() is None]
+    for proc in alive:
+        proc.send_signal(signal.SIGTERM)
+    for proc in alive:
+        try:
+            proc.wait(timeout=grace_s)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout=grace_s)
 
 
 def process_alive(pid: int, started: float) -> bool:

@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from .contract_target import Answer, ContractTarget, request
+from tests.contract_support.contract_target import Answer, ContractTarget, request
 
 LABEL_KEY_HELP = (
     "name part must consist of alphanumeric characters, '-', '_' or '.', and must start and "

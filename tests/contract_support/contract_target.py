@@ -19,7 +19,7 @@ from typing import Any
 
 from kubernetes import client
 
-from .schema import unknown_fields
+from k8s_ai_orchestrator.testing.kube.schema import unknown_fields
 
 Predicate = Callable[[], Any]
 

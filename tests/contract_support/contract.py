@@ -1,4 +1,4 @@
-"""Behaviour contract shared by the emulator and real clusters.
+"""Behaviour contract shared by the emulator and real clusters (this repository's tests only).
 
 Each check takes a `ContractTarget` (an API client, a namespace to work in, and how to run
 Python in a container) and asserts what the Kubernetes backend relies on. The same checks run
@@ -23,8 +23,8 @@ from typing import Any
 
 from kubernetes import client
 
-from .contract_api import API_CHECKS, HISTORY_CHECKS
-from .contract_target import ContractTarget, assert_strict, raw_get
+from tests.contract_support.contract_api import API_CHECKS, HISTORY_CHECKS
+from tests.contract_support.contract_target import ContractTarget, assert_strict, raw_get
 
 __all__ = [
     "API_CHECKS",
@@ -264,7 +264,7 @@ def check_pod_resize_is_deferred_without_room(target: ContractTarget) -> None:
     have enough resource: memory, ...") and a `ResizeDeferred` warning, the old limit kept.
     Changing a GPU amount through `pods/resize` is refused (422)."""
     core, ns = target.core(), target.namespace
-    sleeper = "import time; time.sleep(120)"
+    sleeper = "import time; time.sleep(3600)"  # outlives the check, which deletes it
     core.create_namespaced_pod(ns, target.pod("contract-deferred", sleeper, "128Mi"))
     pod = target.wait(lambda: _running_with_resources(target, "contract-deferred"))
     node = core.read_node(pod.spec.node_name)

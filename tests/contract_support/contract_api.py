@@ -14,8 +14,8 @@ from collections.abc import Callable
 
 from kubernetes import client, watch
 
-from .contract_target import ContractTarget, request, status_of
-from .contract_validation import VALIDATION_CHECKS
+from tests.contract_support.contract_target import ContractTarget, request, status_of
+from tests.contract_support.contract_validation import VALIDATION_CHECKS
 
 PARTIAL_LIST = "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1"
 PARTIAL_ONE = "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1"

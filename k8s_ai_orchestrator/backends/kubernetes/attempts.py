@@ -1,0 +1,165 @@
+"""The backend's book of submitted attempts: what each one is, and where its pods are seen.
+
+An `Attempt` holds what the backend itself tracks of one attempt — its Job, its pod watch,
+the admission mode that admits it, when it started and ended, how it ended — while each
+concern keeps its own per-attempt state beside it: the admission mode (`admission/`), memory
+and growth (`growth.py`), log streams (`logs.py`), the Pending explanation (`pending.py`).
+
+Example:
+    >>> book = AttemptBook()
+    >>> book.find("k8s-ai-3f2a-train-0") is None
+    True
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from ...errors import BackendError
+from ..base import JobHandle, LaunchRequest, ResourceUsage, StepState, StepStatus
+from .admission import Admission, AttemptJob
+from .gangs import pod_index, preempted_pods
+from .jobapi import JobApi
+from .preemption import PreemptorLookup
+from .status import pod_name, pod_status
+from .watch import PodWatch
+
+Pod = Mapping[str, Any]
+_GiB = 1024**3
+
+
+@dataclass
+class Attempt:
+    """One submitted attempt (mutable, private to the backend)."""
+
+    job: AttemptJob  # its Job: request, tenant, namespace, name
+    watch: PodWatch  # the run's pods in its namespace
+    admission: Admission  # the mode that admits it, chosen at submit
+    submitted_at: float
+    started_at: float | None = None
+    finished_at: float | None = None
+    final: StepStatus | None = None
+    cancelled: bool = False
+    log_tail: str = ""  # the failed pod's last lines, read when it ended
+    partial_since: float | None = None  # a gang's first pod Running, not all of them yet
+    preemptor: PreemptorLookup = field(default_factory=PreemptorLookup)
+    ended_unseen: StepStatus | None = None  # adopted: how its Job ended, if it had (no pods)
+
+    @property
+    def request(self) -> LaunchRequest:
+        return self.job.request
+
+    @property
+    def tenant(self) -> str:
+        return self.job.tenant
+
+    @property
+    def namespace(self) -> str:
+        return self.job.namespace
+
+    @property
+    def is_gang(self) -> bool:
+        return self.job.request.spec.is_gang
+
+    def usage(self, clock: Callable[[], float], max_rss_bytes: int | None) -> ResourceUsage:
+        """Requested resources × seconds it has run (so far: until `clock()`)."""
+        if self.started_at is None:
+            return ResourceUsage()
+        end = self.finished_at if self.finished_at is not None else clock()
+        wall = max(0.0, end - self.started_at)
+        spec = self.request.spec
+        node = self.final.node if self.final else None
+        return ResourceUsage(
+            cpu_seconds=spec.total_cpu * wall,
+            memory_gib_seconds=spec.memory_bytes * spec.nodes / _GiB * wall,
+            gpu_seconds=spec.gpu * spec.nodes * wall,
+            wall_seconds=wall,
+            nodes=(node,) if node else (),
+            max_rss_bytes=max_rss_bytes,
+        )
+
+    def pods(self) -> list[Pod]:
+        """Its live pods from the watch cache, oldest first."""
+        return self.watch.pods(self.job.name)
+
+    def latest_pod(self) -> Pod | None:
+        """Its newest live pod from the watch cache, or None."""
+        pods = self.pods()
+        return pods[-1] if pods else None
+
+    def running_pod(self) -> dict[str, Any] | None:
+        """Its newest pod if that is Running, else None."""
+        pod = self.latest_pod()
+        if pod is None or pod_status(pod).state != StepState.RUNNING:
+            return None
+        return dict(pod)
+
+    def log_pod(self) -> str | None:
+        """The pod whose log is the step's: the only one, or a gang's leader (index 0)."""
+        pods = self.pods()
+        if self.is_gang:
+            gone = self.watch.deleted_pods(self.job.name)
+            leaders = [p for p in [*pods, *gone] if pod_index(p) == 0]
+            return pod_name(leaders[0]) if leaders else None
+        if pods:
+            return pod_name(pods[-1])
+        last = self.watch.deleted(self.job.name)
+        return pod_name(last) if last is not None else None
+
+    def victims(self) -> list[Pod]:
+        """The pods a preemption of the attempt would have hit: a gang's preempted pods (else
+        all of them), or the step's pod (live, else its last state)."""
+        pods = self.pods()
+        if self.is_gang:
+            gone = self.watch.deleted_pods(self.job.name)
+            return preempted_pods(pods, gone) or [*pods, *gone]
+        last = pods[-1] if pods else self.watch.deleted(self.job.name)
+        return [last] if last is not None else []
+
+
+class AttemptBook:
+    """The attempts a backend instance submitted, by Job name (thread-safe)."""
+
+    def __init__(self) -> None:
+        self._attempts: dict[str, Attempt] = {}
+        self._lock = threading.Lock()
+
+    def add(self, attempt: Attempt) -> None:
+        with self._lock:
+            self._attempts[attempt.job.name] = attempt
+
+    def find(self, job: str) -> Attempt | None:
+        with self._lock:
+            return self._attempts.get(job)
+
+    def of(self, handle: JobHandle) -> Attempt:
+        """The handle's attempt; `BackendError` if this instance did not submit it."""
+        found = self.find(handle.job_id)
+        if found is None:
+            raise BackendError(
+                f"step '{handle.step_key}': Job {handle.job_id} was not submitted by this "
+                "backend instance; its status cannot be followed"
+            )
+        return found
+
+    def drop_earlier(self, request: LaunchRequest, jobs: JobApi) -> None:
+        """Delete the Jobs of the step's earlier attempts that have not succeeded: the executor
+        has left them, and Kueue would readmit a Job it evicted (suspended, requeued) and run
+        the step twice."""
+        with self._lock:
+            earlier = [
+                a
+                for a in self._attempts.values()
+                if a.request.run_id == request.run_id
+                and a.request.step_key == request.step_key
+                and a.request.attempt < request.attempt
+            ]
+        for old in earlier:
+            if old.final is not None and old.final.state == StepState.SUCCEEDED:
+                continue
+            if old.final is None:
+                old.cancelled = True
+            jobs.delete(old.tenant, old.namespace, old.job.name, request.step_key)

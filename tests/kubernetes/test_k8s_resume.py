@@ -1,0 +1,150 @@
+"""A run worker SIGKILLed mid-run is a non-event on Kubernetes: the run is resumed the way
+Dagster's run monitoring resumes it (`dagster api resume_run`, what a resuming run launcher
+starts), and the new run worker reattaches to the step's Job instead of launching it again.
+
+The run worker is a real `dagster api execute_run` process; the steps are real `dagster api
+execute_step` processes in the cluster's pods, which outlive it."""
+
+from __future__ import annotations
+
+import signal
+from pathlib import Path
+from typing import Any
+
+import pytest
+from dagster import DagsterRunStatus
+from k8s_support import NAMESPACE
+from test_k8s_executor_e2e import executor_config
+
+from k8s_ai_orchestrator.launch.backends import cancel_run
+from k8s_ai_orchestrator.launch.settings import ExecutorSettings
+from k8s_ai_orchestrator.testing.kube.emulator import wait_until
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
+
+
+def config(cluster: Any, op: str, folder: Path) -> dict[str, Any]:
+    return {
+        "execution": {"config": executor_config(cluster)},
+        "ops": {op: {"config": {"dir": str(folder)}}},
+    }
+
+
+def running_pods(cluster: Any) -> list[str]:
+    return [
+        p["metadata"]["name"]
+        for p in cluster.pods("team-a", NAMESPACE)
+        if (p.get("status") or {}).get("phase") in ("Pending", "Running")
+    ]
+
+
+def test_a_resumed_run_worker_reattaches_to_the_running_step_and_runs_it_once(
+    cluster: Any, run_worker: Any, tmp_path: Path
+) -> None:
+    worker = run_worker("tally_job", config(cluster, "tally", tmp_path))
+    forwarded = "[kubernetes log] tally:"
+    wait_until(lambda: any(m.startswith(forwarded) for m in worker.messages()), 120, 0.2)
+    worker.kill()
+    assert worker.status() == DagsterRunStatus.STARTED
+
+    worker.resume()
+    reattached = worker.reattached()
+    worker.release(tmp_path)
+    assert [m for m in worker.messages() if m.startswith("Reattached")] == [reattached]
+
+    assert (tmp_path / "executions").read_text().splitlines() == ["tally attempt 0"]
+    messages = worker.messages()
+    assert reattached.startswith("Reattached to step 'tally' (attempt 1, kubernetes job k8s-ai-")
+    assert reattached.endswith("after the run worker was lost")
+    logs = "\n".join(m for m in messages if m.startswith(forwarded))
+    assert logs.count("tally: before the release (attempt 0)") == 1  # not forwarded twice
+    assert logs.count("tally: after the release") <= 1  # the last read may come before it
+    assert len(cluster.jobs("team-a", NAMESPACE)) == 1
+    wait_until(lambda: not running_pods(cluster), 60, 0.5)
+
+
+def test_a_step_oom_killed_while_no_run_worker_watched_is_relaunched_with_more_memory(
+    cluster: Any, run_worker: Any, tmp_path: Path
+) -> None:
+    worker = run_worker("hungry_later_job", config(cluster, "hungry_later", tmp_path))
+    wait_until(lambda: (tmp_path / "executions").exists(), 120, 0.2)
+    worker.kill()
+    (tmp_path / "release").touch()  # it now outgrows its 256Mi with no run worker watching
+
+    def oom_killed() -> bool:
+        pods = cluster.pods("team-a", NAMESPACE)
+        return any((p.get("status") or {}).get("phase") == "Failed" for p in pods)
+
+    wait_until(oom_killed, 120, 0.5)
+    worker.resume()
+    assert worker.process.wait(180) == 0
+    assert worker.status() == DagsterRunStatus.SUCCESS
+
+    executions = (tmp_path / "executions").read_text().splitlines()
+    assert executions == ["hungry_later attempt 0", "hungry_later attempt 1"]
+    messages = worker.messages()
+    assert any(m.startswith("Reattached to step 'hungry_later' (attempt 1") for m in messages)
+    assert any(m.startswith("Relaunching:") and "OOMKilled" in m for m in messages), messages
+    limits = sorted(
+        j["spec"]["template"]["spec"]["containers"][0]["resources"]["limits"]["memory"]
+        for j in cluster.jobs("team-a", NAMESPACE)
+    )
+    assert limits == ["256Mi", "512Mi"]
+    wait_until(lambda: not running_pods(cluster), 60, 0.5)
+
+
+def test_terminating_a_resumed_run_deletes_the_job_the_first_run_worker_launched(
+    cluster: Any, run_worker: Any, tmp_path: Path
+) -> None:
+    worker = run_worker("tally_job", config(cluster, "tally", tmp_path))
+    wait_until(lambda: running_pods(cluster), 120, 0.2)
+    worker.kill()
+    worker.resume()
+    worker.reattached()
+    worker.process.send_signal(signal.SIGINT)  # what terminating the run sends its run worker
+    worker.process.wait(120)
+    assert worker.status() in (DagsterRunStatus.CANCELED, DagsterRunStatus.FAILURE)
+    assert any(m.startswith("Cancelled step 'tally' (kubernetes job") for m in worker.messages())
+    wait_until(lambda: not cluster.jobs("team-a", NAMESPACE), 60, 0.5)
+    wait_until(lambda: not running_pods(cluster), 60, 0.5)
+    assert not (tmp_path / "release").exists()
+
+
+def test_every_job_of_a_run_whose_run_worker_is_gone_is_deleted_by_the_run_alone(
+    cluster: Any, run_worker: Any, tmp_path: Path
+) -> None:
+    """What terminating such a run does (`ProcessRunLauncher.terminate`): `CancelsRuns`."""
+    worker = run_worker("tally_job", config(cluster, "tally", tmp_path))
+    wait_until(lambda: running_pods(cluster), 120, 0.2)
+    worker.kill()
+    (job,) = [j["metadata"]["name"] for j in cluster.jobs("team-a", NAMESPACE)]
+    settings = ExecutorSettings.from_config(executor_config(cluster))
+    assert cancel_run(settings, worker.run.run_id) == {"local": [], "kubernetes": [job]}
+    wait_until(lambda: not cluster.jobs("team-a", NAMESPACE), 60, 0.5)
+    wait_until(lambda: not running_pods(cluster), 60, 0.5)
+
+
+def test_a_step_evicted_while_no_run_worker_watched_resumes_from_its_checkpoint(
+    cluster: Any, run_worker: Any, tmp_path: Path
+) -> None:
+    """The eviction's failure event is decided by the resumed run worker as a live one would:
+    relaunched at the same size, from the last checkpoint, without spending the RetryPolicy."""
+    run_config = config(cluster, "resumable", tmp_path)
+    run_config["resources"] = {"checkpoints": {"config": {"root": (tmp_path / "ck").as_uri()}}}
+    worker = run_worker("resumable_job", run_config)
+    wait_until(lambda: (tmp_path / "executions").exists(), 120, 0.2)
+    worker.kill()
+    (pod,) = running_pods(cluster)
+    cluster.evict_pod("team-a", NAMESPACE, pod)
+    wait_until(lambda: not running_pods(cluster), 60, 0.2)  # it saved and stopped, unwatched
+
+    worker.resume()
+    assert worker.process.wait(180) == 0
+    assert worker.status() == DagsterRunStatus.SUCCESS
+    first, second = (tmp_path / "executions").read_text().splitlines()
+    assert first == "resumable attempt 0 from 0"
+    assert second.startswith("resumable attempt 1 from ") and int(second.split()[-1]) >= 5
+    messages = worker.messages()
+    # its pod is gone: the SIGTERM it stopped on reads as a preemption
+    assert any("'resumable' was Preempted; relaunching at the same size" in m for m in messages)
+    assert len(cluster.jobs("team-a", NAMESPACE)) == 2

@@ -1,0 +1,133 @@
+"""Growth from the step's own memory reports: a reporting pod needs no node stats, a silent one
+falls back to them; the argv that makes a step report; and on the emulator, a step grown in
+place while the tenant refuses `get nodes/proxy` (the tenant chart's default)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
+
+import pytest
+from k8s_support import TENANTS, python_step, tenant_config, wait_terminal
+from test_k8s_growth import POLICY, FakeCore, growth, memory, pod
+
+from k8s_ai_orchestrator.backends.base import GrowOutcome, MemoryGrowth, StepState
+from k8s_ai_orchestrator.backends.kubernetes import KubernetesBackend, KubernetesConfig
+from k8s_ai_orchestrator.backends.kubernetes.growth import (
+    REPORT_GRACE_S,
+    STEP_POD_MAIN,
+    report_usage,
+)
+from k8s_ai_orchestrator.usage_report import MemoryReading
+from tests.support import FakeClock
+
+MiB, GiB = 1024**2, 1024**3
+
+
+def reporting(step: str = "run-1/tiles") -> Any:
+    return replace(memory(step), reports=True)
+
+
+def test_a_reporting_pod_grows_from_its_reports_without_asking_for_node_stats(
+    clock: FakeClock,
+) -> None:
+    core, state = FakeCore(used=0, stats_error=403), reporting()
+    grower = growth(clock, POLICY)
+    grower.observe(core, "team-a", pod(), state, MemoryReading(500 * MiB, "cgroup v2", 1.0))
+    assert not core.resizes  # under 85% of 1Gi
+    grower.observe(core, "team-a", pod(), state, MemoryReading(900 * MiB, "cgroup v2", 1.2))
+    assert core.resizes and core.stats_reads == 0
+    assert state.peak_bytes == 900 * MiB and state.resizes == []  # no refusal noted
+
+
+def test_a_report_is_used_once_and_a_silent_reporting_pod_falls_back_to_node_stats(
+    clock: FakeClock,
+) -> None:
+    core, state = FakeCore(used=700 * MiB), reporting()
+    grower = growth(clock, None)
+    grower.observe(core, "team-a", pod(), state)
+    clock.advance(REPORT_GRACE_S - 1)
+    grower.observe(core, "team-a", pod(), state)
+    assert core.stats_reads == 0 and state.peak_bytes == 0  # still waiting for its first report
+    clock.advance(1)
+    grower.observe(core, "team-a", pod(), state)
+    assert core.stats_reads == 1 and state.peak_bytes == 700 * MiB
+
+
+def _args(command: list[str], raw: bool = False, **config: Any) -> list[str]:
+    manifest = {"spec": {"template": {"spec": {"containers": [{"args": ["unchanged"]}]}}}}
+    request = replace(python_step("pass"), command=command, raw_command=raw)
+    report_usage(manifest, request, KubernetesConfig.from_dict(config))
+    return list(manifest["spec"]["template"]["spec"]["containers"][0]["args"])
+
+
+@pytest.mark.parametrize(
+    ("command", "raw", "config", "expected"),
+    [
+        (
+            ["py", "-m", "dagster", "api"],
+            False,
+            {},
+            ["python", "-c", STEP_POD_MAIN, "-m", "dagster", "api"],
+        ),
+        (
+            ["py", "-m", "dagster", "api"],
+            False,
+            {"command_prefix": ["/venv/bin/python", "-m", "dagster"]},
+            ["/venv/bin/python", "-c", STEP_POD_MAIN, "-m", "dagster", "api"],
+        ),
+        (
+            ["py", "-m", "dagster", "api"],
+            False,
+            {"command_prefix": ["/venv/bin/dagster"]},
+            ["unchanged"],
+        ),
+        (
+            ["py", "-c", "pass"],
+            False,
+            {"python": "/venv/bin/python"},
+            ["/venv/bin/python", "-c", STEP_POD_MAIN, "-c", "pass"],
+        ),
+        (["py", "-c", "pass"], True, {}, ["unchanged"]),  # the user's argv as it is
+        (["/bin/sh", "script.sh", "x"], False, {}, ["unchanged"]),
+    ],
+)
+def test_only_python_step_commands_start_through_the_reporter(
+    command: list[str], raw: bool, config: dict[str, Any], expected: list[str]
+) -> None:
+    assert _args(command, raw, **config) == expected
+
+
+GROWER = (
+    "import time; blocks = []\n"
+    "for _ in range(48): blocks.append(bytearray(16 << 20)); time.sleep(0.15)\n"
+    "time.sleep(2)"
+)
+
+
+@pytest.mark.slow
+def test_on_a_tenant_refusing_node_proxy_a_reporting_step_grows_in_place(emulator: Any) -> None:
+    """The tenant answers `get nodes/proxy` with 403 (the chart's default): the step's own
+    reports, read from its log, still grow it 512Mi → 1Gi → 2Gi before its OOM, in one pod."""
+    backend = KubernetesBackend(
+        KubernetesConfig.from_dict(tenant_config(emulator)),
+        allowed_tenants=TENANTS,
+        sleep=lambda s: None,
+        growth=MemoryGrowth(grow_at=0.6, factor=2.0, max_memory_bytes=2 * GiB),
+    )
+    emulator.set_permission("team-a", "get", "nodes/proxy", allowed=False)
+    try:
+        step = python_step(GROWER, memory="512Mi")
+        step = replace(step, env={**step.env, "K8S_AI_USAGE_INTERVAL_S": "0.2"})
+        handle = backend.submit(step)
+        status = wait_terminal(emulator, backend, handle)
+        resizes = backend.resizes(handle)
+        text, _ = backend.logs_since(handle)
+    finally:
+        emulator.set_permission("team-a", "get", "nodes/proxy", allowed=True)
+        backend.close()
+    assert status.state == StepState.SUCCEEDED, (status, resizes)
+    accepted = [(r.old_bytes, r.new_bytes) for r in resizes if r.outcome is GrowOutcome.ACCEPTED]
+    assert accepted == [(512 * MiB, GiB), (GiB, 2 * GiB)], resizes
+    assert not any(r.outcome is GrowOutcome.REFUSED for r in resizes)
+    assert "@k8s-ai-usage" not in text and "@k8s-ai-usage" not in backend.logs(handle)

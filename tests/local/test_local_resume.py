@@ -1,0 +1,90 @@
+"""A run worker SIGKILLed mid-run is a non-event on the embedded local backend: the steps'
+processes (each in its own session) outlive it, and the resumed run worker (`dagster api
+resume_run`, as run monitoring starts it) takes each one over through the machine-wide ledger
+(run, step, attempt; PID and start time checked): its memory limit is enforced again, it is
+never started a second time, and terminating the resumed run stops it."""
+
+from __future__ import annotations
+
+import signal
+from pathlib import Path
+from typing import Any
+
+import pytest
+from dagster import DagsterRunStatus
+
+from k8s_ai_orchestrator.backends.local.ledger import AdmissionLedger
+from k8s_ai_orchestrator.proctree import process_alive
+from k8s_ai_orchestrator.testing.kube.emulator import wait_until
+
+pytestmark = [pytest.mark.timeout(300)]
+
+LOCAL = {"backend": "local", "local": {"cpus": 2, "memory": "4Gi"}}
+
+
+def run_config(op: str, folder: Path) -> dict[str, Any]:
+    return {"execution": {"config": LOCAL}, "ops": {op: {"config": {"dir": str(folder)}}}}
+
+
+def step_pids(run_id: str) -> list[tuple[int, float]]:
+    """The live step processes (PID, start time) of `run_id` the ledger holds (dead entries
+    are dropped)."""
+    claims = AdmissionLedger().snapshot().claims
+    return [(c.pid, c.pid_started) for c in claims if c.run_id == run_id and c.pid]
+
+
+def started(worker: Any, folder: Path) -> None:
+    executions = folder / "executions"
+    wait_until(lambda: executions.exists() or worker.process.poll() is not None, 120, 0.1)
+    assert executions.exists(), worker.messages()
+
+
+def test_a_resumed_run_worker_takes_over_the_running_step_process(
+    run_worker: Any, tmp_path: Path
+) -> None:
+    worker = run_worker("tally_job", run_config("tally", tmp_path))
+    started(worker, tmp_path)
+    (step,) = step_pids(worker.run.run_id)
+    worker.kill()
+    assert process_alive(*step)  # the step runs on, unwatched
+
+    worker.resume()
+    reattached = worker.reattached()
+    worker.release(tmp_path)
+    assert [m for m in worker.messages() if m.startswith("Reattached")] == [reattached]
+    assert (tmp_path / "executions").read_text().splitlines() == ["tally attempt 0"]
+    assert reattached.startswith("Reattached to step 'tally' (attempt 1, local job ")
+    assert step_pids(worker.run.run_id) == []
+
+
+def test_a_taken_over_step_is_held_to_its_memory_limit_and_relaunched_with_more(
+    run_worker: Any, tmp_path: Path
+) -> None:
+    worker = run_worker("hungry_later_job", run_config("hungry_later", tmp_path))
+    started(worker, tmp_path)
+    worker.kill()
+    worker.resume()
+    worker.reattached()
+    worker.release(tmp_path)  # attempt 0 now outgrows its 256Mi
+    executions = (tmp_path / "executions").read_text().splitlines()
+    assert executions == ["hungry_later attempt 0", "hungry_later attempt 1"]
+    messages = worker.messages()
+    relaunch = [m for m in messages if m.startswith("Relaunching:")]
+    assert relaunch and "OOMKilled" in relaunch[0] and "512Mi" in relaunch[0], messages
+
+
+def test_terminating_a_resumed_run_stops_the_step_process_the_first_run_worker_started(
+    run_worker: Any, tmp_path: Path
+) -> None:
+    worker = run_worker("tally_job", run_config("tally", tmp_path))
+    started(worker, tmp_path)
+    (step,) = step_pids(worker.run.run_id)
+    worker.kill()
+    worker.resume()
+    worker.reattached()
+    worker.process.send_signal(signal.SIGINT)  # what terminating the run sends its run worker
+    worker.process.wait(120)
+    assert worker.status() in (DagsterRunStatus.CANCELED, DagsterRunStatus.FAILURE)
+    assert any(m.startswith("Cancelled step 'tally' (local job") for m in worker.messages())
+    wait_until(lambda: not process_alive(*step), 30, 0.1)
+    assert step_pids(worker.run.run_id) == []

@@ -1,0 +1,83 @@
+"""Jobs whose run worker the resume tests kill: each step counts its executions in a file and
+waits for the test to let it go, so the test decides what happens while no run worker watches."""
+
+import os
+import time
+from pathlib import Path
+
+from dagster import Definitions, OpExecutionContext, job, op
+
+from k8s_ai_orchestrator import CheckpointStore, ai_executor, compute
+
+CONFIG = {"dir": str}
+
+
+def _count_and_wait(context: OpExecutionContext) -> Path:
+    """Append this execution to `dir`/executions, say so in the log, wait for `dir`/release."""
+    folder = Path(context.op_config["dir"])
+    attempt = os.environ.get("K8S_AI_ATTEMPT", "?")
+    with (folder / "executions").open("a") as out:
+        out.write(f"{context.op.name} attempt {attempt}\n")
+    print(f"{context.op.name}: before the release (attempt {attempt})", flush=True)
+    while not (folder / "release").exists():
+        time.sleep(0.1)
+    return folder
+
+
+@op(config_schema=CONFIG, tags=compute(cpu=0.5, memory="256Mi"))
+def tally(context: OpExecutionContext) -> int:
+    """Runs until released, then prints once more and succeeds."""
+    _count_and_wait(context)
+    print("tally: after the release", flush=True)
+    return 1
+
+
+@op(config_schema=CONFIG, tags=compute(cpu=0.5, memory="256Mi"))
+def hungry_later(context: OpExecutionContext) -> int:
+    """Once released, its first attempt holds 320 MB (OOM-killed at 256Mi); the next one
+    (512Mi) holds 160 MB and succeeds."""
+    _count_and_wait(context)
+    first = os.environ.get("K8S_AI_ATTEMPT", "0") == "0"
+    blocks = [bytearray(16 << 20) for _ in range(20 if first else 10)]
+    time.sleep(3)
+    return len(blocks)
+
+
+@op(config_schema=CONFIG, tags=compute(cpu=0.5, memory="256Mi", preemptible=True))
+def resumable(context: OpExecutionContext, checkpoints: CheckpointStore) -> int:
+    """40 checkpointed units; its first attempt works slowly once 5 are saved (and counts its
+    execution then), so that a test can preempt it. Returns the unit it resumed from."""
+    folder = Path(context.op_config["dir"])
+    attempt = os.environ.get("K8S_AI_ATTEMPT", "?")
+    with checkpoints.open(context) as ckpt:
+        state = ckpt.load()
+        start = int(state["unit"]) if isinstance(state, dict) else 0
+        if start:
+            with (folder / "executions").open("a") as out:
+                out.write(f"resumable attempt {attempt} from {start}\n")
+        for unit in range(start, 40):
+            time.sleep(0.5 if attempt == "0" and unit >= 5 else 0.01)
+            ckpt.save({"unit": unit + 1}, progress=unit + 1)
+            ckpt.exit_if_preempted()
+            if attempt == "0" and unit == 4:
+                with (folder / "executions").open("a") as out:
+                    out.write(f"resumable attempt {attempt} from {start}\n")
+    return start
+
+
+@job(executor_def=ai_executor, resource_defs={"checkpoints": CheckpointStore.configure_at_launch()})
+def resumable_job() -> None:
+    resumable()
+
+
+@job(executor_def=ai_executor)
+def tally_job() -> None:
+    tally()
+
+
+@job(executor_def=ai_executor)
+def hungry_later_job() -> None:
+    hungry_later()
+
+
+defs = Definitions(jobs=[tally_job, hungry_later_job, resumable_job])

@@ -1,0 +1,99 @@
+"""A run whose run worker a test SIGKILLs and resumes as Dagster's run monitoring does: the
+run worker is a real `dagster api execute_run` process, and the resumed one a real `dagster api
+resume_run` process (what a resuming run launcher starts). The jobs are `resume_pipelines`."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from dagster import DagsterInstance, DagsterRunStatus
+from dagster._core.definitions.reconstruct import ReconstructableRepository
+from dagster._grpc.types import ExecuteRunArgs, ResumeRunArgs
+from dagster_shared.serdes import serialize_value
+
+from k8s_ai_orchestrator.testing.kube.emulator import wait_until
+from tests.support import engine_messages
+
+HERE = Path(__file__).parent
+REPO = ReconstructableRepository.for_module("resume_pipelines", "defs", working_directory=str(HERE))
+
+
+class RunWorker:
+    """A run of `job` started as its own `dagster api execute_run` process."""
+
+    def __init__(self, instance: DagsterInstance, job: str, run_config: dict[str, Any]) -> None:
+        self.instance = instance
+        self.recon = REPO.get_reconstructable_job(job)
+        self.run = instance.create_run_for_job(
+            job_def=self.recon.get_definition(),
+            run_config=run_config,
+            job_code_origin=self.recon.get_python_origin(),
+        )
+        self.process = self._start(
+            "execute_run",
+            ExecuteRunArgs(self.recon.get_python_origin(), self.run.run_id, instance.get_ref()),
+        )
+
+    def _start(self, command: str, args: Any) -> subprocess.Popen[bytes]:
+        argv = [sys.executable, "-m", "dagster", "api", command, serialize_value(args)]
+        return subprocess.Popen(argv, cwd=HERE, stdout=subprocess.DEVNULL)
+
+    def kill(self) -> None:
+        """SIGKILL the run worker, as a node drain or an OOM of its pod does."""
+        self.process.send_signal(signal.SIGKILL)
+        self.process.wait(30)
+
+    def resume(self) -> None:
+        """Start a new run worker that resumes the run (what run monitoring does)."""
+        args = ResumeRunArgs(
+            self.recon.get_python_origin(), self.run.run_id, self.instance.get_ref()
+        )
+        self.process = self._start("resume_run", args)
+
+    def reattached(self, timeout_s: float = 120) -> str:
+        """Wait for the resumed run worker's "Reattached to step ..." event; its message."""
+
+        def found() -> str | None:
+            return next((m for m in self.messages() if m.startswith("Reattached")), None)
+
+        return str(wait_until(found, timeout_s, 0.1))
+
+    def release(self, folder: Path) -> None:
+        """Let the steps of `resume_pipelines` go on, then wait for the run to succeed."""
+        (folder / "release").touch()
+        assert self.process.wait(180) == 0
+        assert self.status() == DagsterRunStatus.SUCCESS
+
+    def messages(self) -> list[str]:
+        return engine_messages(self.instance, self.run.run_id)
+
+    def status(self) -> DagsterRunStatus:
+        run = self.instance.get_run_by_id(self.run.run_id)
+        assert run is not None
+        return run.status
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.kill()
+            self.process.wait(30)
+
+
+@pytest.fixture
+def run_worker(dagster_home: Path) -> Iterator[Any]:
+    workers: list[RunWorker] = []
+
+    def start(job: str, run_config: dict[str, Any]) -> RunWorker:
+        worker = RunWorker(instance, job, run_config)
+        workers.append(worker)
+        return worker
+
+    with DagsterInstance.get() as instance:
+        yield start
+        for worker in workers:
+            worker.stop()
