@@ -90,6 +90,7 @@ class RecordedSteps:
     history: dict[str, tuple[StepHistory, int | None]] = field(default_factory=dict)
     jobs: dict[str, str] = field(default_factory=dict)  # step → job of its last launch
     log_offsets: dict[str, int] = field(default_factory=dict)  # job → log bytes forwarded
+    terminal: dict[str, int] = field(default_factory=dict)  # step → its success/failure/retries
 
     @classmethod
     def of(cls, events: Iterable[DagsterEvent]) -> RecordedSteps:
@@ -100,8 +101,10 @@ class RecordedSteps:
         return found
 
     def read(self, event: DagsterEvent) -> None:
-        """Take in one engine event (later events override earlier ones)."""
+        """Take in one event (later engine events override earlier ones)."""
         key = event.step_key
+        if key is not None and event.event_type in TERMINAL:
+            self.terminal[key] = self.terminal.get(key, 0) + 1
         if key is None or event.event_type is not DagsterEventType.ENGINE_EVENT:
             return
         meta = event.engine_event_data.metadata
@@ -128,7 +131,8 @@ def recorded_steps(ctx: PlanOrchestrationContext | None) -> RecordedSteps:
     recorded them (launches, relaunches, log forwards and summaries carry them); one read."""
     if ctx is None:
         return RecordedSteps()
-    records = ctx.instance.all_logs(ctx.run_id, of_type=DagsterEventType.ENGINE_EVENT)
+    kinds = {DagsterEventType.ENGINE_EVENT, *TERMINAL}
+    records = ctx.instance.all_logs(ctx.run_id, of_type=kinds)
     return RecordedSteps.of(r.dagster_event for r in records if r.dagster_event is not None)
 
 

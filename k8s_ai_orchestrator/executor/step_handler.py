@@ -112,7 +112,7 @@ class AIStepHandler:
         key, recorded = single_key(hctx), self._recorded or RecordedSteps()
         live = self._new_live(key, hctx, 0)
         failed = last is not None and last.event.is_step_failure
-        live.terminal_events_at_launch = terminal_event_count(self._plan_context, key) - failed
+        live.terminal_events_at_launch = recorded.terminal.get(key, 0) - failed
         fresh = last is not None and last.event.is_step_up_for_retry
         if last is not None and fresh and not last.counted:
             self.account_retry(key, last.event)

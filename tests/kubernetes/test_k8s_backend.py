@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 from k8s_support import (
     NAMESPACE,
+    TENANTS,
     python_step,
     running_pod,
     tenant_config,
@@ -20,6 +21,7 @@ from k8s_ai_orchestrator.backends.base import FailureReason, StepState
 from k8s_ai_orchestrator.backends.kubernetes import KubernetesBackend, KubernetesConfig
 from k8s_ai_orchestrator.errors import SubmitError, TenantAccessError
 from k8s_ai_orchestrator.launch.lifecycle import Attempt, Verdict
+from k8s_ai_orchestrator.testing.kube.emulator import wait_until as wait_for
 from tests.support import FakeClock
 
 pytestmark = [pytest.mark.emulator, pytest.mark.timeout(180)]
@@ -262,3 +264,34 @@ def test_a_step_waiting_for_quota_is_pending_with_the_quota_error(
         assert wait_terminal(emulator, backend, second).state == StepState.SUCCEEDED
     finally:
         core.delete_namespaced_resource_quota("tight", NAMESPACE)
+
+
+@pytest.mark.parametrize("exit_code", [0, 3])
+def test_a_job_adopted_after_its_pod_ended_is_read_from_the_pod_at_the_first_look(
+    emulator: Any, backend: KubernetesBackend, clock: FakeClock, exit_code: int
+) -> None:
+    """A resumed run worker's backend lists the run's pods before `adopt` returns, so its
+    first `status` is the pod's exit, never the Job's summary of it (the pod watch's first
+    ADDED events may still be on their way)."""
+    request = python_step(f"import sys; sys.exit({exit_code})", step=f"exits-{exit_code}")
+    backend.submit(request)
+
+    def ended() -> bool:
+        pods = [p for p in emulator.pods("team-a", NAMESPACE) if request.run_id in str(p)]
+        return any((p.get("status") or {}).get("phase") in ("Succeeded", "Failed") for p in pods)
+
+    wait_for(ended, 60, 0.1)
+    fresh = KubernetesBackend(
+        KubernetesConfig.from_dict(tenant_config(emulator)),
+        allowed_tenants=TENANTS,
+        default_tenant="team-a",
+        clock=clock,
+        sleep=lambda s: None,
+    )
+    try:
+        handle = fresh.adopt(request)
+        assert handle is not None
+        status = fresh.status(handle)
+        assert status.is_terminal and status.exit_code == exit_code, status
+    finally:
+        fresh.close()

@@ -54,8 +54,12 @@ def test_a_resumed_run_worker_finds_the_step_s_slurm_job_and_runs_it_once(
     assert [m for m in worker.messages() if m.startswith("Reattached")] == [reattached]
     assert (tmp_path / "executions").read_text().splitlines() == ["tally attempt 0"]
     assert reattached.startswith("Reattached to step 'tally' (attempt 1, slurm job ")
-    (job,) = jobs_of(cluster, worker.run.run_id)
-    assert job.endswith("|COMPLETED"), job
+
+    def completed() -> bool:  # the step's last event comes before its batch script exits
+        (job,) = jobs_of(cluster, worker.run.run_id)
+        return job.endswith("|COMPLETED")
+
+    wait_until(completed, 60, 0.5)
 
 
 @pytest.mark.parametrize("transport", ["cli", "rest"])

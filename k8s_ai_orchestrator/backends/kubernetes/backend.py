@@ -25,6 +25,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Iterable, Mapping
+from functools import partial
 from typing import Any
 
 from kubernetes.client import CoreV1Api
@@ -148,7 +149,8 @@ class KubernetesBackend:
         if not (create or found):
             return None
         core = CoreV1Api(prepared.api_client)
-        watch = self._watches.of_run(tenant, namespace, request.run_id, core)
+        listing = None if create else partial(self._retry.call, "list pods", tenant)
+        watch = self._watches.of_run(tenant, namespace, request.run_id, core, list_first=listing)
         job = AttemptJob(request, tenant, namespace, name)
         attempt = Attempt(job, watch, prepared.admission, self._clock())
         attempt.ended_unseen = job_status(found or {})  # adopted: its pods may be gone
@@ -178,12 +180,9 @@ class KubernetesBackend:
         if pod is None:
             return attempt.log_tail
         core = self._observer.core(attempt)
+        read = partial(read_tail, core, attempt.namespace, pod, tail_lines)
         try:
-            text = self._retry.call(
-                "read logs",
-                attempt.tenant,
-                lambda: read_tail(core, attempt.namespace, pod, tail_lines),
-            )
+            text = self._retry.call("read logs", attempt.tenant, read)
         except (ApiException, BackendError):
             return attempt.log_tail
         return text or attempt.log_tail

@@ -71,12 +71,19 @@ class PodWatch:
         self._deleted: dict[str, Pod] = {}
         self._gone: dict[str, dict[str, Pod]] = {}  # job → pod name → its last state
         self._synced = threading.Event()
+        self._version = ""  # where the first watch starts ("": the server sends what exists)
         self._response: Any = None
         self._thread = threading.Thread(
             target=self._run, name=f"k8s-ai-watch-{namespace}", daemon=True
         )
 
-    def start(self) -> None:
+    def start(self, *, list_first: Callable[[Callable[[], str]], str] | None = None) -> None:
+        """Start watching. `list_first(list_pods)`: list the pods in the caller's thread
+        before the watch starts (through the caller's retries), so a run whose pods exist
+        already is never read as having none while the first watch's ADDED events are still
+        on their way."""
+        if list_first is not None:
+            self._version = list_first(self._relist)
         self._thread.start()
 
     def stop(self) -> None:
@@ -112,7 +119,7 @@ class PodWatch:
         # The first request is a watch without a resourceVersion: the server sends the pods
         # that exist (none yet, for a new run) as ADDED, then every change, so no list is
         # needed. Later connections resume from the last version seen, or re-list.
-        version: str | None = ""
+        version: str | None = self._version
         backoff = self._backoff_s
         while not self._stopped.is_set():
             try:
@@ -256,8 +263,18 @@ class PodWatches:
         self._listeners: list[Callable[[str], None]] = []
         self._lock = threading.Lock()
 
-    def of_run(self, tenant: str, namespace: str, run_id: str, core: CoreV1Api) -> PodWatch:
-        """The watch of the run's pods in the tenant's namespace."""
+    def of_run(
+        self,
+        tenant: str,
+        namespace: str,
+        run_id: str,
+        core: CoreV1Api,
+        *,
+        list_first: Callable[[Callable[[], str]], str] | None = None,
+    ) -> PodWatch:
+        """The watch of the run's pods in the tenant's namespace. `list_first`: as for
+        `PodWatch.start`, when this starts the watch (a resumed run worker adopting Jobs
+        whose pods exist already)."""
         key = (tenant, namespace, run_id)
         with self._lock:
             watch = self._watches.get(key)
@@ -273,7 +290,7 @@ class PodWatches:
                 )
                 for listener in self._listeners:
                     watch.on_change(listener)
-                watch.start()
+                watch.start(list_first=list_first)
                 self._watches[key] = watch
         return watch
 
