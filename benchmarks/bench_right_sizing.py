@@ -36,7 +36,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from k8s_ai_orchestrator.backends.base import Backend, LaunchRequest, MemoryGrowth, ResourceUsage
+from k8s_ai_orchestrator.backends.base import (
+    Backend,
+    FailureReason,
+    LaunchRequest,
+    MemoryGrowth,
+    ResourceUsage,
+)
 from k8s_ai_orchestrator.backends.local import AdmissionLedger, LocalBackend, LocalCapacity
 from k8s_ai_orchestrator.launch.autosize import AutoSizing, UsageRecord, size_from_history
 from k8s_ai_orchestrator.launch.relaunch import RelaunchPolicy, StepHistory, decide
@@ -91,7 +97,7 @@ def _run_until_done(
         usages.append(backend.usage(handle))
         if status.exit_code == 0:
             return time.perf_counter() - start, usages
-        decision = decide(RelaunchPolicy(), history, str(status.reason))
+        decision = decide(RelaunchPolicy(), history, status.reason or FailureReason.ERROR)
         if not escalate or not decision.relaunch or decision.memory_bytes is None:
             raise SystemExit(f"the step failed: {status.reason} {status.message}")
         spec = spec.with_memory(decision.memory_bytes)

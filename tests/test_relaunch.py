@@ -1,5 +1,6 @@
 """The relaunch policy: preemptions at the same size, OOM escalation up to the cap."""
 
+from k8s_ai_orchestrator.backends.base import FailureReason
 from k8s_ai_orchestrator.launch.relaunch import (
     OomEscalation,
     RelaunchPolicy,
@@ -12,28 +13,30 @@ POLICY = RelaunchPolicy(OomEscalation(2, 8 * GiB, 4), max_preemption_retries=2)
 
 
 def test_oom_doubles_memory():
-    decision = decide(POLICY, StepHistory("s", (2 * GiB,)), "OOMKilled")
+    decision = decide(POLICY, StepHistory("s", (2 * GiB,)), FailureReason.OOM_KILLED)
     assert decision.relaunch and decision.memory_bytes == 4 * GiB
     assert "2Gi → 4Gi" in decision.message
 
 
 def test_oom_growth_is_capped_at_max_memory():
-    decision = decide(POLICY, StepHistory("s", (2 * GiB, 4 * GiB, 6 * GiB)), "OOMKilled")
+    decision = decide(
+        POLICY, StepHistory("s", (2 * GiB, 4 * GiB, 6 * GiB)), FailureReason.OOM_KILLED
+    )
     assert decision.memory_bytes == 8 * GiB
 
 
 def test_oom_at_the_cap_fails_with_every_size_tried():
-    decision = decide(POLICY, StepHistory("s", (4 * GiB, 8 * GiB)), "OOMKilled")
+    decision = decide(POLICY, StepHistory("s", (4 * GiB, 8 * GiB)), FailureReason.OOM_KILLED)
     assert not decision.relaunch
     assert "4Gi, 8Gi" in decision.message and "compute(memory=...)" in decision.message
 
 
 def test_preemption_relaunches_at_the_same_size_until_the_budget_is_spent():
-    first = decide(POLICY, StepHistory("s", (2 * GiB,)), "Preempted")
+    first = decide(POLICY, StepHistory("s", (2 * GiB,)), FailureReason.PREEMPTED)
     assert first.relaunch and first.memory_bytes == 2 * GiB
-    spent = decide(POLICY, StepHistory("s", (2 * GiB,) * 3, preemptions=2), "Evicted")
+    spent = decide(POLICY, StepHistory("s", (2 * GiB,) * 3, preemptions=2), FailureReason.EVICTED)
     assert not spent.relaunch and "max_preemption_retries=2" in spent.message
 
 
 def test_user_errors_are_not_relaunched():
-    assert not decide(POLICY, StepHistory("s", (GiB,)), "Error").relaunch
+    assert not decide(POLICY, StepHistory("s", (GiB,)), FailureReason.ERROR).relaunch

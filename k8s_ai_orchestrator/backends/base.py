@@ -1,9 +1,9 @@
 """The backend protocol: submit a step, ask its state, read its logs, cancel it.
 
 Backends know nothing of Dagster. The executor hands them a `LaunchRequest` (a command line,
-an environment and a `ComputeSpec`) and reads back `StepStatus` values whose `reason` is one
-of `FailureReason` — the executor decides from the reason whether to relaunch (Preempted,
-Evicted, Lost), escalate memory (OOMKilled) or fail.
+an environment and a `ComputeSpec`) and reads back `StepStatus` values whose `reason` is a
+`FailureReason` (a Pending one's own words are its `waiting`) — the executor decides from the
+reason whether to relaunch (Preempted, Evicted, Lost), escalate memory (OOMKilled) or fail.
 
 Optional capabilities are Protocols below (`StreamsLogs`, `ReportsResizes`, `Validates`,
 `WarnsOfPlacement`, `PacesStatus`, `NamesPreemptors`, `ReportsChanges`, `Adopts`,
@@ -16,7 +16,7 @@ OOMKilled and the executor relaunches it with more memory.
 Example:
     >>> status = StepStatus.failed(FailureReason.OOM_KILLED, "exceeded 256Mi", exit_code=137)
     >>> status.is_terminal, status.reason
-    (True, 'OOMKilled')
+    (True, <FailureReason.OOM_KILLED: 'OOMKilled'>)
 """
 
 from __future__ import annotations
@@ -56,22 +56,27 @@ RELAUNCH_REASONS = frozenset({FailureReason.PREEMPTED, FailureReason.EVICTED, Fa
 
 @dataclass(frozen=True)
 class StepStatus:
-    """State of one submitted step attempt, with a human reason."""
+    """State of one submitted step attempt, with a human reason.
+
+    Two vocabularies, two fields: `reason` is what the executor acts on (a `FailureReason`:
+    why it failed, or the disruption a running attempt is about to meet); `waiting` is what
+    a Pending attempt waits for, in its scheduler's, queue's or kubelet's own words
+    ("Unschedulable", "WaitingForGangRoom", "Resources"), only ever shown to the user."""
 
     state: StepState
-    reason: str | None = None  # FailureReason value: failed, or running but disrupted;
-    # the scheduler's reason when pending
+    reason: FailureReason | None = None  # failed, or running but disrupted
     message: str = ""  # human detail: scheduler message, exit code, node name...
     exit_code: int | None = None
     node: str | None = None  # where it runs (first node for gangs)
+    waiting: str = ""  # Pending: its backend's reason ("" when none was given yet)
 
     @property
     def is_terminal(self) -> bool:
         return self.state in (StepState.SUCCEEDED, StepState.FAILED)
 
     @classmethod
-    def pending(cls, reason: str = "", message: str = "") -> StepStatus:
-        return cls(StepState.PENDING, reason or None, message)
+    def pending(cls, waiting: str = "", message: str = "") -> StepStatus:
+        return cls(StepState.PENDING, None, message, waiting=waiting)
 
     @classmethod
     def running(cls, node: str | None = None) -> StepStatus:
@@ -89,7 +94,7 @@ class StepStatus:
         exit_code: int | None = None,
         node: str | None = None,
     ) -> StepStatus:
-        return cls(StepState.FAILED, reason.value, message, exit_code, node)
+        return cls(StepState.FAILED, reason, message, exit_code, node)
 
 
 @dataclass(frozen=True)

@@ -154,11 +154,7 @@ def with_preemptor(live: StepAttempts, caps: Capabilities, message: str) -> str:
 
 def _infrastructure(status: StepStatus) -> FailureReason | None:
     """The status's reason when it is one the executor relaunches for (OOM or disruption)."""
-    try:
-        reason = FailureReason(status.reason) if status.reason else None
-    except ValueError:
-        return None
-    return reason if reason in INFRASTRUCTURE else None
+    return status.reason if status.reason in INFRASTRUCTURE else None
 
 
 __all__ = ["Relaunches", "with_preemptor", "without_relaunches"]

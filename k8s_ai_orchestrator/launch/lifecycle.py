@@ -20,7 +20,7 @@ Example:
     ()
     >>> late = attempt.observe(StepStatus.pending("Unschedulable", "0/2 nodes"), now=61.0)
     >>> late.verdict, late.status.reason
-    (<Verdict.GIVE_UP: 'give-up'>, 'Unschedulable')
+    (<Verdict.GIVE_UP: 'give-up'>, <FailureReason.UNSCHEDULABLE: 'Unschedulable'>)
 """
 
 from __future__ import annotations
@@ -125,7 +125,7 @@ class Attempt:
         if status.is_terminal:
             return Observation(tuple(notes), Verdict.ENDED, status)
         if status.state is StepState.PENDING:
-            note = status.message or status.reason or ""
+            note = status.message or status.waiting
             quiet = not note and now - self.launched_at < STARTING_QUIET_S
             note = note or NO_REASON
             if note != self.last_note and not quiet:

@@ -7,7 +7,7 @@ counts against the op's RetryPolicy.
 Example:
     >>> policy = RelaunchPolicy(OomEscalation(factor=2, max_memory_bytes=8 * GiB, max_attempts=3))
     >>> history = StepHistory(step_key="mosaic", memory_tried=(2 * GiB,))
-    >>> decide(policy, history, "OOMKilled").memory_bytes == 4 * GiB
+    >>> decide(policy, history, FailureReason.OOM_KILLED).memory_bytes == 4 * GiB
     True
 """
 
@@ -62,17 +62,17 @@ class Decision:
     """Relaunch (with `memory_bytes`) or fail (with `message`)."""
 
     relaunch: bool
-    reason: str
+    reason: FailureReason
     message: str
     memory_bytes: int | None = None  # memory of the next attempt when relaunching
 
 
-def decide(policy: RelaunchPolicy, history: StepHistory, reason: str) -> Decision:
+def decide(policy: RelaunchPolicy, history: StepHistory, reason: FailureReason) -> Decision:
     """Decide what follows a failed attempt whose backend reason is `reason`."""
     current = history.memory_tried[-1] if history.memory_tried else 0
-    if reason == FailureReason.OOM_KILLED.value:
+    if reason is FailureReason.OOM_KILLED:
         return _decide_oom(policy.oom, history, current)
-    if reason in {r.value for r in RELAUNCH_REASONS}:
+    if reason in RELAUNCH_REASONS:
         if history.preemptions >= policy.max_preemption_retries:
             return Decision(
                 False,
@@ -94,7 +94,7 @@ def decide(policy: RelaunchPolicy, history: StepHistory, reason: str) -> Decisio
 
 def _decide_oom(oom: OomEscalation, history: StepHistory, current: int) -> Decision:
     tried = ", ".join(format_memory(m) for m in history.memory_tried)
-    reason = FailureReason.OOM_KILLED.value
+    reason = FailureReason.OOM_KILLED
     grown = _round_up_mib(current * oom.factor)
     if len(history.memory_tried) >= oom.max_attempts or current >= oom.max_memory_bytes:
         return Decision(

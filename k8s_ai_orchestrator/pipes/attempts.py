@@ -147,7 +147,7 @@ class PipesAttempts:
                 "cpu": request.spec.cpu,
                 "memory": request.spec.memory_quantity,
                 "gpu": request.spec.gpu,
-                "outcome": status.reason or status.state.value,
+                "outcome": (status.reason or status.state).value,
                 "launched_at": wall(launched_at),
                 "running_at": wall(attempt.running_at),
                 "ended_at": wall(ended_at),
@@ -180,7 +180,7 @@ class PipesAttempts:
 
     def _relaunch_or_fail(self, status: StepStatus) -> None:
         live = self._live
-        reason = FailureReason(status.reason) if status.reason else FailureReason.ERROR
+        reason = status.reason or FailureReason.ERROR
         decision = decide(self._settings.relaunch, live.history, reason)
         live.reasons.append(reason)
         if decision.relaunch:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import pytest
 
 from k8s_ai_orchestrator import ComputeSpecError, compute
+from k8s_ai_orchestrator.backends.base import FailureReason
 from k8s_ai_orchestrator.errors import ConfigError
 from k8s_ai_orchestrator.launch.relaunch import OomEscalation, RelaunchPolicy, StepHistory, decide
 from k8s_ai_orchestrator.launch.settings import ExecutorSettings
@@ -226,7 +227,7 @@ def test_a_decimal_memory_reads_as_such_in_the_oom_relaunch_message():
     policy = RelaunchPolicy(OomEscalation(factor=2, max_memory_bytes=8 * GiB, max_attempts=3))
     memory = spec_from_tags(compute(cpu=1, memory="1.5G")).memory_bytes
 
-    decision = decide(policy, StepHistory("embed", (memory,)), "OOMKilled")
+    decision = decide(policy, StepHistory("embed", (memory,)), FailureReason.OOM_KILLED)
 
     assert decision.relaunch
     assert "OOMKilled with 1.5G; relaunching with 1.5G → 2862Mi (attempt 2/3)" in decision.message

@@ -99,7 +99,7 @@ def test_unschedulable_step_is_pending_with_the_scheduler_reason_then_fails_afte
         running_pod(emulator, backend, blocker)
     handle = backend.submit(python_step("pass", step="mosaic", cpu=4, timeout=600))
     attempt = Attempt(handle, clock(), "kubernetes tenant 'team-a'", timeout_s=600)
-    pending = wait_until(emulator, backend, handle, lambda s: bool(s.reason))
+    pending = wait_until(emulator, backend, handle, lambda s: bool(s.waiting))
     assert pending.state == StepState.PENDING
     assert "Insufficient cpu" in pending.message
     attempt.observe(pending, clock())
@@ -257,7 +257,7 @@ def test_a_step_waiting_for_quota_is_pending_with_the_quota_error(
         second = backend.submit(
             python_step("pass", step="tile-2", tenant="team-b", run_id=run_id, cpu=0.75)
         )
-        status = wait_until(emulator, backend, second, lambda s: bool(s.reason))
+        status = wait_until(emulator, backend, second, lambda s: bool(s.waiting))
         assert status.state == StepState.PENDING
         assert "exceeded quota" in status.message
         backend.cancel(first)

@@ -107,7 +107,7 @@ def test_an_unschedulable_step_is_pending_with_the_real_scheduler_message(
     handle = backend.submit(python_step("pass", step="mosaic", cpu=40, timeout=600))
     attempt = Attempt(handle, clock(), "kubernetes tenant 'team-a'", timeout_s=600)
     try:
-        pending = wait_until(real_kube, backend, handle, lambda s: bool(s.reason))
+        pending = wait_until(real_kube, backend, handle, lambda s: bool(s.waiting))
         attempt.observe(pending, clock())
         assert pending.state == StepState.PENDING
         assert "0/2 nodes are available" in pending.message
@@ -166,7 +166,7 @@ def test_a_step_waiting_for_quota_is_pending_with_the_job_controllers_quota_erro
         first = backend.submit(python_step(SLEEPER, tenant="team-b", cpu=0.75))
         running_pod(real_kube, backend, first)
         second = backend.submit(python_step("pass", step="tile-2", tenant="team-b", cpu=0.75))
-        status = wait_until(real_kube, backend, second, lambda s: bool(s.reason), timeout=90)
+        status = wait_until(real_kube, backend, second, lambda s: bool(s.waiting), timeout=90)
         assert status.state == StepState.PENDING
         assert "exceeded quota" in status.message
         backend.cancel(first)

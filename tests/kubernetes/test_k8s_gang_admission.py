@@ -70,7 +70,7 @@ def test_a_gang_is_created_only_when_every_pod_has_room(
 
     status = backend.status(handle)
 
-    assert (status.state, status.reason) == (StepState.PENDING, "WaitingForGangRoom")
+    assert (status.state, status.waiting) == (StepState.PENDING, "WaitingForGangRoom")
     assert "1 of the 2 nodes it needs have room for one pod now (node-a)" in status.message
     assert not [j for j in gang_target.jobs("team-a") if j["metadata"]["name"] == handle.job_id]
     release(gang_target, "team-a", "holds-node-b")
@@ -107,7 +107,7 @@ def test_a_gang_waits_until_its_quota_has_room_for_every_pod(
 
         status = backend.status(handle)
 
-        assert (status.state, status.reason) == (StepState.PENDING, "WaitingForGangRoom")
+        assert (status.state, status.waiting) == (StepState.PENDING, "WaitingForGangRoom")
         assert "ResourceQuota 'compute' has requests.cpu=1 left, the gang's 2 pods need 2" in (
             status.message
         )
@@ -138,7 +138,7 @@ def test_a_gang_that_only_partly_runs_is_deleted_after_its_all_running_timeout(
             gang_target,
             backend,
             handle,
-            lambda s: s.reason == "GangPartiallyRunning" and "no reason" not in s.message,
+            lambda s: s.waiting == "GangPartiallyRunning" and "no reason" not in s.message,
         )
         assert re.match(
             r"1 of 2 gang pods running; (Unschedulable|FailedScheduling): 0/2 nodes",

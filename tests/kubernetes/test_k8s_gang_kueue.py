@@ -138,7 +138,7 @@ def test_a_kueue_gang_waits_without_pods_until_its_cluster_queue_has_quota_for_a
             return status if "insufficient unused quota" in status.message else None
 
         status = plane.wait_for(queued, timeout=120)
-        assert status.state == StepState.PENDING and status.reason == "QueuedInKueue", status
+        assert status.state == StepState.PENDING and status.waiting == "QueuedInKueue", status
         assert status.message == (
             "queued in Kueue (LocalQueue 'k8s-ai'): couldn't assign flavors to pod set main: "
             "insufficient unused quota for nvidia.com/gpu in flavor default, 4 more needed"

@@ -63,7 +63,7 @@ def test_a_queued_workload_reads_as_pending_with_kueues_reason() -> None:
         workload(QuotaReserved=("False", "Pending", short)), "train", "team-a", "k8s-ai"
     )
     assert status is not None and status.state == StepState.PENDING
-    assert (status.reason, status.message) == (
+    assert (status.waiting, status.message) == (
         "QueuedInKueue",
         f"queued in Kueue (LocalQueue 'k8s-ai'): {short}",
     )

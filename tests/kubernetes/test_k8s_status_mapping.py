@@ -111,7 +111,7 @@ def test_unschedulable_pod_is_pending_with_the_scheduler_message() -> None:
     }
     status = pod_status(pod("Pending", conditions=[condition]))
     assert status.state == StepState.PENDING
-    assert (status.reason, status.message) == (
+    assert (status.waiting, status.message) == (
         "Unschedulable",
         "0/2 nodes are available: 2 Insufficient nvidia.com/gpu.",
     )

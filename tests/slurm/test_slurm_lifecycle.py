@@ -30,11 +30,11 @@ def test_busy_nodes_leave_the_step_pending_with_slurms_reason(
     status = wait_for_status(
         backend,
         backend.submit(launch_request(SLEEP)),
-        lambda s: s.state is StepState.PENDING and s.reason not in (None, "Pending", "None"),
+        lambda s: s.state is StepState.PENDING and s.waiting not in ("", "Pending", "None"),
     )
 
-    assert status.reason in ("Resources", "Priority")
-    assert "Slurm job" in status.message and status.reason in status.message
+    assert status.waiting in ("Resources", "Priority")
+    assert "Slurm job" in status.message and status.waiting in status.message
 
 
 def test_a_failing_step_reports_error_with_its_exit_code(backend: SlurmBackend) -> None:

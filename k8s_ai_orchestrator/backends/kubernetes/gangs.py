@@ -87,7 +87,7 @@ def _whole_gang(pod: Pod, status: StepStatus, nodes: int, *, ended: bool) -> Ste
     message = f"gang pod {pod_index(pod)} of {nodes} ({pod_name(pod)}{where}): {status.message}"
     if not ended:  # the other pods are still stopping: the relaunch must not overlap them
         return StepStatus(StepState.RUNNING, status.reason, message, node=status.node)
-    reason = FailureReason(status.reason) if status.reason else FailureReason.ERROR
+    reason = status.reason or FailureReason.ERROR
     return StepStatus.failed(reason, message, status.exit_code, status.node)
 
 
@@ -110,7 +110,7 @@ def partial_gang(
 
     Example:
         >>> partial_gang("train", "t", nodes=2, running=1, waited_s=10, why="-",
-        ...     limit_s=300).reason
+        ...     limit_s=300).waiting
         'GangPartiallyRunning'
     """
     if waited_s <= limit_s:

@@ -127,7 +127,7 @@ class AttemptObserver:
             attempt.partial_since = now
         waiting = pending_pod(pods)
         last = self._pending.explain(handle, attempt.namespace, waiting, self.core(attempt))
-        why = f"{last.reason}: {last.message}" if last.reason else "no reason reported yet"
+        why = f"{last.waiting}: {last.message}" if last.waiting else "no reason reported yet"
         limit = self._config.tenant(attempt.tenant).gang_admission.all_running_timeout_s
         status = partial_gang(
             handle.step_key,

@@ -53,7 +53,7 @@ class PendingExplainer:
         job = handle.job_id
         if pod is not None:
             status = pending_status(pod)
-            if status.reason:
+            if status.waiting:
                 with self._lock:
                     self._last[job] = status
                 return status

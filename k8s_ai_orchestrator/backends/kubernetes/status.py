@@ -10,7 +10,7 @@ Example:
     >>> pod = {"status": {"phase": "Failed", "containerStatuses": [{"state": {"terminated":
     ...        {"reason": "OOMKilled", "exitCode": 137}}}]}}
     >>> pod_status(pod).reason
-    'OOMKilled'
+    <FailureReason.OOM_KILLED: 'OOMKilled'>
 """
 
 from __future__ import annotations
@@ -82,7 +82,7 @@ def pod_status(pod: Mapping[str, Any]) -> StepStatus:
         # reason already says what is coming (Evicted, Preempted, Lost).
         if disrupted:
             coming = _DISRUPTION_REASONS.get(disruption.get("reason") or "")  # type: ignore[union-attr]
-            return StepStatus(StepState.RUNNING, (coming or FailureReason.EVICTED).value, node=node)
+            return StepStatus(StepState.RUNNING, coming or FailureReason.EVICTED, node=node)
         return StepStatus.running(node)
     if disrupted:
         return _disrupted(disruption, node)  # type: ignore[arg-type]
@@ -146,9 +146,9 @@ def job_status(job: Mapping[str, Any]) -> StepStatus | None:
         ...     "reason": "PodFailurePolicy", "message": "Pod x has condition DisruptionTarget"}]}},
         ... )
         ... # doctest: +NORMALIZE_WHITESPACE
-        StepStatus(state=<StepState.FAILED: 'Failed'>, reason='Lost',
+        StepStatus(state=<StepState.FAILED: 'Failed'>, reason=<FailureReason.LOST: 'Lost'>,
                    message='Job failed: Pod x has condition DisruptionTarget',
-                   exit_code=None, node=None)
+                   exit_code=None, node=None, waiting='')
     """
     status = job.get("status") or {}
     complete, failed = condition_of(status, "Complete"), condition_of(status, "Failed")

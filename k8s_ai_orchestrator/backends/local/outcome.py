@@ -4,7 +4,7 @@ Example:
     >>> exit_status(-9, FailureReason.OOM_KILLED, "exceeded 256Mi").exit_code
     137
     >>> exit_status(-15, None, "").reason
-    'Preempted'
+    <FailureReason.PREEMPTED: 'Preempted'>
 """
 
 from __future__ import annotations

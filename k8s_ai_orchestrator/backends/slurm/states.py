@@ -8,10 +8,10 @@ is slurmstepd's line in the job's output (`memory_kill`); such a FAILED job is O
 
 Example:
     >>> to_step_status(JobInfo("7", "OUT_OF_MEMORY", exit_code=0, signal=9)).reason
-    'OOMKilled'
+    <FailureReason.OOM_KILLED: 'OOMKilled'>
     >>> line = "slurmstepd-n1: error: StepId=7.batch exceeded memory limit (90 > 64), being killed"
     >>> to_step_status(JobInfo("7", "FAILED", exit_code=0, signal=9, memory_kill=line)).reason
-    'OOMKilled'
+    <FailureReason.OOM_KILLED: 'OOMKilled'>
 """
 
 from __future__ import annotations

@@ -10,7 +10,7 @@ Example:
     >>> job = AttemptJob(request, "team-a", "default", "k8s-ai-3f2a-train-0")  # doctest: +SKIP
     >>> admission.submit(job, manifest, api_client)  # doctest: +SKIP
     >>> admission.pending(job)  # doctest: +SKIP
-    StepStatus(state=<StepState.PENDING: 'Pending'>, reason='WaitingForGangRoom', ...)
+    StepStatus(state=<StepState.PENDING: 'Pending'>, reason=None, ..., waiting='WaitingForGangRoom')
 """
 
 from __future__ import annotations

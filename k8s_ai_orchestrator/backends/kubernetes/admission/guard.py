@@ -9,7 +9,7 @@ scheduler preempts them) and its ResourceQuotas have room for all of them
 Example:
     >>> guard = GuardAdmission(tools)  # doctest: +SKIP
     >>> guard.submit(job, manifest, api_client)  # doctest: +SKIP
-    >>> guard.pending(job).reason  # doctest: +SKIP
+    >>> guard.pending(job).waiting  # doctest: +SKIP
     'WaitingForGangRoom'
 """
 

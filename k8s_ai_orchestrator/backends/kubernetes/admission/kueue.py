@@ -8,7 +8,7 @@ are deleted: Kueue would readmit an evicted Job and run the step twice.
 
 Example:
     >>> admission = KueueAdmission(tools, drop_earlier=lambda request: None)  # doctest: +SKIP
-    >>> admission.pending(job).reason  # doctest: +SKIP
+    >>> admission.pending(job).waiting  # doctest: +SKIP
     'QueuedInKueue'
 """
 
