@@ -7,7 +7,7 @@ from pathlib import Path
 
 from dagster import Definitions, OpExecutionContext, job, op
 
-from k8s_ai_orchestrator import CheckpointStore, ai_executor, compute
+from k8s_ai_orchestrator import CheckpointStore, Gang, ai_executor, compute
 
 CONFIG = {"dir": str}
 
@@ -41,6 +41,22 @@ def hungry_later(context: OpExecutionContext) -> int:
     blocks = [bytearray(16 << 20) for _ in range(20 if first else 10)]
     time.sleep(3)
     return len(blocks)
+
+
+def rank_tally(folder: str) -> int:
+    """One rank of `gang_tally`: counts its execution, waits for the release."""
+    rank, attempt = os.environ["RANK"], os.environ.get("K8S_AI_ATTEMPT", "?")
+    with (Path(folder) / "executions").open("a") as out:
+        out.write(f"rank {rank} attempt {attempt}\n")
+    while not (Path(folder) / "release").exists():
+        time.sleep(0.1)
+    return int(rank)
+
+
+@op(config_schema=CONFIG, tags=compute(nodes=2, cpu=0.5, memory="1Gi"))
+def gang_tally(context: OpExecutionContext, gang: Gang) -> int:
+    """A 2-node gang whose every rank counts its execution and waits for the release."""
+    return gang.run(rank_tally, context.op_config["dir"])
 
 
 @op(config_schema=CONFIG, tags=compute(cpu=0.5, memory="256Mi", preemptible=True))
@@ -80,4 +96,12 @@ def hungry_later_job() -> None:
     hungry_later()
 
 
-defs = Definitions(jobs=[tally_job, hungry_later_job, resumable_job])
+@job(executor_def=ai_executor)
+def gang_tally_job() -> None:
+    gang_tally()
+
+
+defs = Definitions(
+    jobs=[tally_job, hungry_later_job, resumable_job, gang_tally_job],
+    resources={"gang": Gang(straggler_timeout_s=120)},
+)

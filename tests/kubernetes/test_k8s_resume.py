@@ -148,3 +148,27 @@ def test_a_step_evicted_while_no_run_worker_watched_resumes_from_its_checkpoint(
     # its pod is gone: the SIGTERM it stopped on reads as a preemption
     assert any("'resumable' was Preempted; relaunching at the same size" in m for m in messages)
     assert len(cluster.jobs("team-a", NAMESPACE)) == 2
+
+
+def test_a_run_worker_lost_while_its_job_was_being_created_is_resumed_onto_that_job(
+    emulator: Any, run_worker: Any, tmp_path: Path
+) -> None:
+    """Killed during the launch: the API server creates the step's Job after the run worker
+    that asked for it died, so no launch event records it. The resumed run worker finds the
+    Job by its name (run, step, attempt) and launches nothing twice. (The emulator holds
+    the create back; a real API server carries out a request whose client went away.)"""
+    emulator.slow_responses("team-a", seconds=4, count=1, verb="create", path_regex=r"/jobs$")
+    worker = run_worker("tally_job", config(emulator, "tally", tmp_path))
+    creating = ("create", "jobs")
+    wait_until(lambda: emulator.request_counts("team-a")[creating] == 1, 120, 0.05)
+    worker.kill()
+    wait_until(lambda: emulator.jobs("team-a", NAMESPACE), 30, 0.2)
+    assert not any(m.startswith("Launching step 'tally'") for m in worker.messages())
+
+    worker.resume()
+    reattached = worker.reattached()
+    worker.release(tmp_path)
+    assert reattached.startswith("Reattached to step 'tally' (attempt 1, kubernetes job k8s-ai-")
+    assert (tmp_path / "executions").read_text().splitlines() == ["tally attempt 0"]
+    assert len(emulator.jobs("team-a", NAMESPACE)) == 1
+    assert emulator.request_counts("team-a")[creating] == 1

@@ -149,9 +149,18 @@ class FaultsMixin:
         """The next `count` requests have their TCP connection dropped without an answer."""
         self.servers[server].faults.add(FaultRule("reset", count))
 
-    def slow_responses(self, server: str, seconds: float = 0.5, count: int = 5) -> None:
-        """The next `count` requests are answered `seconds` late."""
-        self.servers[server].faults.add(FaultRule("slow", count, seconds=seconds))
+    def slow_responses(
+        self,
+        server: str,
+        seconds: float = 0.5,
+        count: int = 5,
+        verb: str | None = None,
+        path_regex: str | None = None,
+    ) -> None:
+        """The next `count` matching requests (as for `inject_errors`) are carried out
+        `seconds` late, whether or not their client is still there to read the answer."""
+        rule = FaultRule("slow", count, seconds=seconds, verb=verb, path_regex=path_regex)
+        self.servers[server].faults.add(rule)
 
     def expire_watches(self, server: str) -> None:
         """Open watches get ERROR 410 Expired and close; older resourceVersions become too old."""
