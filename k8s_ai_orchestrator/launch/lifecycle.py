@@ -213,10 +213,16 @@ class Attempt:
 
 
 def launch_note(
-    step: PlannedStep, spec: ComputeSpec, attempt: int, job_id: str, sizing: str = ""
+    step: PlannedStep,
+    spec: ComputeSpec,
+    attempt: int,
+    job_id: str,
+    sizing: str = "",
+    noun: str = "step",
 ) -> tuple[str, dict[str, Any]]:
-    """What a launch of `step` at `spec` says: where, at what size, which attempt; its
-    metadata (the job too).
+    """What a launch of `step` at `spec` says: where, at what size, which attempt, and
+    `sizing` (how the size was chosen, or anything else to add); its metadata (the job too).
+    `noun`: what is launched (an `AICompute` program says "program").
 
     Example:
         >>> from k8s_ai_orchestrator.spec import resolve_spec
@@ -226,7 +232,7 @@ def launch_note(
     """
     sized = f"; {sizing}" if sizing else ""
     message = (
-        f"Launching step '{step.key}' on {step.where} with {spec.describe()} "
+        f"Launching {noun} '{step.key}' on {step.where} with {spec.describe()} "
         f"(attempt {attempt + 1}){sized}"
     )
     meta = {

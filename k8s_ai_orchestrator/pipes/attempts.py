@@ -27,7 +27,7 @@ from ..backends.base import (
 )
 from ..errors import PipesProgramError
 from ..launch.attempts import StepAttempts
-from ..launch.lifecycle import Attempt
+from ..launch.lifecycle import Attempt, launch_note
 from ..launch.plan import PlannedStep, launch_request
 from ..launch.relaunch import StepHistory, decide
 from ..launch.settings import ExecutorSettings
@@ -109,10 +109,9 @@ class PipesAttempts:
         attempt = live.attempt = Attempt(
             handle, launched_at, self._planned.where, request.spec.timeout_s, "timeout=..."
         )
-        self._log(
-            f"Launching '{request.step_key}' on {self._planned.where} with "
-            f"{request.spec.describe()} (attempt {request.attempt + 1}, job {handle.job_id})"
-        )
+        job = f"job {handle.job_id}"
+        planned, spec = self._planned, request.spec
+        self._log(launch_note(planned, spec, request.attempt, handle.job_id, job, "program")[0])
         on_poll = self._message_poller(reader)
         resizes = self._caps.resizes
         watcher = AttemptWatcher(

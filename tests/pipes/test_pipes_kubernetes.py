@@ -69,7 +69,8 @@ def test_an_oomkilled_job_is_relaunched_with_more_memory_and_succeeds(
     assert metadata["memory_tried"] == "64Mi → 128Mi → 256Mi" and metadata["attempt"] == 2
     assert [r["outcome"] for r in attempt_rows(metadata)] == ["OOMKilled", "OOMKilled", "Succeeded"]
     logs = log_messages(instance, result.run_id)
-    assert any(m.startswith("Launching 'tiles-pipes' on kubernetes tenant 'team-a'") for m in logs)
+    launched = "Launching program 'tiles-pipes' on kubernetes tenant 'team-a'"
+    assert any(m.startswith(launched) for m in logs)
 
 
 def test_a_preempted_job_is_relaunched_and_resumes_from_its_checkpoint(
