@@ -101,17 +101,21 @@ def _profiler(kind: str, out: Path) -> tuple[tuple[str, ...], tuple[str, ...]]:
 
 
 # Where a run worker's CPU goes: inclusive share of py-spy's GIL-holding samples per name.
+# Ours runs its own loop (`executor/loop.py`); dagster-k8s runs Dagster's StepDelegatingExecutor.
 FOCUS = (
     ("startup: imports", "_find_and_load "),
     ("startup: DagsterInstance.get", "DagsterInstance.get "),
-    ("executor loop (main thread)", "StepDelegatingExecutor.execute "),
-    ("  launch_step", "StepHandler.launch_step "),
+    ("executor loop: ours (StepLoop.run)", "StepLoop.run "),
+    ("executor loop: dagster-k8s (StepDelegatingExecutor)", "StepDelegatingExecutor.execute "),
+    ("  launch_step (either)", ".launch_step "),
     ("    Job create (HTTP)", "create_namespaced_job "),
-    ("  check_step_health", "StepHandler.check_step_health "),
+    ("  health: ours (AIStepHandler.check)", "AIStepHandler.check "),
+    ("  health: dagster-k8s (check_step_health)", "K8sStepHandler.check_step_health "),
     ("    step context (for_step)", "PlanOrchestrationContext.for_step "),
-    ("  _pop_events", "._pop_events "),
+    ("  events read: ours (RunEvents.pop)", "RunEvents.pop "),
+    ("  events read: dagster-k8s (_pop_events)", "._pop_events "),
     ("    event log read", "SqlEventLogStorage.get_records_for_run "),
-    ("  finish_attempt", "AIStepHandler.finish_attempt "),
+    ("  finish_attempt (ours)", "AIStepHandler.finish_attempt "),
     ("  engine events written", "SqliteEventLogStorage.store_event "),
     ("  waits (sleep)", "time.sleep"),
     ("pod watch thread", "PodWatch._run "),
@@ -138,9 +142,11 @@ def summarize_profile(path: Path) -> dict[str, float]:
 # (label, file suffix, function name) of the calls whose CPU cProfile reports per call.
 HANDLERS = ("step_handler.py", "dagster_k8s/executor.py")  # ours, dagster-k8s's
 CALLS = (
-    ("pass (executor loop)", "step_delegating_executor.py", "_pop_events"),
+    ("events read: ours", "executor/loop.py", "pop"),
+    ("events read: dagster-k8s", "step_delegating_executor.py", "_pop_events"),
     ("launch_step", HANDLERS, "launch_step"),
-    ("check_step_health", HANDLERS, "check_step_health"),
+    ("health: ours (check)", "executor/step_handler.py", "check"),
+    ("health: dagster-k8s (check_step_health)", "dagster_k8s/executor.py", "check_step_health"),
     ("step context (for_step)", "context/system.py", "for_step"),
     ("event log read", "sql_event_log.py", "get_records_for_run"),
     ("finish_attempt", "step_handler.py", "finish_attempt"),
