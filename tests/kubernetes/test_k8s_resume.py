@@ -13,9 +13,12 @@ from typing import Any
 
 import pytest
 from dagster import DagsterRunStatus
-from k8s_support import NAMESPACE
+from k8s_support import NAMESPACE, TENANTS, python_step, tenant_config
+from kubernetes.client import CoreV1Api
 from test_k8s_executor_e2e import executor_config
 
+from k8s_ai_orchestrator.backends.base import StepState
+from k8s_ai_orchestrator.backends.kubernetes import KubernetesBackend, KubernetesConfig
 from k8s_ai_orchestrator.launch.backends import cancel_run
 from k8s_ai_orchestrator.launch.settings import ExecutorSettings
 from k8s_ai_orchestrator.testing.kube.emulator import wait_until
@@ -172,3 +175,42 @@ def test_a_run_worker_lost_while_its_job_was_being_created_is_resumed_onto_that_
     assert (tmp_path / "executions").read_text().splitlines() == ["tally attempt 0"]
     assert len(emulator.jobs("team-a", NAMESPACE)) == 1
     assert emulator.request_counts("team-a")[creating] == 1
+
+
+def test_a_step_pending_when_the_run_worker_died_is_watched_on_until_it_runs_once(
+    cluster: Any, run_worker: Any, tmp_path: Path
+) -> None:
+    """Killed while the step's Job waits for quota (the Job controller cannot create its pod):
+    the resumed run worker reattaches to the Job with no pod, and once the quota has room the
+    pod is created and runs the step once."""
+    core = CoreV1Api(cluster.tenant("team-a").api_client())
+    quota = {"metadata": {"name": "tight"}, "spec": {"hard": {"requests.cpu": "0.75"}}}
+    core.create_namespaced_resource_quota(NAMESPACE, quota)
+    raw = tenant_config(cluster)
+    holder = KubernetesBackend(KubernetesConfig.from_dict(raw), allowed_tenants=TENANTS)
+    hold = "import time; time.sleep(600)"
+    try:
+        wait_until(
+            lambda: core.read_namespaced_resource_quota("tight", NAMESPACE).status.hard, 30, 0.2
+        )
+        held = holder.submit(python_step(hold, step="holder", cpu=0.5, tenant="team-a"))
+        wait_until(lambda: holder.status(held).state is StepState.RUNNING, 120, 0.2)
+        worker = run_worker("tally_job", config(cluster, "tally", tmp_path))
+        pending = "Step 'tally' is Pending"
+        wait_until(lambda: any(m.startswith(pending) for m in worker.messages()), 120, 0.2)
+        worker.kill()
+        worker.resume()
+        reattached = worker.reattached()
+        holder.cancel(held)  # the quota has room again
+        worker.release(tmp_path)
+    finally:
+        holder.close()
+        core.delete_namespaced_resource_quota("tight", NAMESPACE)
+    assert reattached.startswith("Reattached to step 'tally' (attempt 1, kubernetes job k8s-ai-")
+    assert (tmp_path / "executions").read_text().splitlines() == ["tally attempt 0"]
+    tally = [
+        j
+        for j in cluster.jobs("team-a", NAMESPACE)
+        if j["metadata"]["annotations"].get("k8s-ai/step-key") == "tally"
+    ]
+    assert len(tally) == 1
