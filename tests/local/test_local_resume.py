@@ -88,3 +88,35 @@ def test_terminating_a_resumed_run_stops_the_step_process_the_first_run_worker_s
     assert any(m.startswith("Cancelled step 'tally' (local job") for m in worker.messages())
     wait_until(lambda: not process_alive(*step), 30, 0.1)
     assert step_pids(worker.run.run_id) == []
+
+
+def test_a_step_waiting_for_local_capacity_when_the_run_worker_died_runs_once(
+    run_worker: Any, tmp_path: Path
+) -> None:
+    """Killed while its step waits in the machine-wide queue (another run's step holds the
+    capacity): that attempt never started and went with its run worker, so the resumed run
+    worker reports it Lost and launches the next one, which runs once."""
+    tight = {"backend": "local", "local": {"cpus": 0.75, "memory": "4Gi"}}
+    first, second = tmp_path / "first", tmp_path / "second"
+    first.mkdir(), second.mkdir()
+    holder = run_worker(
+        "tally_job",
+        {"execution": {"config": tight}, "ops": {"tally": {"config": {"dir": str(first)}}}},
+    )
+    started(holder, first)
+    worker = run_worker(
+        "tally_job",
+        {"execution": {"config": tight}, "ops": {"tally": {"config": {"dir": str(second)}}}},
+    )
+    pending = "Step 'tally' is Pending"
+    wait_until(lambda: any(m.startswith(pending) for m in worker.messages()), 120, 0.2)
+    worker.kill()
+    worker.resume()
+    wait_until(lambda: "Resuming execution from failure" in worker.messages(), 60, 0.2)
+    holder.release(first)
+    started(worker, second)
+    worker.release(second)
+    # attempt 1 never started: it was in line, in the dead run worker's queue
+    assert (second / "executions").read_text().splitlines() == ["tally attempt 1"]
+    assert any(m.startswith("Relaunching: step 'tally' was Lost") for m in worker.messages())
+    assert step_pids(worker.run.run_id) == []

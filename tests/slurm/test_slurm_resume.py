@@ -117,3 +117,31 @@ def test_a_resumed_run_worker_reattaches_to_a_running_gang_allocation_and_runs_e
     assert sorted(executions.read_text().splitlines()) == ["rank 0 attempt 0", "rank 1 attempt 0"]
     (job,) = jobs_of(cluster, worker.run.run_id)
     assert job.split("|")[0] in reattached
+
+
+def test_a_step_pending_when_the_run_worker_died_runs_once_when_slurm_has_room(
+    cluster: LocalSlurmCluster, run_worker: Any, tmp_path: Path
+) -> None:
+    """Killed while the step's sbatch job waits for nodes (an exclusive job holds all three):
+    the resumed run worker finds the pending job, and once the nodes are free it runs once."""
+    blocker = cluster.run(
+        ["sbatch", "--parsable", "--nodes=3", "--exclusive", "--output=/dev/null"]
+        + ["--wrap=sleep 600"]
+    ).stdout.strip()
+    try:
+        run_config = {
+            "execution": {"config": {"backend": "slurm", "slurm": slurm(cluster, "cli")}},
+            "ops": {"tally": {"config": {"dir": str(tmp_path)}}},
+        }
+        worker = run_worker("tally_job", run_config)
+        pending = "Step 'tally' is Pending"
+        wait_until(lambda: any(m.startswith(pending) for m in worker.messages()), 120, 0.2)
+        worker.kill()
+        worker.resume()
+        reattached = worker.reattached()
+    finally:
+        cluster.run(["scancel", blocker])
+    worker.release(tmp_path)
+    assert reattached.startswith("Reattached to step 'tally' (attempt 1, slurm job ")
+    assert (tmp_path / "executions").read_text().splitlines() == ["tally attempt 0"]
+    assert len(jobs_of(cluster, worker.run.run_id)) == 1

@@ -243,9 +243,11 @@ class LocalBackend:
         return GrowResult.accepted()
 
     def resizes(self, handle: JobHandle) -> tuple[Resize, ...]:
-        """Every in-place growth tried for the attempt so far, in order."""
+        """Every in-place growth tried for the attempt so far, in order (none for an attempt
+        this backend does not hold: one that never started before its run worker died)."""
         with self._lock:
-            return tuple(self._attempts[handle.job_id].resizes)
+            attempt = self._attempts.get(handle.job_id)
+        return tuple(attempt.resizes) if attempt is not None else ()
 
     def close(self) -> None:
         """Stop the monitor thread, kill anything still running and remove the temp log
