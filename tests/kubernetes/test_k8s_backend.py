@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import uuid
 from typing import Any
 
 import pytest
@@ -295,3 +296,30 @@ def test_a_job_adopted_after_its_pod_ended_is_read_from_the_pod_at_the_first_loo
         assert status.is_terminal and status.exit_code == exit_code, status
     finally:
         fresh.close()
+
+
+def test_a_resumed_backend_finds_every_job_of_the_run_in_one_list(
+    emulator: Any, backend: KubernetesBackend, clock: FakeClock
+) -> None:
+    """Adopting a run's steps costs one list of the run's Jobs, not a read per step."""
+    run_id = str(uuid.uuid4())
+    requests = [python_step(SLEEPER, step=f"tile-{i}", run_id=run_id) for i in range(3)]
+    handles = [backend.submit(request) for request in requests]
+    fresh = KubernetesBackend(
+        KubernetesConfig.from_dict(tenant_config(emulator)),
+        allowed_tenants=TENANTS,
+        default_tenant="team-a",
+        clock=clock,
+        sleep=lambda s: None,
+    )
+    emulator.reset_request_counts()
+    try:
+        adopted = [fresh.adopt(request) for request in requests]
+        assert all(handle is not None for handle in adopted)
+        assert fresh.adopt(python_step("pass", step="never", run_id=run_id)) is None
+        counts = emulator.request_counts("team-a")
+        assert (counts[("list", "jobs")], counts[("get", "jobs")]) == (1, 0)
+    finally:
+        fresh.close()
+        for handle in handles:
+            backend.cancel(handle)

@@ -145,7 +145,7 @@ class KubernetesBackend:
         prepared = self._preparer.prepare(request)
         request, namespace = prepared.request, prepared.settings.namespace
         tenant, name = str(request.tenant), job_name(prepared.request)
-        found = None if create else self._jobs.read(tenant, namespace, name, request.step_key)
+        found = None if create else self._jobs.find(tenant, namespace, name, request)
         if not (create or found):
             return None
         core = CoreV1Api(prepared.api_client)

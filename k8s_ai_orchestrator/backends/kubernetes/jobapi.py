@@ -1,8 +1,9 @@
 """Creating and deleting a step's Job in its tenant, with the backend's retries.
 
 A 409 on a retried create means an earlier try was applied (the Job exists); a 404 on delete
-means it is already gone. A refused create is a `SubmitError` naming step, tenant, Job,
-namespace and the fix.
+means it is already gone. A resumed run worker finds the Jobs to adopt in one list of the
+run's Jobs (`find`), not one read per step. A refused create is a `SubmitError` naming step,
+tenant, Job, namespace and the fix.
 
 Example:
     >>> jobs = JobApi(connections, retry)  # doctest: +SKIP
@@ -12,6 +13,7 @@ Example:
 
 from __future__ import annotations
 
+import json
 from functools import partial
 from typing import Any
 
@@ -26,11 +28,12 @@ from .tenants import TenantConnections
 
 
 class JobApi:
-    """The create and delete calls of the backend's Jobs."""
+    """The create, find and delete calls of the backend's Jobs."""
 
     def __init__(self, tenants: TenantConnections, retry: ApiRetry) -> None:
         self._tenants = tenants
         self._retry = retry
+        self._runs: dict[tuple[str, str, str], dict[str, dict[str, Any]]] = {}
 
     def create(self, request: LaunchRequest, namespace: str, manifest: dict[str, Any]) -> None:
         """Create the attempt's Job; `SubmitError` if the tenant refuses it."""
@@ -58,22 +61,28 @@ class JobApi:
                 f"{manifest['metadata']['name']} in namespace '{namespace}' ({message}); {fix}"
             ) from None
 
-    def read(self, tenant: str, namespace: str, name: str, step: str) -> dict[str, Any] | None:
-        """The Job as the API server has it (one read), or None if there is no such Job."""
+    def find(
+        self, tenant: str, namespace: str, name: str, request: LaunchRequest
+    ) -> dict[str, Any] | None:
+        """The Job `name` of the request's run as the API server has it, or None. The run's
+        Jobs are listed once (one request for every step a resumed run worker adopts, not one
+        each) and each is handed out once. A Job created after that list is not found;
+        creating it then takes it (a 409 means it exists)."""
+        key = (tenant, namespace, request.run_id)
+        if key not in self._runs:
+            listing = partial(self._run_jobs, tenant, namespace, request.run_id, request.step_key)
+            self._runs[key] = self._retry.call("list Jobs", tenant, listing)
+        return self._runs[key].pop(name, None)
+
+    def _run_jobs(
+        self, tenant: str, namespace: str, run_id: str, step: str
+    ) -> dict[str, dict[str, Any]]:
         batch = BatchV1Api(self._tenants.client(tenant, step))
-
-        def read() -> dict[str, Any] | None:
-            try:
-                job = batch.read_namespaced_job(name, namespace)
-            except ApiException as error:
-                if error.status == 404:
-                    return None
-                raise
-            found: dict[str, Any] = batch.api_client.sanitize_for_serialization(job)
-            return found
-
-        found: dict[str, Any] | None = self._retry.call(f"read Job {name}", tenant, read)
-        return found
+        response = batch.list_namespaced_job(
+            namespace, label_selector=run_selector(run_id), _preload_content=False
+        )
+        items = json.loads(response.data).get("items") or ()
+        return {job["metadata"]["name"]: job for job in items}
 
     def delete_run(self, run_id: str, where: list[tuple[str, str]]) -> list[str]:
         """Delete every Job of `run_id` (its run label) in each (tenant, namespace); their
