@@ -70,6 +70,25 @@ class RunWorker:
         assert self.process.wait(180) == 0
         assert self.status() == DagsterRunStatus.SUCCESS
 
+    def taken_over_mid_gang(self, folder: Path, ranks: int = 2) -> str:
+        """With every rank of `gang_tally` running: kill the run worker, resume it, release
+        the ranks once it has reattached, wait for the run to succeed; the "Reattached"
+        message. The ranks must each have run once (checked)."""
+        executions = folder / "executions"
+
+        def every_rank_runs() -> bool:
+            return executions.exists() and len(executions.read_text().splitlines()) == ranks
+
+        wait_until(lambda: every_rank_runs() or self.process.poll() is not None, 180, 0.2)
+        assert every_rank_runs(), self.messages()
+        self.kill()
+        self.resume()
+        reattached = self.reattached()
+        self.release(folder)
+        expected = [f"rank {rank} attempt 0" for rank in range(ranks)]
+        assert sorted(executions.read_text().splitlines()) == expected
+        return reattached
+
     def messages(self) -> list[str]:
         return engine_messages(self.instance, self.run.run_id)
 

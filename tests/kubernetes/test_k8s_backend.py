@@ -30,6 +30,17 @@ pytestmark = [pytest.mark.emulator, pytest.mark.timeout(180)]
 SLEEPER = "import time; print('started', flush=True); time.sleep(120)"
 
 
+def another_backend(emu: Any, clock: FakeClock) -> KubernetesBackend:
+    """A second backend on the same tenants, as the `backend` fixture's (close it)."""
+    return KubernetesBackend(
+        KubernetesConfig.from_dict(tenant_config(emu)),
+        allowed_tenants=TENANTS,
+        default_tenant="team-a",
+        clock=clock,
+        sleep=lambda s: None,
+    )
+
+
 def jobs_and_pods(emu: Any, tenant: str, run_id: str) -> list[Any]:
     def of_run(objects: list[Any]) -> list[Any]:
         return [
@@ -282,13 +293,7 @@ def test_a_job_adopted_after_its_pod_ended_is_read_from_the_pod_at_the_first_loo
         return any((p.get("status") or {}).get("phase") in ("Succeeded", "Failed") for p in pods)
 
     wait_for(ended, 60, 0.1)
-    fresh = KubernetesBackend(
-        KubernetesConfig.from_dict(tenant_config(emulator)),
-        allowed_tenants=TENANTS,
-        default_tenant="team-a",
-        clock=clock,
-        sleep=lambda s: None,
-    )
+    fresh = another_backend(emulator, clock)  # a resumed run worker's
     try:
         handle = fresh.adopt(request)
         assert handle is not None
@@ -305,13 +310,7 @@ def test_a_resumed_backend_finds_every_job_of_the_run_in_one_list(
     run_id = str(uuid.uuid4())
     requests = [python_step(SLEEPER, step=f"tile-{i}", run_id=run_id) for i in range(3)]
     handles = [backend.submit(request) for request in requests]
-    fresh = KubernetesBackend(
-        KubernetesConfig.from_dict(tenant_config(emulator)),
-        allowed_tenants=TENANTS,
-        default_tenant="team-a",
-        clock=clock,
-        sleep=lambda s: None,
-    )
+    fresh = another_backend(emulator, clock)  # a resumed run worker's
     emulator.reset_request_counts()
     try:
         adopted = [fresh.adopt(request) for request in requests]
