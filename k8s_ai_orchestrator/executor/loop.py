@@ -240,12 +240,7 @@ class StepLoop:
         failures = [u.event for u in undecided.values() if u.event.is_step_failure]
         held = {id(event) for event in failures}
         replay = [event for event in prior if id(event) not in held]
-        for step in self._active.rebuild_from_events(replay):
-            DagsterEvent.engine_event(
-                self._plan_context.for_step(step),
-                f"Checking on status of in-progress step {step.key} from previous run",
-                EngineEventData(),
-            )
+        for step in self._active.rebuild_from_events(replay):  # each says what became of it
             self._running[step.key] = step
             context = self._step_handler_context(step)
             yield from self._handler.adopt(context, undecided.get(step.key))
