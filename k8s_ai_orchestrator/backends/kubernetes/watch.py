@@ -118,7 +118,8 @@ class PodWatch:
     def _run(self) -> None:
         # The first request is a watch without a resourceVersion: the server sends the pods
         # that exist (none yet, for a new run) as ADDED, then every change, so no list is
-        # needed. Later connections resume from the last version seen, or re-list.
+        # needed; after `list_first` it starts from that list's version instead. Later
+        # connections resume from the last version seen, or re-list.
         version: str | None = self._version
         backoff = self._backoff_s
         while not self._stopped.is_set():
