@@ -44,6 +44,20 @@ class RunWorker:
         argv = [sys.executable, "-m", "dagster", "api", command, serialize_value(args)]
         return subprocess.Popen(argv, cwd=HERE, stdout=subprocess.DEVNULL)
 
+    def started(self, folder: Path) -> None:
+        """Wait until a step of `resume_pipelines` has counted its execution in `folder` (or
+        the run worker has exited, which fails here with its messages)."""
+        executions = folder / "executions"
+        wait_until(lambda: executions.exists() or self.process.poll() is not None, 120, 0.1)
+        assert executions.exists(), self.messages()
+
+    def terminate(self) -> None:
+        """Terminate the run as Dagster does (SIGINT to its run worker); it ends canceled
+        (or failed, when a step's cancellation is reported as its failure)."""
+        self.process.send_signal(signal.SIGINT)
+        self.process.wait(120)
+        assert self.status() in (DagsterRunStatus.CANCELED, DagsterRunStatus.FAILURE)
+
     def kill(self) -> None:
         """SIGKILL the run worker, as a node drain or an OOM of its pod does."""
         self.process.send_signal(signal.SIGKILL)

@@ -7,7 +7,6 @@ execute_step` processes in the cluster's pods, which outlive it."""
 
 from __future__ import annotations
 
-import signal
 from pathlib import Path
 from typing import Any
 
@@ -70,7 +69,7 @@ def test_a_step_oom_killed_while_no_run_worker_watched_is_relaunched_with_more_m
     cluster: Any, run_worker: Any, tmp_path: Path
 ) -> None:
     worker = run_worker("hungry_later_job", config(cluster, "hungry_later", tmp_path))
-    wait_until(lambda: (tmp_path / "executions").exists(), 120, 0.2)
+    worker.started(tmp_path)
     worker.kill()
     (tmp_path / "release").touch()  # it now outgrows its 256Mi with no run worker watching
 
@@ -104,9 +103,7 @@ def test_terminating_a_resumed_run_deletes_the_job_the_first_run_worker_launched
     worker.kill()
     worker.resume()
     worker.reattached()
-    worker.process.send_signal(signal.SIGINT)  # what terminating the run sends its run worker
-    worker.process.wait(120)
-    assert worker.status() in (DagsterRunStatus.CANCELED, DagsterRunStatus.FAILURE)
+    worker.terminate()
     assert any(m.startswith("Cancelled step 'tally' (kubernetes job") for m in worker.messages())
     wait_until(lambda: not cluster.jobs("team-a", NAMESPACE), 60, 0.5)
     wait_until(lambda: not running_pods(cluster), 60, 0.5)
@@ -135,7 +132,7 @@ def test_a_step_evicted_while_no_run_worker_watched_resumes_from_its_checkpoint(
     run_config = config(cluster, "resumable", tmp_path)
     run_config["resources"] = {"checkpoints": {"config": {"root": (tmp_path / "ck").as_uri()}}}
     worker = run_worker("resumable_job", run_config)
-    wait_until(lambda: (tmp_path / "executions").exists(), 120, 0.2)
+    worker.started(tmp_path)
     worker.kill()
     (pod,) = running_pods(cluster)
     cluster.evict_pod("team-a", NAMESPACE, pod)

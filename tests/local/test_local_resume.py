@@ -6,12 +6,10 @@ never started a second time, and terminating the resumed run stops it."""
 
 from __future__ import annotations
 
-import signal
 from pathlib import Path
 from typing import Any
 
 import pytest
-from dagster import DagsterRunStatus
 
 from k8s_ai_orchestrator.backends.local.ledger import AdmissionLedger
 from k8s_ai_orchestrator.proctree import process_alive
@@ -33,17 +31,11 @@ def step_pids(run_id: str) -> list[tuple[int, float]]:
     return [(c.pid, c.pid_started) for c in claims if c.run_id == run_id and c.pid]
 
 
-def started(worker: Any, folder: Path) -> None:
-    executions = folder / "executions"
-    wait_until(lambda: executions.exists() or worker.process.poll() is not None, 120, 0.1)
-    assert executions.exists(), worker.messages()
-
-
 def test_a_resumed_run_worker_takes_over_the_running_step_process(
     run_worker: Any, tmp_path: Path
 ) -> None:
     worker = run_worker("tally_job", run_config("tally", tmp_path))
-    started(worker, tmp_path)
+    worker.started(tmp_path)
     (step,) = step_pids(worker.run.run_id)
     worker.kill()
     assert process_alive(*step)  # the step runs on, unwatched
@@ -61,7 +53,7 @@ def test_a_taken_over_step_is_held_to_its_memory_limit_and_relaunched_with_more(
     run_worker: Any, tmp_path: Path
 ) -> None:
     worker = run_worker("hungry_later_job", run_config("hungry_later", tmp_path))
-    started(worker, tmp_path)
+    worker.started(tmp_path)
     worker.kill()
     worker.resume()
     worker.reattached()
@@ -77,14 +69,12 @@ def test_terminating_a_resumed_run_stops_the_step_process_the_first_run_worker_s
     run_worker: Any, tmp_path: Path
 ) -> None:
     worker = run_worker("tally_job", run_config("tally", tmp_path))
-    started(worker, tmp_path)
+    worker.started(tmp_path)
     (step,) = step_pids(worker.run.run_id)
     worker.kill()
     worker.resume()
     worker.reattached()
-    worker.process.send_signal(signal.SIGINT)  # what terminating the run sends its run worker
-    worker.process.wait(120)
-    assert worker.status() in (DagsterRunStatus.CANCELED, DagsterRunStatus.FAILURE)
+    worker.terminate()
     assert any(m.startswith("Cancelled step 'tally' (local job") for m in worker.messages())
     wait_until(lambda: not process_alive(*step), 30, 0.1)
     assert step_pids(worker.run.run_id) == []
@@ -103,7 +93,7 @@ def test_a_step_waiting_for_local_capacity_when_the_run_worker_died_runs_once(
         "tally_job",
         {"execution": {"config": tight}, "ops": {"tally": {"config": {"dir": str(first)}}}},
     )
-    started(holder, first)
+    holder.started(first)
     worker = run_worker(
         "tally_job",
         {"execution": {"config": tight}, "ops": {"tally": {"config": {"dir": str(second)}}}},
@@ -114,7 +104,7 @@ def test_a_step_waiting_for_local_capacity_when_the_run_worker_died_runs_once(
     worker.resume()
     wait_until(lambda: "Resuming execution from failure" in worker.messages(), 60, 0.2)
     holder.release(first)
-    started(worker, second)
+    worker.started(second)
     worker.release(second)
     # attempt 1 never started: it was in line, in the dead run worker's queue
     assert (second / "executions").read_text().splitlines() == ["tally attempt 1"]

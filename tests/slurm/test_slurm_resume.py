@@ -25,6 +25,21 @@ def slurm(cluster: LocalSlurmCluster, transport: str) -> dict[str, Any]:
     return config
 
 
+def run_config(cluster: LocalSlurmCluster, transport: str, op: str, folder: Path) -> dict:
+    executor = {"backend": "slurm", "slurm": slurm(cluster, transport)}
+    return {"execution": {"config": executor}, "ops": {op: {"config": {"dir": str(folder)}}}}
+
+
+def wait_for_state(cluster: LocalSlurmCluster, run_id: str, state: str) -> None:
+    """Wait until the run's one Slurm job is in `state` (squeue's %T)."""
+
+    def reached() -> bool:
+        (job,) = jobs_of(cluster, run_id)
+        return job.endswith(f"|{state}")
+
+    wait_until(reached, 60, 0.5)
+
+
 def jobs_of(cluster: LocalSlurmCluster, run_id: str) -> list[str]:
     done = cluster.run(["squeue", "--noheader", "--states=all", "--format=%i|%j|%T"])
     return [line for line in done.stdout.splitlines() if f"k8sai.{run_id[:8]}." in line]
@@ -39,14 +54,8 @@ def test_a_resumed_run_worker_finds_the_step_s_slurm_job_and_runs_it_once(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.setenv("SLURM_JWT", cluster.jwt_token())
-    run_config = {
-        "execution": {"config": {"backend": "slurm", "slurm": slurm(cluster, transport)}},
-        "ops": {"tally": {"config": {"dir": str(tmp_path)}}},
-    }
-    worker = run_worker("tally_job", run_config)
-    started = tmp_path / "executions"
-    wait_until(lambda: started.exists() or worker.process.poll() is not None, 120, 0.2)
-    assert started.exists(), worker.messages()
+    worker = run_worker("tally_job", run_config(cluster, transport, "tally", tmp_path))
+    worker.started(tmp_path)
     worker.kill()
     worker.resume()
     reattached = worker.reattached()
@@ -54,12 +63,8 @@ def test_a_resumed_run_worker_finds_the_step_s_slurm_job_and_runs_it_once(
     assert [m for m in worker.messages() if m.startswith("Reattached")] == [reattached]
     assert (tmp_path / "executions").read_text().splitlines() == ["tally attempt 0"]
     assert reattached.startswith("Reattached to step 'tally' (attempt 1, slurm job ")
-
-    def completed() -> bool:  # the step's last event comes before its batch script exits
-        (job,) = jobs_of(cluster, worker.run.run_id)
-        return job.endswith("|COMPLETED")
-
-    wait_until(completed, 60, 0.5)
+    # the step's last event comes before its batch script exits
+    wait_for_state(cluster, worker.run.run_id, "COMPLETED")
 
 
 @pytest.mark.parametrize("transport", ["cli", "rest"])
@@ -72,23 +77,14 @@ def test_every_slurm_job_of_a_run_whose_run_worker_is_gone_is_cancelled_by_the_r
 ) -> None:
     """What terminating such a run does (`ProcessRunLauncher.terminate`): `CancelsRuns`."""
     monkeypatch.setenv("SLURM_JWT", cluster.jwt_token())
-    executor = {"backend": "slurm", "slurm": slurm(cluster, transport)}
-    run_config = {
-        "execution": {"config": executor},
-        "ops": {"tally": {"config": {"dir": str(tmp_path)}}},
-    }
-    worker = run_worker("tally_job", run_config)
-    wait_until(lambda: (tmp_path / "executions").exists(), 120, 0.2)
+    config = run_config(cluster, transport, "tally", tmp_path)
+    worker = run_worker("tally_job", config)
+    worker.started(tmp_path)
     worker.kill()
     (job,) = jobs_of(cluster, worker.run.run_id)
-    cancelled = cancel_run(ExecutorSettings.from_config(executor), worker.run.run_id)
-    assert cancelled == {"local": [], "slurm": [job.split("|")[0]]}
-
-    def ended() -> bool:
-        (now,) = jobs_of(cluster, worker.run.run_id)
-        return now.endswith("|CANCELLED")
-
-    wait_until(ended, 60, 0.5)
+    settings = ExecutorSettings.from_config(config["execution"]["config"])
+    assert cancel_run(settings, worker.run.run_id) == {"local": [], "slurm": [job.split("|")[0]]}
+    wait_for_state(cluster, worker.run.run_id, "CANCELLED")
 
 
 def test_a_resumed_run_worker_reattaches_to_a_running_gang_allocation_and_runs_each_rank_once(
@@ -96,11 +92,7 @@ def test_a_resumed_run_worker_reattaches_to_a_running_gang_allocation_and_runs_e
 ) -> None:
     """Mid-gang: both ranks of the 2-node allocation run (one srun) when the run worker dies;
     the resumed one finds the allocation and no rank starts again."""
-    run_config = {
-        "execution": {"config": {"backend": "slurm", "slurm": slurm(cluster, "cli")}},
-        "ops": {"gang_tally": {"config": {"dir": str(tmp_path)}}},
-    }
-    worker = run_worker("gang_tally_job", run_config)
+    worker = run_worker("gang_tally_job", run_config(cluster, "cli", "gang_tally", tmp_path))
     reattached = worker.taken_over_mid_gang(tmp_path)
     assert reattached.startswith("Reattached to step 'gang_tally' (attempt 1, slurm job ")
     (job,) = jobs_of(cluster, worker.run.run_id)
@@ -117,11 +109,7 @@ def test_a_step_pending_when_the_run_worker_died_runs_once_when_slurm_has_room(
         + ["--wrap=sleep 600"]
     ).stdout.strip()
     try:
-        run_config = {
-            "execution": {"config": {"backend": "slurm", "slurm": slurm(cluster, "cli")}},
-            "ops": {"tally": {"config": {"dir": str(tmp_path)}}},
-        }
-        worker = run_worker("tally_job", run_config)
+        worker = run_worker("tally_job", run_config(cluster, "cli", "tally", tmp_path))
         pending = "Step 'tally' is Pending"
         wait_until(lambda: any(m.startswith(pending) for m in worker.messages()), 120, 0.2)
         worker.kill()
