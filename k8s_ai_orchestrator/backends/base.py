@@ -265,7 +265,8 @@ class ReportsResizes(Protocol):
         """Raise the attempt's memory limit in place: accepted, pending or refused."""
 
     def resizes(self, handle: JobHandle) -> tuple[Resize, ...]:
-        """Every in-place growth tried so far, oldest first."""
+        """Every in-place growth tried so far, oldest first; none for an attempt the backend
+        does not hold (a resumed run worker's attempt that had vanished)."""
 
 
 @runtime_checkable

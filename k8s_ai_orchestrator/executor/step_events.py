@@ -90,7 +90,9 @@ class RecordedSteps:
     history: dict[str, tuple[StepHistory, int | None]] = field(default_factory=dict)
     jobs: dict[str, str] = field(default_factory=dict)  # step → job of its last launch
     log_offsets: dict[str, int] = field(default_factory=dict)  # job → log bytes forwarded
-    terminal: dict[str, int] = field(default_factory=dict)  # step → its success/failure/retries
+    # step → its success, failure and retry events (when they were among those read: a
+    # resumed run worker reads them all)
+    terminal: dict[str, int] = field(default_factory=dict)
 
     @classmethod
     def of(cls, events: Iterable[DagsterEvent]) -> RecordedSteps:
@@ -131,8 +133,7 @@ def recorded_steps(ctx: PlanOrchestrationContext | None) -> RecordedSteps:
     recorded them (launches, relaunches, log forwards and summaries carry them); one read."""
     if ctx is None:
         return RecordedSteps()
-    kinds = {DagsterEventType.ENGINE_EVENT, *TERMINAL}
-    records = ctx.instance.all_logs(ctx.run_id, of_type=kinds)
+    records = ctx.instance.all_logs(ctx.run_id, of_type=DagsterEventType.ENGINE_EVENT)
     return RecordedSteps.of(r.dagster_event for r in records if r.dagster_event is not None)
 
 
