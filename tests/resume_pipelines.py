@@ -24,7 +24,8 @@ def _count_and_wait(context: OpExecutionContext) -> Path:
     return folder
 
 
-@op(config_schema=CONFIG, tags=compute(cpu=0.5, memory="256Mi"))
+# 1Gi: a Dagster step process alone can pass 256Mi (Slurm's OverMemoryKill counts its RSS)
+@op(config_schema=CONFIG, tags=compute(cpu=0.5, memory="1Gi"))
 def tally(context: OpExecutionContext) -> int:
     """Runs until released, then prints once more and succeeds."""
     _count_and_wait(context)
