@@ -44,6 +44,18 @@ def hungry_later(context: OpExecutionContext) -> int:
     return len(blocks)
 
 
+@op(config_schema=CONFIG, tags=compute(cpu=0.5, memory="256Mi"))
+def hungry_first(context: OpExecutionContext) -> int:
+    """Its first attempt holds 320 MB at once (OOM-killed at 256Mi); the next one (512Mi)
+    counts its execution and waits for the release."""
+    if os.environ.get("K8S_AI_ATTEMPT", "0") == "0":
+        blocks = [bytearray(16 << 20) for _ in range(20)]
+        time.sleep(60)
+        return len(blocks)
+    _count_and_wait(context)
+    return 0
+
+
 def rank_tally(folder: str) -> int:
     """One rank of `gang_tally`: counts its execution, waits for the release."""
     rank, attempt = os.environ["RANK"], os.environ.get("K8S_AI_ATTEMPT", "?")
@@ -98,11 +110,16 @@ def hungry_later_job() -> None:
 
 
 @job(executor_def=ai_executor)
+def hungry_first_job() -> None:
+    hungry_first()
+
+
+@job(executor_def=ai_executor)
 def gang_tally_job() -> None:
     gang_tally()
 
 
 defs = Definitions(
-    jobs=[tally_job, hungry_later_job, resumable_job, gang_tally_job],
+    jobs=[tally_job, hungry_later_job, hungry_first_job, resumable_job, gang_tally_job],
     resources={"gang": Gang(straggler_timeout_s=120)},
 )

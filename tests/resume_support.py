@@ -4,6 +4,7 @@ resume_run` process (what a resuming run launcher starts). The jobs are `resume_
 
 from __future__ import annotations
 
+import re
 import signal
 import subprocess
 import sys
@@ -105,6 +106,13 @@ class RunWorker:
 
     def messages(self) -> list[str]:
         return engine_messages(self.instance, self.run.run_id)
+
+    def summary(self, step: str) -> tuple[float, int]:
+        """The step's summary event: the CPU-seconds it reserved over how many attempts."""
+        (line,) = [m for m in self.messages() if m.startswith(f"Step '{step}' reserved")]
+        found = re.search(r"reserved ([0-9.]+) CPU-s, .* over (\d+) attempt", line)
+        assert found, line
+        return float(found[1]), int(found[2])
 
     def status(self) -> DagsterRunStatus:
         run = self.instance.get_run_by_id(self.run.run_id)

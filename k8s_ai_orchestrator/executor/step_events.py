@@ -23,9 +23,9 @@ from dagster._core.execution.context.system import (
 )
 from dagster._utils.error import SerializableErrorInfo
 
-from ..backends.base import StreamsLogs
+from ..backends.base import ResourceUsage, StreamsLogs
 from ..errors import BackendError
-from ..launch.attempts import StepAttempts
+from ..launch.attempts import USAGE_KEY, StepAttempts, usage_from_metadata
 from ..launch.lifecycle import Attempt
 from ..launch.relaunch import StepHistory
 
@@ -90,6 +90,7 @@ class RecordedSteps:
     history: dict[str, tuple[StepHistory, int | None]] = field(default_factory=dict)
     jobs: dict[str, str] = field(default_factory=dict)  # step → job of its last launch
     log_offsets: dict[str, int] = field(default_factory=dict)  # job → log bytes forwarded
+    usage: dict[str, list[ResourceUsage]] = field(default_factory=dict)  # step → finished attempts
     # step → its success, failure and retry events (when they were among those read: a
     # resumed run worker reads them all)
     terminal: dict[str, int] = field(default_factory=dict)
@@ -117,6 +118,8 @@ class RecordedSteps:
             return
         if launch_record(meta):
             self.jobs[key] = str(meta[META + "job"].value)
+            usage = meta.get(META + USAGE_KEY)
+            self.usage[key] = usage_from_metadata(str(usage.value)) if usage is not None else []
         tried = str(meta[META + "memory_tried_bytes"].value)
         history = StepHistory(
             key,
@@ -126,6 +129,12 @@ class RecordedSteps:
         )
         next_memory = int(meta[META + "next_memory_bytes"].value)  # type: ignore[arg-type]
         self.history[key] = (history, next_memory or None)
+
+    def restore(self, live: StepAttempts) -> None:
+        """Give a step's new `StepAttempts` what was recorded of its attempts so far."""
+        key = live.history.step_key
+        live.history, live.next_memory = self.history.get(key, (live.history, None))
+        live.usage = list(self.usage.get(key, ()))
 
 
 def recorded_steps(ctx: PlanOrchestrationContext | None) -> RecordedSteps:

@@ -100,7 +100,8 @@ class AIStepHandler:
         live.attempt = Attempt(handle, self._clock(), planned.where, spec.timeout_s)
         self.attention.launched(handle.job_id, key)
         message, meta = launch_note(planned, spec, attempt, handle.job_id, sizing_note)
-        yield self._event(step_context, message, {**sizing_meta, **meta, **live.history_metadata()})
+        meta |= {**sizing_meta, **live.history_metadata(), **live.usage_metadata()}
+        yield self._event(step_context, message, meta)
 
     def resume(self, events: Iterable[DagsterEvent]) -> None:
         """This run worker resumes a run: `events` (all the run's) tell what its steps did."""
@@ -244,8 +245,7 @@ class AIStepHandler:
         step = self._planned.get(key) or self._requests.plan(key, ctx.step_tags[key])
         live = StepAttempts.of(step, self._settings.growth)
         if previous or self._recorded:  # rebuild from this run's events (read once on resume)
-            recorded = self._recorded or recorded_steps(self._plan_context)
-            live.history, live.next_memory = recorded.history.get(key, (live.history, None))
+            (self._recorded or recorded_steps(self._plan_context)).restore(live)
         self._live[key] = live
         return live
 

@@ -13,8 +13,9 @@ Example:
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from ..backends.base import (
@@ -102,6 +103,13 @@ class StepAttempts:
     def history_metadata(self) -> dict[str, Any]:
         return history_metadata(self.history, self.reasons, self.next_memory)
 
+    def usage_metadata(self) -> dict[str, Any]:
+        """What the finished attempts used, written with each launch after the first, so that a
+        run worker resumed after this one died sums every attempt (`usage_from_metadata`)."""
+        if not self.usage:
+            return {}
+        return {USAGE_KEY: json.dumps([usage_record(u) for u in self.usage], separators=(",", ":"))}
+
     def summary(self, key: str) -> tuple[str, dict[str, Any]]:
         """The step's closing line and metadata: where it ran, what it reserved, what it used."""
         total = ResourceUsage(
@@ -160,6 +168,31 @@ class StepAttempts:
         if status.exit_code is not None:
             text += f", exit code {status.exit_code}"
         return text + (f"\n--- last {tail_lines} log lines ---\n{tail}" if tail else "")
+
+
+USAGE_KEY = "usage_before"  # the finished attempts' usage, in a launch's metadata
+
+
+def usage_record(usage: ResourceUsage) -> dict[str, Any]:
+    """An attempt's usage as plain values, without the ones it did not measure.
+
+    Example:
+        >>> record = usage_record(ResourceUsage(cpu_seconds=4.0, wall_seconds=2.0, nodes=("n1",)))
+        >>> record
+        {'cpu_seconds': 4.0, 'wall_seconds': 2.0, 'nodes': ['n1']}
+        >>> usage_from_record(record) == ResourceUsage(4.0, wall_seconds=2.0, nodes=("n1",))
+        True
+    """
+    return {k: (list(v) if k == "nodes" else v) for k, v in asdict(usage).items() if v}
+
+
+def usage_from_record(record: dict[str, Any]) -> ResourceUsage:
+    return ResourceUsage(**{**record, "nodes": tuple(record.get("nodes", ()))})
+
+
+def usage_from_metadata(text: str) -> list[ResourceUsage]:
+    """The finished attempts' usage as `StepAttempts.usage_metadata` wrote it."""
+    return [usage_from_record(record) for record in json.loads(text)]
 
 
 def history_metadata(

@@ -7,6 +7,7 @@ execute_step` processes in the cluster's pods, which outlive it."""
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from typing import Any
 
@@ -46,6 +47,7 @@ def test_a_resumed_run_worker_reattaches_to_the_running_step_and_runs_it_once(
     worker = run_worker("tally_job", config(cluster, "tally", tmp_path))
     forwarded = "[kubernetes log] tally:"
     wait_until(lambda: any(m.startswith(forwarded) for m in worker.messages()), 120, 0.2)
+    time.sleep(2)  # it runs 2 s more before the kill: its usage counts from its pod's start
     worker.kill()
     assert worker.status() == DagsterRunStatus.STARTED
 
@@ -62,6 +64,8 @@ def test_a_resumed_run_worker_reattaches_to_the_running_step_and_runs_it_once(
     assert logs.count("tally: before the release (attempt 0)") == 1  # not forwarded twice
     assert logs.count("tally: after the release") <= 1  # the last read may come before it
     assert len(cluster.jobs("team-a", NAMESPACE)) == 1
+    cpu_seconds, attempts = worker.summary("tally")
+    assert attempts == 1 and cpu_seconds >= 0.5 * 2  # 0.5 CPU × at least the 2 s unwatched
     wait_until(lambda: not running_pods(cluster), 60, 0.5)
 
 

@@ -6,6 +6,7 @@ never started a second time, and terminating the resumed run stops it."""
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from typing import Any
 
@@ -63,6 +64,24 @@ def test_a_taken_over_step_is_held_to_its_memory_limit_and_relaunched_with_more(
     messages = worker.messages()
     relaunch = [m for m in messages if m.startswith("Relaunching:")]
     assert relaunch and "OOMKilled" in relaunch[0] and "512Mi" in relaunch[0], messages
+
+
+def test_a_resumed_run_worker_s_summary_counts_the_attempts_the_lost_one_watched(
+    run_worker: Any, tmp_path: Path
+) -> None:
+    """Attempt 1 runs (the lost run worker relaunched the OOM-killed attempt 0) when the run
+    worker dies: the step's summary still sums both attempts (their launch events carry it)."""
+    worker = run_worker("hungry_first_job", run_config("hungry_first", tmp_path))
+    worker.started(tmp_path)
+    time.sleep(2)  # attempt 1 runs 2 s unwatched: its usage counts from its start
+    worker.kill()
+    worker.resume()
+    worker.reattached()
+    worker.release(tmp_path)
+    assert (tmp_path / "executions").read_text().splitlines() == ["hungry_first attempt 1"]
+    cpu_seconds, attempts = worker.summary("hungry_first")
+    assert attempts == 2
+    assert cpu_seconds >= 0.5 * 2  # 0.5 CPU × at least the 2 s
 
 
 def test_terminating_a_resumed_run_stops_the_step_process_the_first_run_worker_started(

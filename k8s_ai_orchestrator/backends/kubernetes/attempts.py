@@ -46,6 +46,7 @@ class Attempt:
     log_tail: str = ""  # the failed pod's last lines, read when it ended
     partial_since: float | None = None  # a gang's first pod Running, not all of them yet
     preemptor: PreemptorLookup = field(default_factory=PreemptorLookup)
+    adopted: bool = False  # found by a resumed run worker (it ran while no one watched)
     ended_unseen: StepStatus | None = None  # adopted: how its Job ended, if it had (no pods)
 
     @property

@@ -153,7 +153,7 @@ class KubernetesBackend:
         watch = self._watches.of_run(tenant, namespace, request.run_id, core, list_first=listing)
         job = AttemptJob(request, tenant, namespace, name)
         attempt = Attempt(job, watch, prepared.admission, self._clock())
-        attempt.ended_unseen = job_status(found or {})  # adopted: its pods may be gone
+        attempt.adopted, attempt.ended_unseen = not create, job_status(found or {})
         if create:
             prepared.admission.submit(job, prepared.manifest, prepared.api_client)
         self._attempts.add(attempt)

@@ -15,6 +15,7 @@ Example:
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import replace
 from typing import Any
@@ -31,7 +32,7 @@ from .growth import PodGrowth
 from .jobapi import JobApi
 from .logs import LogStreams, read_tail
 from .pending import PendingExplainer
-from .status import deleted_pod_status, pod_name, pod_status
+from .status import container_ages, deleted_pod_status, pod_name, pod_status
 from .tenants import TenantConnections
 
 FAILURE_LOG_TAIL_LINES = 50
@@ -50,8 +51,10 @@ class AttemptObserver:
         growth: PodGrowth,
         logs: LogStreams,
         clock: Callable[[], float],
+        wall: Callable[[], float] = time.time,  # the kubelet's timestamps are epoch seconds
     ) -> None:
         self._config = config
+        self._wall = wall
         self._tenants = tenants
         self._jobs = jobs
         self._growth = growth
@@ -78,8 +81,7 @@ class AttemptObserver:
         if current.state == StepState.PENDING:
             current = self._explain_pending(handle, attempt, pod)
         elif current.state == StepState.RUNNING:
-            if attempt.started_at is None:
-                attempt.started_at = self._clock()
+            self._started(attempt, [pod] if pod is not None else [])
             if pod is not None:
                 self._measure(attempt, pod)
                 current = self._coming_eviction(attempt, current, [pod])
@@ -89,6 +91,13 @@ class AttemptObserver:
         if current.is_terminal:
             return self.finish(attempt, current, pod, pod_gone=gone is not None)
         return current
+
+    def _started(self, attempt: Attempt, pods: list[Pod]) -> None:
+        """Mark when a running attempt started, on this run worker's clock: now, or for an
+        adopted one when its containers started (it ran while no run worker watched)."""
+        if attempt.started_at is None:
+            ran = container_ages(pods, self._wall())[0] if attempt.adopted else 0.0
+            attempt.started_at = self._clock() - ran
 
     def core(self, attempt: Attempt) -> CoreV1Api:
         """The CoreV1Api of the attempt's tenant."""
@@ -108,8 +117,7 @@ class AttemptObserver:
         elif current.state == StepState.PENDING:
             current = self._explain_pending(handle, attempt, pending_pod(pods))
         elif current.state == StepState.RUNNING:
-            if attempt.started_at is None:
-                attempt.started_at = self._clock()
+            self._started(attempt, pods)
             current = self._coming_eviction(attempt, current, pods)
         if current.reason == FailureReason.PREEMPTED:
             current = self._name_preemptor(attempt, current, preempted_pods(pods, gone))
@@ -159,7 +167,11 @@ class AttemptObserver:
         evicted = attempt.admission.evicted(attempt.job, cancelled=attempt.cancelled)
         status = evicted or status
         attempt.finished_at = self._clock()
-        if attempt.started_at is None and status.node:
+        if attempt.started_at is None and attempt.adopted and pod is not None:
+            started, ended = container_ages([pod], self._wall())  # it ended while unwatched
+            attempt.started_at = attempt.finished_at - started
+            attempt.finished_at -= ended or 0.0
+        elif attempt.started_at is None and status.node:
             attempt.started_at = attempt.submitted_at
         if status.state == StepState.FAILED and pod is not None and not attempt.cancelled:
             try:

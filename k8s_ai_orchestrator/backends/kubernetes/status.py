@@ -15,7 +15,8 @@ Example:
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
+from datetime import datetime
 from typing import Any
 
 from ..base import FailureReason, StepState, StepStatus
@@ -180,6 +181,33 @@ def condition_of(status: Mapping[str, Any], kind: str) -> Mapping[str, Any] | No
         if condition.get("type") == kind:
             return condition
     return None
+
+
+def container_ages(pods: Iterable[Mapping[str, Any]], now: float) -> tuple[float, float | None]:
+    """How long before `now` (epoch seconds) the pods' containers first started and last
+    ended, by the kubelet's timestamps: what an adopted attempt ran while no run worker
+    watched. (0.0, None) when nothing started; None when one has not ended.
+
+    Example:
+        >>> pod = {"status": {"containerStatuses": [{"state": {"terminated": {
+        ...     "startedAt": "2026-12-02T10:00:00Z", "finishedAt": "2026-12-02T10:00:30Z"}}}]}}
+        >>> container_ages([pod], datetime.fromisoformat("2026-12-02T10:01:00Z").timestamp())
+        (60.0, 30.0)
+    """
+    starts: list[float] = []
+    ends: list[float | None] = []
+    for pod in pods:
+        for container in (pod.get("status") or {}).get("containerStatuses") or ():
+            state = container.get("state") or {}
+            times = state.get("running") or state.get("terminated") or {}
+            if times.get("startedAt"):
+                starts.append(datetime.fromisoformat(times["startedAt"]).timestamp())
+                end = times.get("finishedAt")
+                ends.append(datetime.fromisoformat(end).timestamp() if end else None)
+    if not starts:
+        return 0.0, None
+    ended = None if None in ends or not ends else max(e for e in ends if e is not None)
+    return max(0.0, now - min(starts)), None if ended is None else max(0.0, now - ended)
 
 
 def _terminated(status: Mapping[str, Any]) -> Mapping[str, Any] | None:

@@ -151,7 +151,8 @@ class LocalBackend:
         """The attempt's step process if it still runs (`Adopts`; its run worker died): found
         by its ledger claim (run, step and attempt), start-time checked so a reused PID is
         never taken. The claim becomes this backend's and its memory limit is enforced from
-        now on; its exit status is unknown (its own events tell). None if it is not running."""
+        now on; its usage counts from the process's start; its exit status is unknown (its
+        own events tell). None if it is not running."""
         job_id = _job_id(request)
         claim = self.ledger.adopt(request.run_id, job_id)
         if claim is None:
@@ -160,7 +161,8 @@ class LocalBackend:
         log_path = Path(claim.log_path or self._log_dir / f"{_safe_file_name(job_id)}.log")
         attempt = LocalAttempt(request, handle, log_path, claim.alone, claim.gpu_ids, adopted=True)
         attempt.process = AdoptedProcess(claim.pid, claim.pid_started)
-        attempt.started_at = self._clock()
+        ran = max(0.0, time.time() - claim.pid_started) if claim.pid_started else 0.0
+        attempt.started_at = self._clock() - ran  # it ran while no run worker watched
         attempt.meter = AttemptMeter(claim.memory_bytes, attempt.started_at)
         attempt.status = StepStatus.running(node="localhost")
         with self._lock:
