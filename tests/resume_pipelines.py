@@ -33,15 +33,27 @@ def tally(context: OpExecutionContext) -> int:
     return 1
 
 
+def _hold_once_released(context: OpExecutionContext, first: int, later: int) -> int:
+    """Count, wait for the release, then hold `first` MiB (attempt 0) or `later` MiB."""
+    _count_and_wait(context)
+    mib = first if os.environ.get("K8S_AI_ATTEMPT", "0") == "0" else later
+    blocks = [bytearray(16 << 20) for _ in range(mib // 16)]
+    time.sleep(3)
+    return len(blocks)
+
+
 @op(config_schema=CONFIG, tags=compute(cpu=0.5, memory="256Mi"))
 def hungry_later(context: OpExecutionContext) -> int:
     """Once released, its first attempt holds 320 MB (OOM-killed at 256Mi); the next one
     (512Mi) holds 160 MB and succeeds."""
-    _count_and_wait(context)
-    first = os.environ.get("K8S_AI_ATTEMPT", "0") == "0"
-    blocks = [bytearray(16 << 20) for _ in range(20 if first else 10)]
-    time.sleep(3)
-    return len(blocks)
+    return _hold_once_released(context, 320, 160)
+
+
+# On Slurm a Dagster step process alone can pass 256Mi (OverMemoryKill counts its RSS)
+@op(config_schema=CONFIG, tags=compute(cpu=0.5, memory="1Gi"))
+def hungry_later_1gi(context: OpExecutionContext) -> int:
+    """`hungry_later` at 1Gi: 1.25 GiB once released (OOM-killed), then 320 MiB at 2Gi."""
+    return _hold_once_released(context, 1280, 320)
 
 
 @op(config_schema=CONFIG, tags=compute(cpu=0.5, memory="256Mi"))
@@ -72,7 +84,7 @@ def gang_tally(context: OpExecutionContext, gang: Gang) -> int:
     return gang.run(rank_tally, context.op_config["dir"])
 
 
-@op(config_schema=CONFIG, tags=compute(cpu=0.5, memory="256Mi", preemptible=True))
+@op(config_schema=CONFIG, tags=compute(cpu=0.5, memory="1Gi", preemptible=True))
 def resumable(context: OpExecutionContext, checkpoints: CheckpointStore) -> int:
     """40 checkpointed units; its first attempt works slowly once 5 are saved (and counts its
     execution then), so that a test can preempt it. Returns the unit it resumed from."""
@@ -110,6 +122,11 @@ def hungry_later_job() -> None:
 
 
 @job(executor_def=ai_executor)
+def hungry_later_1gi_job() -> None:
+    hungry_later_1gi()
+
+
+@job(executor_def=ai_executor)
 def hungry_first_job() -> None:
     hungry_first()
 
@@ -120,6 +137,13 @@ def gang_tally_job() -> None:
 
 
 defs = Definitions(
-    jobs=[tally_job, hungry_later_job, hungry_first_job, resumable_job, gang_tally_job],
+    jobs=[
+        tally_job,
+        hungry_later_job,
+        hungry_later_1gi_job,
+        hungry_first_job,
+        resumable_job,
+        gang_tally_job,
+    ],
     resources={"gang": Gang(straggler_timeout_s=120)},
 )
