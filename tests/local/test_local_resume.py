@@ -6,11 +6,14 @@ never started a second time, and terminating the resumed run stops it."""
 
 from __future__ import annotations
 
+import os
+import signal
 import time
 from pathlib import Path
 from typing import Any
 
 import pytest
+from dagster import DagsterRunStatus
 
 from k8s_ai_orchestrator.backends.local.ledger import AdmissionLedger
 from k8s_ai_orchestrator.proctree import process_alive
@@ -82,6 +85,32 @@ def test_a_resumed_run_worker_s_summary_counts_the_attempts_the_lost_one_watched
     cpu_seconds, attempts = worker.summary("hungry_first")
     assert attempts == 2
     assert cpu_seconds >= 0.5 * 2  # 0.5 CPU × at least the 2 s
+
+
+def test_a_step_preempted_while_no_run_worker_watched_resumes_from_its_checkpoint(
+    run_worker: Any, tmp_path: Path
+) -> None:
+    """Preempted: SIGTERM from outside reaches the step process while no run worker watches;
+    it saves, asks for a retry and exits. The resumed run worker acts on that retry as a live
+    one would: the next attempt resumes from the checkpoint."""
+    config = run_config("resumable", tmp_path)
+    config["resources"] = {"checkpoints": {"config": {"root": (tmp_path / "ck").as_uri()}}}
+    worker = run_worker("resumable_job", config)
+    worker.started(tmp_path)
+    (step,) = step_pids(worker.run.run_id)
+    worker.kill()
+    os.kill(step[0], signal.SIGTERM)
+    wait_until(lambda: not process_alive(*step), 60, 0.1)  # saved and stopped, unwatched
+
+    worker.resume()
+    assert worker.process.wait(180) == 0, worker.messages()
+    assert worker.status() == DagsterRunStatus.SUCCESS
+    first, second = (tmp_path / "executions").read_text().splitlines()
+    assert first == "resumable attempt 0 from 0"
+    assert second.startswith("resumable attempt 1 from ") and int(second.split()[-1]) >= 5
+    launches = [m for m in worker.messages() if m.startswith("Launching step 'resumable'")]
+    assert len(launches) == 2 and "(attempt 2)" in launches[1], launches
+    assert step_pids(worker.run.run_id) == []
 
 
 def test_terminating_a_resumed_run_stops_the_step_process_the_first_run_worker_started(
