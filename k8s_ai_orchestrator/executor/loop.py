@@ -30,6 +30,7 @@ from dagster._core.execution.context.system import IStepContext, PlanOrchestrati
 from dagster._core.execution.plan.active import ActiveExecution
 from dagster._core.execution.plan.instance_concurrency_context import InstanceConcurrencyContext
 from dagster._core.execution.plan.plan import ExecutionPlan
+from dagster._core.execution.plan.state import KnownExecutionState
 from dagster._core.execution.retries import RetryMode
 from dagster._core.execution.step_dependency_config import StepDependencyConfig
 from dagster._core.executor.step_delegating.step_handler.base import StepHandlerContext
@@ -212,10 +213,11 @@ class StepLoop:
     def _launch_ready(self) -> bool:
         limit = self._executor.max_concurrent
         room = None if limit is None else limit - len(self._running)
-        launched = False
+        launched, known = False, None
         for step in self._active.get_steps_to_execute(room):
             self._running[step.key] = step
-            list(self._handler.launch_step(self._step_handler_context(step)))
+            known = known or self._active.get_known_state()  # once a pass: it copies the run's
+            list(self._handler.launch_step(self._step_handler_context(step, known)))
             launched = True
         return launched
 
@@ -242,7 +244,7 @@ class StepLoop:
         replay = [event for event in prior if id(event) not in held]
         for step in self._active.rebuild_from_events(replay):  # each says what became of it
             self._running[step.key] = step
-            context = self._step_handler_context(step)
+            context = self._step_handler_context(step, self._active.get_known_state())
             yield from self._handler.adopt(context, undecided.get(step.key))
         for event in self._executor.classify(failures):
             self._handle(event)  # a failure no backend attempt stands behind: decided now
@@ -284,7 +286,9 @@ class StepLoop:
         for step in self._running.values():
             self._handler.terminate(step.key, self._plan_context.for_step(step))
 
-    def _step_handler_context(self, step: ExecutionStep) -> StepHandlerContext:
+    def _step_handler_context(
+        self, step: ExecutionStep, known: KnownExecutionState
+    ) -> StepHandlerContext:
         plan_context = self._plan_context
         instance = plan_context.plan_data.instance
         return StepHandlerContext(
@@ -297,12 +301,29 @@ class StepLoop:
                 step_keys_to_execute=[step.key],
                 instance_ref=instance.get_ref(),
                 retry_mode=self._executor.retries.for_inner_plan(),
-                known_state=self._active.get_known_state(),
+                known_state=known_state_for(known, step),
                 should_verify_step=False,
                 print_serialized_events=False,
             ),
             dagster_run=plan_context.dagster_run,
         )
+
+
+def known_state_for(known: KnownExecutionState, step: ExecutionStep) -> KnownExecutionState:
+    """The part of the run's known state a step's process reads: of the outputs produced so
+    far, those of the steps its inputs come from (what its `can_load` asks); the rest whole.
+
+    The whole state names every output the run has produced, so launching the N-th step of a
+    fan-out would serialize N handles into its arguments: O(N²) over the run. Trimmed, a
+    launch costs the size of the step's inputs.
+    """
+    upstream = step.get_execution_dependency_keys()
+    return known._replace(
+        ready_outputs={h for h in known.ready_outputs if h.step_key in upstream},
+        step_output_versions={
+            h: v for h, v in known.step_output_versions.items() if h.step_key in upstream
+        },
+    )
 
 
 def run_plan(
@@ -324,4 +345,4 @@ def run_plan(
             yield from StepLoop(executor, plan_context, active).run()
 
 
-__all__ = ["RunEvents", "StepLoop", "run_plan"]
+__all__ = ["RunEvents", "StepLoop", "known_state_for", "run_plan"]

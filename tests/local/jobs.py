@@ -11,7 +11,15 @@ import sys
 import time
 from pathlib import Path
 
-from dagster import Definitions, OpExecutionContext, RetryPolicy, job, op
+from dagster import (
+    Definitions,
+    DynamicOut,
+    DynamicOutput,
+    OpExecutionContext,
+    RetryPolicy,
+    job,
+    op,
+)
 
 from k8s_ai_orchestrator import AICompute, CheckpointStore, ai_executor, compute
 from k8s_ai_orchestrator.backends.local import AdmissionLedger
@@ -204,6 +212,34 @@ def command_in_a_full_machine() -> None:
     step_running_a_command()
 
 
+@op(out=DynamicOut(int), tags=compute(cpu=0.5, memory="256Mi"))
+def emit_tiles():  # type: ignore[no-untyped-def]
+    for i in range(3):
+        yield DynamicOutput(i, mapping_key=f"t{i}")
+
+
+@op(tags=compute(cpu=0.5, memory="256Mi"))
+def square(x: int) -> int:
+    return x * x
+
+
+@op(tags=compute(cpu=0.5, memory="256Mi"))
+def base() -> int:
+    return 100
+
+
+@op(tags=compute(cpu=0.5, memory="256Mi"))
+def total(squares: list[int], offset: int) -> int:
+    return sum(squares) + offset
+
+
+@job(executor_def=ai_executor)
+def dynamic_fan_out() -> None:
+    """Inputs from a mapped output, a collect and a plain upstream: each step's process loads
+    them from the part of the run's known state it is given (`loop.known_state_for`)."""
+    total(emit_tiles().map(square).collect(), base())
+
+
 defs = Definitions(
     resources={"ai": AICompute(local={"cpus": 2, "memory": "4Gi"}, poll_interval_s=0.1)},
     jobs=[
@@ -217,5 +253,6 @@ defs = Definitions(
         bad_tags,
         tenant_routed,
         machine_wide,
+        dynamic_fan_out,
     ],
 )
