@@ -322,3 +322,19 @@ def test_a_resumed_backend_finds_every_job_of_the_run_in_one_list(
         fresh.close()
         for handle in handles:
             backend.cancel(handle)
+
+
+def test_a_job_the_api_server_refuses_is_a_submit_error_with_the_server_s_words(
+    emulator: Any, backend: KubernetesBackend
+) -> None:
+    """The create's answer is not read into a model (`_preload_content=False`); a refusal
+    still comes back as the server said it."""
+    emulator.inject_errors("team-a", status=403, count=1, verb="create", path_regex=r"/jobs$")
+    with pytest.raises(SubmitError) as refused:
+        backend.submit(python_step("pass", step="tiles"))
+    message = str(refused.value)
+    assert "step 'tiles': tenant 'team-a' refused Job k8s-ai-" in message, message
+    assert "403" in message, message
+    handle = backend.submit(python_step("print('created')", step="tiles2"))
+    assert wait_for(lambda: backend.status(handle).is_terminal, 60, 0.1)
+    assert backend.status(handle).state is StepState.SUCCEEDED

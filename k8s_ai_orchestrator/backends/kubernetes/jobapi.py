@@ -41,7 +41,9 @@ class JobApi:
 
         def create() -> None:
             try:
-                batch.create_namespaced_job(namespace, manifest)
+                response = batch.create_namespaced_job(namespace, manifest, _preload_content=False)
+                response.drain_conn()  # the created Job is not read: no model is built of it
+                response.release_conn()
             except ApiException as error:
                 if error.status == 409:
                     return  # an earlier try of this call was applied; the Job exists
