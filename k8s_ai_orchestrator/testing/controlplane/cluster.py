@@ -164,6 +164,11 @@ class ControlPlane:
             self._etcd_dir = None
 
     @property
+    def ca(self) -> pki.KeyPair:
+        """The CA that signs every certificate of this plane; apiservers trust its clients."""
+        return pki.KeyPair(self.run_dir / "pki" / "ca.crt", self.run_dir / "pki" / "ca.key")
+
+    @property
     def ready_times(self) -> dict[str, float]:
         """Seconds from each component's start to each readiness stage, keyed "name: stage"."""
         return {
@@ -186,7 +191,7 @@ class ControlPlane:
     # -- startup -------------------------------------------------------------------------------
 
     def _start_all(self) -> None:
-        ca = pki.write_ca(self.run_dir / "pki")
+        ca = pki.write_ca(self.ca.cert.parent)
         etcd = self._start_etcd()
         names = (HOST, *self.tenant_names)
         plans = [_ApiServerPlan.create(self.run_dir / name, name, ca) for name in names]
