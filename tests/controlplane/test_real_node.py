@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 from kubernetes import client, config
 
-from k8s_ai_orchestrator.testing.controlplane import ControlPlane
+from k8s_ai_orchestrator.testing.controlplane import ControlPlane, nodecleanup
 from k8s_ai_orchestrator.testing.controlplane.nodeconfig import (
     REAL_NODE_KEY,
     REAL_NODE_TOLERATION,
@@ -45,6 +45,7 @@ def real_node(
     require_program("nsenter", "util-linux nsenter", INSTALL_DEPS)
     root = Path(tempfile.mkdtemp(prefix="k8sai-rn-"))
     node = RealNode(control_plane, node_bin_dir, root)
+    before = _machine_state(node)
     try:
         yield node.start()
     finally:
@@ -53,6 +54,27 @@ def real_node(
         shutil.copytree(root / "logs", tmp_path / "node-logs", dirs_exist_ok=True)
     assert problems == [], problems
     assert left == [], f"still running after the node stopped: {left}"
+    assert _machine_state(node) == before
+    shutil.rmtree(root, ignore_errors=True)
+
+
+def _machine_state(node: RealNode) -> dict[str, object]:
+    """What a node may change on the machine: sysctls, network namespaces, mounts under its
+    directory, cgroups, directories outside its own."""
+    return {
+        "sysctls": nodecleanup.read_sysctls(),
+        "netns": sorted(p.name for p in Path("/run/netns").glob("*")),
+        "mounts": nodecleanup.mounts_under(node.layout.root),
+        "cgroups": sorted(str(p) for p in Path("/sys/fs/cgroup").glob(f"*{node.cgroup_root}")),
+        "dirs": [d.exists() for d in nodecleanup.FIXED_DIRS],
+    }
+
+
+@pytest.fixture
+def real_node_root(tmp_path: Path) -> Iterator[Path]:
+    """A short directory for nodes that a test starts itself (it holds unix sockets)."""
+    root = Path(tempfile.mkdtemp(prefix="k8sai-rn-"))
+    yield root
     shutil.rmtree(root, ignore_errors=True)
 
 
@@ -165,3 +187,30 @@ def test_memory_limit_is_enforced_by_the_kernel_oom_killer(
         timeout_s=30,
     )
     core.delete_namespaced_pod("hungry", ns, grace_period_seconds=0)
+
+
+def test_a_crashed_node_is_ended_by_the_next_start(
+    control_plane: ControlPlane,
+    node_bin_dir: Path,
+    real_node_root: Path,
+    namespace: tuple[client.CoreV1Api, str],
+) -> None:
+    core, ns = namespace
+    crashed = RealNode(control_plane, node_bin_dir, real_node_root / "crashed")
+    before = _machine_state(crashed)
+    crashed.start()
+    core.create_namespaced_pod(ns, _pod("sleeper", "import time; time.sleep(600)"))
+    _wait_for(
+        "phase Running",
+        lambda: core.read_namespaced_pod("sleeper", ns).status.phase == "Running",
+        core,
+        ns,
+    )
+    crashed.crash()
+    core.delete_namespaced_pod("sleeper", ns, grace_period_seconds=0)
+    assert len(crashed.leftovers()) >= 3, crashed.leftovers()  # shim, pause, python
+
+    with RealNode(control_plane, node_bin_dir, real_node_root / "next") as node:
+        assert crashed.leftovers() == [], "the next start did not end the crashed node's"
+        assert node.leftovers() == []
+    assert _machine_state(crashed) == before

@@ -22,6 +22,8 @@ from __future__ import annotations
 
 import fcntl
 import json
+import os
+import signal
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -161,6 +163,19 @@ class RealNode:
                 f"ctr images import {archive} failed ({result.returncode}): "
                 f"{result.stderr.strip()[-500:]}; read {self.layout.root / 'logs'}"
             )
+
+    def crash(self) -> None:
+        """SIGKILL the kubelet and containerd and forget the node without cleaning up, as a
+        killed test process would leave it: its containers, shims, mounts, namespace and
+        sysctls stay until the next `start` of any real node on this machine ends them."""
+        for component in self.components:
+            if component.pid is not None and component.running:
+                os.killpg(component.pid, signal.SIGKILL)
+        self.components = []
+        self.record = None
+        if self._lock is not None:
+            self._lock.close()
+            self._lock = None
 
     def leftovers(self) -> list[str]:
         """This node's containers and shims still alive, as "pid: command" lines: container
