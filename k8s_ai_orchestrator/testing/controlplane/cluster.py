@@ -46,8 +46,24 @@ class ApiServer:
     kubeconfig: Path  # admin kubeconfig (token auth)
 
 
-def write_kubeconfig(path: Path, server: str, ca_file: Path, user: str, token: str) -> Path:
-    """Write a one-context kubeconfig (JSON, which every YAML loader reads) and return it."""
+def write_kubeconfig(
+    path: Path,
+    server: str,
+    ca_file: Path,
+    user: str,
+    token: str = "",
+    client_cert: pki.KeyPair | None = None,
+) -> Path:
+    """Write a one-context kubeconfig (JSON, which every YAML loader reads) and return it.
+
+    The user proves itself with `token`, or with `client_cert` when one is given.
+    """
+    credentials: dict[str, str] = {"token": token}
+    if client_cert is not None:
+        credentials = {
+            "client-certificate": str(client_cert.cert),
+            "client-key": str(client_cert.key),
+        }
     config = {
         "apiVersion": "v1",
         "kind": "Config",
@@ -57,7 +73,7 @@ def write_kubeconfig(path: Path, server: str, ca_file: Path, user: str, token: s
                 "cluster": {"server": server, "certificate-authority": str(ca_file)},
             }
         ],
-        "users": [{"name": user, "user": {"token": token}}],
+        "users": [{"name": user, "user": credentials}],
         "contexts": [{"name": "kubeplane", "context": {"cluster": "kubeplane", "user": user}}],
         "current-context": "kubeplane",
     }

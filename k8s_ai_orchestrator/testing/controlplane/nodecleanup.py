@@ -23,6 +23,8 @@ from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from .nodeconfig import CNI_NETWORK, RUNC
+
 RECORD_DIR = Path("/run/k8s-ai-orchestrator")  # tmpfs: a reboot resets everything it names
 # Every sysctl the kubelet sets (its setupKernelTunables) and the harness raises.
 TOUCHED_SYSCTLS = (
@@ -45,7 +47,6 @@ FIXED_DIRS = (
     Path("/var/lib/cni/results"),
     Path("/var/lib/cni"),
 )
-CNI_NETWORK = "k8sai"  # nodeconfig.cni_network's name: libcni's cache files start with it
 SHIM_BINARY = "containerd-shim-runc-v2"
 
 Run = Callable[[list[str]], "subprocess.CompletedProcess[str]"]
@@ -144,26 +145,18 @@ def shim_pids(root: Path) -> list[int]:
     return pids
 
 
-def runc_container_ids(root: Path) -> list[str]:
-    """The ids of the containers runc holds state for under the node's runc root."""
-    runc_root = root / "runc"
-    found = [p.parent.name for p in runc_root.glob("*/*/state.json")]
-    return sorted(set(found))
-
-
 def end_containers(root: Path, run: Run = run_quietly) -> list[str]:
-    """SIGKILL and delete, by id, every container runc holds for the node, then SIGKILL every
-    shim of its task bundles; returns the container ids ended."""
-    ids = runc_container_ids(root)
-    for namespace_dir in sorted((root / "runc").glob("*")):
-        for container in sorted(namespace_dir.glob("*/state.json")):
-            cid = container.parent.name
-            runc = ["runc", "--root", str(namespace_dir)]
-            run([*runc, "kill", "--all", cid, "KILL"])
-            run([*runc, "delete", "--force", cid])
+    """SIGKILL and delete, by id, every container runc holds state for under the node's runc
+    root, then SIGKILL every shim of its task bundles; returns the container ids ended."""
+    ended = []
+    for state in sorted((root / "runc").glob("*/*/state.json")):  # <root>/runc/<ns>/<id>/
+        container_id, runc = state.parent.name, [RUNC, "--root", str(state.parent.parent)]
+        run([*runc, "kill", "--all", container_id, "KILL"])
+        run([*runc, "delete", "--force", container_id])
+        ended.append(container_id)
     for pid in shim_pids(root):
         _kill(pid, SHIM_BINARY)
-    return ids
+    return ended
 
 
 def mounts_under(root: Path) -> list[str]:

@@ -20,6 +20,7 @@ from typing import Any
 
 POD_SUBNET = "203.0.113.0/24"  # documentation range (RFC 5737): never routed off the machine
 BRIDGE = "k8sai0"
+CNI_NETWORK = "k8sai"  # libcni's cache files under /var/lib/cni/results start with it
 REAL_NODE_KEY = "k8s-ai.test/real-node"  # the node's label and taint: only pods that ask land
 REAL_NODE_TAINT = {"key": REAL_NODE_KEY, "value": "true", "effect": "NoSchedule"}
 REAL_NODE_TOLERATION = {
@@ -161,7 +162,7 @@ def cni_network(layout: NodeLayout, subnet: str = POD_SUBNET) -> dict[str, Any]:
     """A CNI network list: a bridge that is the pods' gateway, no masquerade, no routes."""
     return {
         "cniVersion": "1.0.0",
-        "name": "k8sai",
+        "name": CNI_NETWORK,
         "plugins": [
             {
                 "type": "bridge",

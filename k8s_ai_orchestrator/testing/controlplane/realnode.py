@@ -316,13 +316,7 @@ class RealNode:
             self.plane.ca, self.layout.root / "kubelet-serving", [self.address, self.name]
         )
         kubeconfig = self.layout.root / "kubelet.kubeconfig"
-        write_kubeconfig(kubeconfig, self.host.url, self.host.ca_file, user, "")
-        config = json.loads(kubeconfig.read_text())
-        config["users"][0]["user"] = {
-            "client-certificate": str(client.cert),
-            "client-key": str(client.key),
-        }
-        kubeconfig.write_text(json.dumps(config, indent=2))
+        write_kubeconfig(kubeconfig, self.host.url, self.host.ca_file, user, client_cert=client)
         files = nodeconfig.KubeletFiles(kubeconfig, self.plane.ca.cert, serving.cert, serving.key)
         healthz_port = free_port()
         kubelet_config = nodeconfig.kubelet_config(
