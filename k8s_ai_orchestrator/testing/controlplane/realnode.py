@@ -171,6 +171,7 @@ class RealNode:
         for component in self.components:
             if component.pid is not None and component.running:
                 os.killpg(component.pid, signal.SIGKILL)
+            component.stop()  # only reaps: the process group is gone already
         self.components = []
         self.record = None
         if self._lock is not None:
