@@ -41,7 +41,7 @@ kueue-background:
 	fi
 
 FAST_MARKERS := not slurm and not browser and not daemon and not controlplane and not contract \
-  and not kueue and not slow
+  and not kueue and not realnode and not slow
 
 checks: $(STAMP)
 	$(BIN)/ruff check k8s_ai_orchestrator example_project tests benchmarks

@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # Build the kubeplane multi-call binary (etcd, kube-apiserver, kube-controller-manager,
-# kube-scheduler) from tests/kubeplane into a cache directory outside the repository.
+# kube-scheduler, kubelet) from tests/kubeplane into a cache directory outside the repository.
 #
 # The directory is keyed by a hash of go.mod, go.sum, main.go, this script and `go version`, so
 # a cached binary is reused at once. Progress goes to stderr; the last stdout line is the
-# directory holding `kubeplane` and its four personality symlinks.
+# directory holding `kubeplane` and its five personality symlinks.
 # Usage: scripts/build-kubeplane.sh [--check]   (--check: never build, only report the cache)
 # Exit codes: 0 built or cached, 3 no Go toolchain (callers decide whether that is fatal),
 # 4 --check and not built yet, anything else: the build failed.
@@ -18,7 +18,7 @@ main() {
   ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
   SRC="$ROOT/tests/kubeplane"
   CACHE_ROOT=${KUBEPLANE_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/k8s-ai-orchestrator}
-  PERSONALITIES=(etcd kube-apiserver kube-controller-manager kube-scheduler)
+  PERSONALITIES=(etcd kube-apiserver kube-controller-manager kube-scheduler kubelet)
 
   if ! command -v go >/dev/null 2>&1; then
     echo "build-kubeplane: no 'go' on PATH; install Go >= 1.26 to build the Kubernetes control plane" >&2

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Debian packages the tests need: a real Slurm (daemons started by the test fixture), Chromium
 # for the browser tests, kubectl (any version that reads server-side table columns: Debian's
-# kubernetes-client is v1.20) and setpriv (util-linux). Idempotent; skips apt when everything
+# kubernetes-client is v1.20), setpriv (util-linux) and runc (the real node's runtime). Idempotent; skips apt when everything
 # is present.
 set -euo pipefail
 need=()
@@ -12,6 +12,7 @@ command -v munged >/dev/null || need+=(munge)
 command -v chromium >/dev/null || need+=(chromium)
 command -v kubectl >/dev/null || need+=(kubernetes-client)
 command -v setpriv >/dev/null || need+=(util-linux)
+command -v runc >/dev/null || need+=(runc)
 if [ ${#need[@]} -gt 0 ]; then
   SUDO=""
   [ "$(id -u)" -eq 0 ] || SUDO="sudo"

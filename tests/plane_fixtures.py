@@ -5,7 +5,8 @@ Imported by tests/conftest.py, so every test folder can ask for `control_plane`,
 Outside CI the tests skip when `kubeplane` is not built yet (building takes ~20 min cold). With
 CI=true a missing Go or a failed build fails them, and the fixture builds the binary itself if
 it is not cached. KUBEPLANE_BIN_DIR points at a prebuilt binary directory instead. Kueue
-(`kueue_team_a`, scripts/build-kueue.sh) follows the same rules, with KUEUE_BIN_DIR.
+(`kueue_team_a`, scripts/build-kueue.sh) follows the same rules, with KUEUE_BIN_DIR, and so do
+the real node's programs (`node_bin_dir`, scripts/build-node.sh), with K8S_AI_NODE_BIN_DIR.
 """
 
 from __future__ import annotations
@@ -28,7 +29,12 @@ from k8s_ai_orchestrator.testing.controlplane import (
     start_control_plane,
 )
 from k8s_ai_orchestrator.testing.controlplane.agent import NodeSpec
-from k8s_ai_orchestrator.testing.controlplane.binary import KueueUnavailable, build_kueue
+from k8s_ai_orchestrator.testing.controlplane.binary import (
+    KueueUnavailable,
+    NodeProgramsUnavailable,
+    build_kueue,
+    build_node,
+)
 from k8s_ai_orchestrator.testing.controlplane.flags import Gates
 from k8s_ai_orchestrator.testing.controlplane.kube import RealKube
 from k8s_ai_orchestrator.testing.controlplane.kueue import KueueProcess, start_kueue
@@ -36,6 +42,7 @@ from tests.requirements import REAL_PLANE_PARAM, in_ci, require
 
 BUILD_SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "build-kubeplane.sh"
 KUEUE_BUILD_SCRIPT = BUILD_SCRIPT.with_name("build-kueue.sh")
+NODE_BUILD_SCRIPT = BUILD_SCRIPT.with_name("build-node.sh")
 TENANTS = ("team-a", "team-b")
 TENANT = TENANTS[0]
 # The parameters of the fixtures that run a test on the emulator or on this real plane, each
@@ -54,7 +61,7 @@ def _built(env: str, build: Callable[..., Path], script: Path, what: str) -> Pat
         return Path(os.environ[env])
     try:
         return build(script, check_only=not in_ci())
-    except (KubeplaneUnavailable, KueueUnavailable) as error:
+    except (KubeplaneUnavailable, KueueUnavailable, NodeProgramsUnavailable) as error:
         require(what, False, str(error))
         raise
 
@@ -155,6 +162,13 @@ def gang_plane(kubeplane_bin_dir: Path) -> Iterator[RealKube]:
 def kueue_bin_dir() -> Path:
     """The directory of the Kueue build; built here only under CI."""
     return _built("KUEUE_BIN_DIR", build_kueue, KUEUE_BUILD_SCRIPT, "Kueue")
+
+
+@pytest.fixture(scope="session")
+def node_bin_dir() -> Path:
+    """The directory of the real node's programs (containerd, CNI plugins, pause); built here
+    only under CI. K8S_AI_NODE_BIN_DIR points at a prebuilt one instead."""
+    return _built("K8S_AI_NODE_BIN_DIR", build_node, NODE_BUILD_SCRIPT, "the real node's programs")
 
 
 @dataclass(frozen=True)

@@ -30,6 +30,7 @@ import pytest
 FIXTURE_MARKERS = {
     "kubeplane_bin_dir": "controlplane",  # every real-plane fixture starts from it
     "kueue_bin_dir": "kueue",
+    "node_bin_dir": "realnode",
     "slurm_cluster": "slurm",
     "chromium": "browser",
     "daemon_world": "daemon",

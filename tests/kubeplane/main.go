@@ -1,12 +1,13 @@
 // Command kubeplane is a multi-call binary for the test suite's real Kubernetes control plane.
 //
-// It runs as etcd, kube-apiserver, kube-controller-manager or kube-scheduler, chosen by the
+// It runs as etcd, kube-apiserver, kube-controller-manager, kube-scheduler or kubelet, chosen by the
 // basename of argv[0] (symlinks) or, when called as kubeplane, by the first argument. Only the
 // chosen command is built: the apiserver and controller-manager commands install the one-shot
 // process signal handler while they are constructed, so building two of them would panic.
 package main
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -21,9 +22,10 @@ import (
 	apiserver "k8s.io/kubernetes/cmd/kube-apiserver/app"
 	controllermanager "k8s.io/kubernetes/cmd/kube-controller-manager/app"
 	scheduler "k8s.io/kubernetes/cmd/kube-scheduler/app"
+	kubelet "k8s.io/kubernetes/cmd/kubelet/app"
 )
 
-const usage = "usage: kubeplane etcd|kube-apiserver|kube-controller-manager|kube-scheduler [flags]"
+const usage = "usage: kubeplane etcd|kube-apiserver|kube-controller-manager|kube-scheduler|kubelet [flags]"
 
 func main() {
 	name, args := filepath.Base(os.Args[0]), os.Args[1:]
@@ -50,6 +52,8 @@ func run(name string, args []string) int {
 		command = controllermanager.NewControllerManagerCommand()
 	case "kube-scheduler":
 		command = scheduler.NewSchedulerCommand()
+	case "kubelet":
+		command = kubelet.NewKubeletCommand(context.Background())
 	default:
 		fmt.Fprintf(os.Stderr, "kubeplane: unknown personality %q\n%s\n", name, usage)
 		return 2

@@ -1,5 +1,5 @@
-"""Find or build the `kubeplane` binary (`scripts/build-kubeplane.sh`) and Kueue
-(`scripts/build-kueue.sh`).
+"""Find or build the `kubeplane` binary (`scripts/build-kubeplane.sh`), Kueue
+(`scripts/build-kueue.sh`) and the real node's programs (`scripts/build-node.sh`).
 
 Example:
     >>> bin_dir = build_kubeplane(Path("scripts/build-kubeplane.sh"))  # doctest: +SKIP
@@ -27,6 +27,11 @@ class KubeplaneUnavailable(ControlPlaneError):
 class KueueUnavailable(ControlPlaneError):
     """No Kueue build and no way (or no leave) to build it; the caller decides whether that is
     fatal."""
+
+
+class NodeProgramsUnavailable(ControlPlaneError):
+    """No build of the real node's programs (containerd, CNI plugins, pause) and no way (or no
+    leave) to build them; the caller decides whether that is fatal."""
 
 
 Runner = Callable[[Sequence[str]], "subprocess.CompletedProcess[str]"]
@@ -81,6 +86,31 @@ def build_kueue(script: Path, *, check_only: bool = False, run: Runner = _run) -
     )
 
 
+def build_node(script: Path, *, check_only: bool = False, run: Runner = _run) -> Path:
+    """Run `scripts/build-node.sh` (a no-op when cached) and return the directory with
+    `containerd`, `containerd-shim-runc-v2`, `ctr`, `pause` and `cni/`.
+
+    Example:
+        >>> bin_dir = build_node(Path("scripts/build-node.sh"))  # doctest: +SKIP
+        >>> (bin_dir / "cni" / "bridge").exists()  # doctest: +SKIP
+        True
+
+    Raises:
+        NodeProgramsUnavailable: the script found no `go` or `gcc`, or (`check_only`) no
+            cached build.
+        ControlPlaneError: the build failed.
+    """
+    return _build(
+        script,
+        "containerd",
+        "the real node",
+        "about 7 min on 2 cores the first time",
+        NodeProgramsUnavailable,
+        check_only=check_only,
+        run=run,
+    )
+
+
 def _build(
     script: Path,
     binary: str,
@@ -94,7 +124,9 @@ def _build(
     result = run(["bash", str(script), *(["--check"] if check_only else [])])
     lines = result.stdout.strip().splitlines()
     if result.returncode == NO_GO_EXIT_CODE:
-        raise unavailable(f"{script} found no Go toolchain; install Go >= 1.26 to run {what}")
+        raise unavailable(
+            f"{script} found no Go toolchain (or C compiler); install Go >= 1.26 to run {what}"
+        )
     if result.returncode == NOT_BUILT_EXIT_CODE:
         raise unavailable(f"{binary} is not built; run {script} ({cold_time})")
     if result.returncode != 0 or not lines:

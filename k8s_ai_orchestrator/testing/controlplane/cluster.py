@@ -46,8 +46,24 @@ class ApiServer:
     kubeconfig: Path  # admin kubeconfig (token auth)
 
 
-def write_kubeconfig(path: Path, server: str, ca_file: Path, user: str, token: str) -> Path:
-    """Write a one-context kubeconfig (JSON, which every YAML loader reads) and return it."""
+def write_kubeconfig(
+    path: Path,
+    server: str,
+    ca_file: Path,
+    user: str,
+    token: str = "",
+    client_cert: pki.KeyPair | None = None,
+) -> Path:
+    """Write a one-context kubeconfig (JSON, which every YAML loader reads) and return it.
+
+    The user proves itself with `token`, or with `client_cert` when one is given.
+    """
+    credentials: dict[str, str] = {"token": token}
+    if client_cert is not None:
+        credentials = {
+            "client-certificate": str(client_cert.cert),
+            "client-key": str(client_cert.key),
+        }
     config = {
         "apiVersion": "v1",
         "kind": "Config",
@@ -57,7 +73,7 @@ def write_kubeconfig(path: Path, server: str, ca_file: Path, user: str, token: s
                 "cluster": {"server": server, "certificate-authority": str(ca_file)},
             }
         ],
-        "users": [{"name": user, "user": {"token": token}}],
+        "users": [{"name": user, "user": credentials}],
         "contexts": [{"name": "kubeplane", "context": {"cluster": "kubeplane", "user": user}}],
         "current-context": "kubeplane",
     }
@@ -164,6 +180,11 @@ class ControlPlane:
             self._etcd_dir = None
 
     @property
+    def ca(self) -> pki.KeyPair:
+        """The CA that signs every certificate of this plane; apiservers trust its clients."""
+        return pki.KeyPair(self.run_dir / "pki" / "ca.crt", self.run_dir / "pki" / "ca.key")
+
+    @property
     def ready_times(self) -> dict[str, float]:
         """Seconds from each component's start to each readiness stage, keyed "name: stage"."""
         return {
@@ -186,7 +207,7 @@ class ControlPlane:
     # -- startup -------------------------------------------------------------------------------
 
     def _start_all(self) -> None:
-        ca = pki.write_ca(self.run_dir / "pki")
+        ca = pki.write_ca(self.ca.cert.parent)
         etcd = self._start_etcd()
         names = (HOST, *self.tenant_names)
         plans = [_ApiServerPlan.create(self.run_dir / name, name, ca) for name in names]

@@ -88,17 +88,21 @@ def write_public_key(key: ec.EllipticCurvePrivateKey, path: Path) -> Path:
     return path
 
 
-def _name(common_name: str) -> x509.Name:
-    return x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common_name)])
+def _name(common_name: str, organizations: Sequence[str] = ()) -> x509.Name:
+    groups = [x509.NameAttribute(NameOID.ORGANIZATION_NAME, group) for group in organizations]
+    return x509.Name([*groups, x509.NameAttribute(NameOID.COMMON_NAME, common_name)])
 
 
 def _builder(
-    subject: str, issuer: x509.Name, public_key: ec.EllipticCurvePublicKey
+    subject: str,
+    issuer: x509.Name,
+    public_key: ec.EllipticCurvePublicKey,
+    groups: Sequence[str] = (),
 ) -> x509.CertificateBuilder:
     now = datetime.datetime.now(datetime.UTC)
     return (
         x509.CertificateBuilder()
-        .subject_name(_name(subject))
+        .subject_name(_name(subject, groups))
         .issuer_name(issuer)
         .public_key(public_key)
         .serial_number(x509.random_serial_number())
@@ -168,12 +172,15 @@ def write_serving_cert(ca: KeyPair, directory: Path, hosts: Sequence[str]) -> Ke
     return KeyPair(cert=path, key=directory / "tls.key")
 
 
-def write_client_cert(ca: KeyPair, directory: Path, user: str) -> KeyPair:
-    """Create `client.crt`/`client.key` in `directory`: a client certificate for `user`."""
+def write_client_cert(
+    ca: KeyPair, directory: Path, user: str, groups: Sequence[str] = ()
+) -> KeyPair:
+    """Create `client.crt`/`client.key` in `directory`: a client certificate for `user` (the
+    subject's CN) in `groups` (its O attributes), e.g. "system:node:n1" in "system:nodes"."""
     ca_cert, ca_key = _load_ca(ca)
     key = write_private_key(directory / "client.key")
     cert = (
-        _builder(user, ca_cert.subject, key.public_key())
+        _builder(user, ca_cert.subject, key.public_key(), groups)
         .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
         .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.CLIENT_AUTH]), critical=False)
         .sign(ca_key, hashes.SHA256())

@@ -53,7 +53,11 @@ class HttpsTarget:
 
     def get(self, path: str, timeout_s: float = 5.0) -> tuple[int, bytes]:
         """GET `path`; returns (status, body), status 0 when the server cannot be reached."""
-        request = urllib.request.Request(self.url + path)
+        return self.call("GET", path, timeout_s)
+
+    def call(self, method: str, path: str, timeout_s: float = 5.0) -> tuple[int, bytes]:
+        """Send `method` (no body) to `path`; returns (status, body) as `get` does."""
+        request = urllib.request.Request(self.url + path, method=method)
         if self.token:
             request.add_header("Authorization", f"Bearer {self.token}")
         context: ssl.SSLContext | None = None
