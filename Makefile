@@ -7,7 +7,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test test-fast checks lint typecheck bench soak system-deps kubeplane kueue-background wheel-smoke clean
+.PHONY: demo test test-fast checks lint typecheck bench soak system-deps kubeplane kueue-background node-background wheel-smoke clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -40,6 +40,15 @@ kueue-background:
 	  nohup nice -n 19 bash scripts/build-kueue.sh > artifacts/kueue-build.log 2>&1 < /dev/null & \
 	fi
 
+# The real node's programs (containerd, CNI plugins, pause; tests/node, Go, about 7-14 min
+# cold) build the same way, with the same lowest priority; the tests on the real node run last.
+# Its log: artifacts/node-build.log.
+node-background:
+	@if command -v go >/dev/null 2>&1 && ! bash scripts/build-node.sh --check >/dev/null 2>&1; then \
+	  mkdir -p artifacts; echo "make: building the real node's programs in the background (artifacts/node-build.log)"; \
+	  nohup nice -n 19 bash scripts/build-node.sh > artifacts/node-build.log 2>&1 < /dev/null & \
+	fi
+
 FAST_MARKERS := not slurm and not browser and not daemon and not controlplane and not contract \
   and not kueue and not realnode and not slow
 
@@ -50,7 +59,7 @@ checks: $(STAMP)
 	$(BIN)/lint-imports
 	$(BIN)/pytest -q -p no:cacheprovider --doctest-modules k8s_ai_orchestrator example_project
 
-test: kueue-background $(STAMP) system-deps kubeplane checks
+test: kueue-background node-background $(STAMP) system-deps kubeplane checks
 	$(BIN)/pytest -q
 	bash scripts/wheel-smoke.sh $(BIN)/python
 

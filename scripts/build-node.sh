@@ -47,6 +47,15 @@ main() {
   fi
 
   mkdir -p "$CACHE_ROOT"
+  # One build at a time: `make test` starts one in the background, and the test fixture that
+  # needs the node runs this script again, waiting here for that build instead of starting another.
+  exec 9>"$CACHE_ROOT/.node-build.lock"
+  flock 9
+  if [ -x "$OUT/containerd" ]; then
+    echo "node programs were built meanwhile in $OUT"
+    echo "$OUT"
+    exit 0
+  fi
   tmp=$(mktemp -d "$CACHE_ROOT/.node-build.XXXXXX")
   trap 'rm -rf "$tmp"' EXIT
   echo "building the node programs into $OUT (cold: about 10 min on 2 idle cores)" >&2

@@ -80,10 +80,15 @@ def test_out(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Markers must match the components tests use; tests on Kueue run last: `make test`
-    builds Kueue in the background meanwhile."""
+    """Markers must match the components tests use; tests on the real node, then on Kueue,
+    run last: `make test` builds both in the background meanwhile."""
     check_markers(items)
-    items.sort(key=lambda item: "kueue_team_a" in getattr(item, "fixturenames", ()))
+
+    def late(item: pytest.Item) -> int:
+        names = getattr(item, "fixturenames", ())
+        return 2 if "kueue_team_a" in names else 1 if "node_bin_dir" in names else 0
+
+    items.sort(key=late)
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
