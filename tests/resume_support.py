@@ -85,6 +85,19 @@ class RunWorker:
         assert self.process.wait(180) == 0
         assert self.status() == DagsterRunStatus.SUCCESS
 
+    def resumes_from_checkpoint(self, folder: Path) -> None:
+        """Resume the run once `resumable` saved and stopped while no run worker watched: the
+        run succeeds, and the step's next attempt (launched as attempt 2) resumed from the
+        checkpoint its first one saved (checked)."""
+        self.resume()
+        assert self.process.wait(180) == 0, self.messages()
+        assert self.status() == DagsterRunStatus.SUCCESS
+        first, second = (folder / "executions").read_text().splitlines()
+        assert first == "resumable attempt 0 from 0"
+        assert second.startswith("resumable attempt 1 from ") and int(second.split()[-1]) >= 5
+        launches = [m for m in self.messages() if m.startswith("Launching step 'resumable'")]
+        assert len(launches) == 2 and "(attempt 2)" in launches[1], launches
+
     def taken_over_mid_gang(self, folder: Path, ranks: int = 2) -> str:
         """With every rank of `gang_tally` running: kill the run worker, resume it, release
         the ranks once it has reattached, wait for the run to succeed; the "Reattached"

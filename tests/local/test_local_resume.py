@@ -13,7 +13,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from dagster import DagsterRunStatus
 
 from k8s_ai_orchestrator.backends.local.ledger import AdmissionLedger
 from k8s_ai_orchestrator.proctree import process_alive
@@ -102,14 +101,7 @@ def test_a_step_preempted_while_no_run_worker_watched_resumes_from_its_checkpoin
     os.kill(step[0], signal.SIGTERM)
     wait_until(lambda: not process_alive(*step), 60, 0.1)  # saved and stopped, unwatched
 
-    worker.resume()
-    assert worker.process.wait(180) == 0, worker.messages()
-    assert worker.status() == DagsterRunStatus.SUCCESS
-    first, second = (tmp_path / "executions").read_text().splitlines()
-    assert first == "resumable attempt 0 from 0"
-    assert second.startswith("resumable attempt 1 from ") and int(second.split()[-1]) >= 5
-    launches = [m for m in worker.messages() if m.startswith("Launching step 'resumable'")]
-    assert len(launches) == 2 and "(attempt 2)" in launches[1], launches
+    worker.resumes_from_checkpoint(tmp_path)
     assert step_pids(worker.run.run_id) == []
 
 
