@@ -150,3 +150,15 @@ def test_a_step_waiting_for_local_capacity_when_the_run_worker_died_runs_once(
     assert (second / "executions").read_text().splitlines() == ["tally attempt 1"]
     assert any(m.startswith("Relaunching: step 'tally' was Lost") for m in worker.messages())
     assert step_pids(worker.run.run_id) == []
+
+
+def test_a_resumed_run_worker_takes_over_a_running_local_gang_and_runs_each_rank_once(
+    run_worker: Any, tmp_path: Path
+) -> None:
+    """Mid-gang: both ranks of the 2-node gang run (local processes under the step's one
+    process) when the run worker dies; the resumed one takes the step over and no rank starts
+    again."""
+    worker = run_worker("gang_tally_job", run_config("gang_tally", tmp_path))
+    reattached = worker.taken_over_mid_gang(tmp_path)
+    assert reattached.startswith("Reattached to step 'gang_tally' (attempt 1, local job ")
+    assert step_pids(worker.run.run_id) == []
