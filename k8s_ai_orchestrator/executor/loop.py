@@ -242,9 +242,11 @@ class StepLoop:
         failures = [u.event for u in undecided.values() if u.event.is_step_failure]
         held = {id(event) for event in failures}
         replay = [event for event in prior if id(event) not in held]
-        for step in self._active.rebuild_from_events(replay):  # each says what became of it
+        steps = self._active.rebuild_from_events(replay)  # each says what became of it
+        known = self._active.get_known_state()  # once: it copies the run's
+        for step in steps:
             self._running[step.key] = step
-            context = self._step_handler_context(step, self._active.get_known_state())
+            context = self._step_handler_context(step, known)
             yield from self._handler.adopt(context, undecided.get(step.key))
         for event in self._executor.classify(failures):
             self._handle(event)  # a failure no backend attempt stands behind: decided now

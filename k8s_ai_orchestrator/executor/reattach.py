@@ -79,8 +79,7 @@ def reattach(
         found.log_offset = recorded.log_offsets.get(handle.job_id, 0)
         meta = {**launch_note(planned, spec, attempt, handle.job_id)[1], "reattached": True}
         message = reattached_note(key, live.backend, attempt, handle.job_id)
-        meta |= {**live.history_metadata(), **live.usage_metadata()}
-        return Reattached(found, message, meta, warning=False)
+        return Reattached(found, message, meta | live.launch_metadata(), warning=False)
     if fresh or not live.history.memory_tried:
         return None  # never launched: the run worker died before it could
     job, attempt = recorded.jobs.get(key, ""), len(live.history.memory_tried) - 1

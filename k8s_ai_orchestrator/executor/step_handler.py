@@ -100,7 +100,7 @@ class AIStepHandler:
         live.attempt = Attempt(handle, self._clock(), planned.where, spec.timeout_s)
         self.attention.launched(handle.job_id, key)
         message, meta = launch_note(planned, spec, attempt, handle.job_id, sizing_note)
-        meta |= {**sizing_meta, **live.history_metadata(), **live.usage_metadata()}
+        meta |= {**sizing_meta, **live.launch_metadata()}
         yield self._event(step_context, message, meta)
 
     def resume(self, events: Iterable[DagsterEvent]) -> None:

@@ -103,12 +103,14 @@ class StepAttempts:
     def history_metadata(self) -> dict[str, Any]:
         return history_metadata(self.history, self.reasons, self.next_memory)
 
-    def usage_metadata(self) -> dict[str, Any]:
-        """What the finished attempts used, written with each launch after the first, so that a
-        run worker resumed after this one died sums every attempt (`usage_from_metadata`)."""
+    def launch_metadata(self) -> dict[str, Any]:
+        """What a launch (or a reattachment) records: the step's history and, after its first
+        attempt, what the finished attempts used, so that a run worker resumed after this one
+        died sums every attempt (`usage_from_metadata`)."""
         if not self.usage:
-            return {}
-        return {USAGE_KEY: json.dumps([usage_record(u) for u in self.usage], separators=(",", ":"))}
+            return self.history_metadata()
+        used = json.dumps([usage_record(u) for u in self.usage], separators=(",", ":"))
+        return {**self.history_metadata(), USAGE_KEY: used}
 
     def summary(self, key: str) -> tuple[str, dict[str, Any]]:
         """The step's closing line and metadata: where it ran, what it reserved, what it used."""
@@ -191,7 +193,7 @@ def usage_from_record(record: dict[str, Any]) -> ResourceUsage:
 
 
 def usage_from_metadata(text: str) -> list[ResourceUsage]:
-    """The finished attempts' usage as `StepAttempts.usage_metadata` wrote it."""
+    """The finished attempts' usage as `StepAttempts.launch_metadata` wrote it."""
     return [usage_from_record(record) for record in json.loads(text)]
 
 

@@ -142,12 +142,7 @@ def test_a_step_evicted_while_no_run_worker_watched_resumes_from_its_checkpoint(
     cluster.evict_pod("team-a", NAMESPACE, pod)
     wait_until(lambda: not running_pods(cluster), 60, 0.2)  # it saved and stopped, unwatched
 
-    worker.resume()
-    assert worker.process.wait(180) == 0
-    assert worker.status() == DagsterRunStatus.SUCCESS
-    first, second = (tmp_path / "executions").read_text().splitlines()
-    assert first == "resumable attempt 0 from 0"
-    assert second.startswith("resumable attempt 1 from ") and int(second.split()[-1]) >= 5
+    worker.resumes_from_checkpoint(tmp_path)
     messages = worker.messages()
     # its pod is gone: the SIGTERM it stopped on reads as a preemption
     assert any("'resumable' was Preempted; relaunching at the same size" in m for m in messages)

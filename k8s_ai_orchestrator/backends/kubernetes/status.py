@@ -206,8 +206,10 @@ def container_ages(pods: Iterable[Mapping[str, Any]], now: float) -> tuple[float
                 ends.append(datetime.fromisoformat(end).timestamp() if end else None)
     if not starts:
         return 0.0, None
-    ended = None if None in ends or not ends else max(e for e in ends if e is not None)
-    return max(0.0, now - min(starts)), None if ended is None else max(0.0, now - ended)
+    started = max(0.0, now - min(starts))
+    if None in ends:  # one still runs
+        return started, None
+    return started, max(0.0, now - max(e for e in ends if e is not None))
 
 
 def _terminated(status: Mapping[str, Any]) -> Mapping[str, Any] | None:
