@@ -8,6 +8,7 @@ execute_step` processes in the cluster's pods, which outlive it."""
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -41,12 +42,29 @@ def running_pods(cluster: Any) -> list[str]:
     ]
 
 
+def seen(cluster: Any, worker: Any, folder: Path) -> Callable[[], str]:
+    """What a timed-out wait says: the pods, the step's executions, the run worker's lines."""
+
+    def describe() -> str:
+        pods = [
+            (p["metadata"]["name"], (p.get("status") or {}).get("phase"), p.get("status"))
+            for p in cluster.pods("team-a", NAMESPACE)
+        ]
+        executions = folder / "executions"
+        done = executions.read_text() if executions.exists() else "(none)"
+        alive = worker.process.poll() is None
+        return f"pods {pods}; executions {done!r}; run worker alive {alive}: {worker.messages()}"
+
+    return describe
+
+
 def test_a_resumed_run_worker_reattaches_to_the_running_step_and_runs_it_once(
     cluster: Any, run_worker: Any, tmp_path: Path
 ) -> None:
     worker = run_worker("tally_job", config(cluster, "tally", tmp_path))
     forwarded = "[kubernetes log] tally:"
-    wait_until(lambda: any(m.startswith(forwarded) for m in worker.messages()), 120, 0.2)
+    logged = lambda: any(m.startswith(forwarded) for m in worker.messages())  # noqa: E731
+    wait_until(logged, 120, 0.2, seen(cluster, worker, tmp_path))
     time.sleep(2)  # it runs 2 s more before the kill: its usage counts from its pod's start
     worker.kill()
     assert worker.status() == DagsterRunStatus.STARTED

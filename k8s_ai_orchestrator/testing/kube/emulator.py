@@ -289,15 +289,22 @@ class KubeEmulator(FaultsMixin):
             return self.kubelet.processes_alive()
 
 
-def wait_until(predicate: Callable[[], Any], timeout: float, interval: float) -> Any:
-    """Poll `predicate` until it returns something truthy; TimeoutError after `timeout` s."""
+def wait_until(
+    predicate: Callable[[], Any],
+    timeout: float,
+    interval: float,
+    describe: Callable[[], str] | None = None,
+) -> Any:
+    """Poll `predicate` until it returns something truthy; TimeoutError after `timeout` s,
+    saying what `describe` (if given) reads of the state at that moment."""
     deadline = time.monotonic() + timeout
     while True:
         result = predicate()
         if result:
             return result
         if time.monotonic() >= deadline:
-            raise TimeoutError(f"condition not met within {timeout}s: {predicate!r}")
+            seen = f"; {describe()}" if describe is not None else ""
+            raise TimeoutError(f"condition not met within {timeout}s: {predicate!r}{seen}")
         time.sleep(interval)
 
 
