@@ -116,6 +116,10 @@ KUBERNETES_SCHEMA = Shape(
         "gang_workdir": _opt(
             Noneable(String), "Absolute directory every pod of a multi-node step mounts."
         ),
+        "step_k8s_config": _opt(
+            Permissive(),
+            "Every step's dagster-k8s/config (same keys); a step's own tag merges over it.",
+        ),
     }
 )
 

@@ -183,3 +183,42 @@ def test_a_malformed_dagster_k8s_config_tag_names_the_step_and_the_tag() -> None
     labels = {"dagster-k8s/config": '{"container_config": {"resources": 5}'}
     with pytest.raises(SubmitError, match="step 'mosaic'.*dagster-k8s/config"):
         build_job(request({"size": "xs"}, labels=labels), CONFIG.tenant("team-a"), CONFIG)
+
+
+def test_step_k8s_config_places_every_step_and_a_step_s_tag_merges_over_it() -> None:
+    """As k8s_job_executor's `step_k8s_config`: defaults for every step, the tag on top
+    (maps merged key by key, lists joined)."""
+    pool = {"key": "pool", "operator": "Equal", "value": "batch", "effect": "NoSchedule"}
+    config = replace(
+        CONFIG,
+        step_k8s_config=KubernetesConfig.from_dict(
+            {
+                "step_k8s_config": {
+                    "pod_spec_config": {
+                        "node_selector": {"pool": "batch", "zone": "a"},
+                        "tolerations": [pool],
+                    }
+                }
+            }
+        ).step_k8s_config,
+    )
+    plain = build_job(request({"size": "xs"}), config.tenant("team-a"), config)
+    pod = plain["spec"]["template"]["spec"]
+    assert pod["nodeSelector"] == {"pool": "batch", "zone": "a"}
+    assert pod["tolerations"] == [pool]
+
+    highmem = {"pod_spec_config": {"node_selector": {"pool": "highmem"}}}
+    labels = {"dagster-k8s/config": json.dumps(highmem)}
+    tagged = build_job(request({"size": "xs"}, labels=labels), config.tenant("team-a"), config)
+    pod = tagged["spec"]["template"]["spec"]
+    assert pod["nodeSelector"] == {"pool": "highmem", "zone": "a"}
+    assert pod["tolerations"] == [pool]
+    assert (
+        pod["containers"][0]["resources"]["limits"]["memory"]
+        == plain["spec"]["template"]["spec"]["containers"][0]["resources"]["limits"]["memory"]
+    )  # the spec still owns the size
+
+
+def test_a_step_k8s_config_dagster_k8s_would_refuse_is_a_config_error() -> None:
+    with pytest.raises(ConfigError, match=r"kubernetes.step_k8s_config .*\"pod_spec\" at the root"):
+        KubernetesConfig.from_dict({"step_k8s_config": {"pod_spec": {"node_selector": {}}}})

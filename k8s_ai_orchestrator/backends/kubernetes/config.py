@@ -15,10 +15,13 @@ Example:
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
+
+from dagster_k8s.job import USER_DEFINED_K8S_CONFIG_KEY, get_user_defined_k8s_config
 
 from ...errors import ConfigError, config_number
 from .api_values import security_context
@@ -215,6 +218,9 @@ class KubernetesConfig:
     pending_events_interval_s: float = 5.0  # min seconds between event reads of a Pending step
     api_retries: int = 4  # retries of a transient API error (429, 5xx, connection reset)
     gang_workdir: str | None = None  # absolute path every pod of a gang mounts (payloads)
+    # every step's dagster-k8s/config (same keys, as k8s_job_executor's step_k8s_config): a
+    # step's own tag is merged over it
+    step_k8s_config: Mapping[str, Any] = field(default_factory=dict)
 
     @classmethod
     def from_dict(cls, raw: Mapping[str, Any] | None) -> KubernetesConfig:
@@ -263,6 +269,7 @@ class KubernetesConfig:
             ),
             python=_opt_str(raw, "python", "kubernetes") or defaults.python,
             gang_workdir=_gang_workdir(raw.get("gang_workdir")),
+            step_k8s_config=_step_k8s_config(raw.get("step_k8s_config")),
             **_numbers(raw, defaults),
         )
 
@@ -345,6 +352,22 @@ def _gang_workdir(value: Any) -> str | None:
             "kubernetes.volumes and kubernetes.volume_mounts), e.g. /shared/k8s_ai"
         )
     return value
+
+
+def _step_k8s_config(value: Any) -> Mapping[str, Any]:
+    """`step_k8s_config`: checked as dagster-k8s checks its `dagster-k8s/config` tag."""
+    if value is None:
+        return {}
+    try:
+        get_user_defined_k8s_config({USER_DEFINED_K8S_CONFIG_KEY: json.dumps(value)})
+    except Exception as error:  # dagster raises its own config and JSON errors here
+        said = " ".join(str(error).split())
+        raise ConfigError(
+            f"kubernetes.step_k8s_config is not what a {USER_DEFINED_K8S_CONFIG_KEY} tag takes "
+            f"({type(error).__name__}: {said}); write it as that tag's JSON object, e.g. "
+            "{pod_spec_config: {node_selector: {pool: batch}}}"
+        ) from None
+    return dict(value)
 
 
 def _refuse_kubeconfig_contents(value: Any, where: str) -> None:

@@ -23,6 +23,7 @@ import os
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from dagster_k8s.container_context import K8sContainerContext
 from dagster_k8s.job import (
     K8S_RESOURCE_REQUIREMENTS_KEY,
     USER_DEFINED_K8S_CONFIG_KEY,
@@ -99,7 +100,7 @@ def build_job(
 ) -> dict[str, Any]:
     """The Job manifest (API JSON form) for one step attempt in `tenant`."""
     step_tags = {k: v for k, v in request.labels.items() if k in DAGSTER_K8S_TAG_KEYS}
-    user_config = _user_config(request, step_tags)
+    user_config = _user_config(request, step_tags, config)
     name = job_name(request)
     image = tenant.image or config.image
     if not image and "image" not in user_config.container_config:
@@ -132,14 +133,24 @@ def build_job(
     return manifest
 
 
-def _user_config(request: LaunchRequest, tags: Mapping[str, str]) -> UserDefinedDagsterK8sConfig:
+def _user_config(
+    request: LaunchRequest, tags: Mapping[str, str], config: KubernetesConfig
+) -> UserDefinedDagsterK8sConfig:
+    """The step's `dagster-k8s/config` tag merged over `kubernetes.step_k8s_config`, the way
+    `k8s_job_executor` merges a step's tag over its own `step_k8s_config`."""
     try:
-        return get_user_defined_k8s_config(tags)
+        tag = get_user_defined_k8s_config(tags)
     except Exception as error:  # dagster raises its own config and JSON errors here
         raise SubmitError(
             f"step '{request.step_key}': the {USER_DEFINED_K8S_CONFIG_KEY} tag is invalid "
             f"({type(error).__name__}: {error}); fix the tag's JSON or remove it"
         ) from None
+    if not config.step_k8s_config:
+        return tag
+    base = K8sContainerContext(
+        run_k8s_config=UserDefinedDagsterK8sConfig.from_dict(config.step_k8s_config)
+    )
+    return base.merge(K8sContainerContext(run_k8s_config=tag)).run_k8s_config
 
 
 def _dagster_job_config(
