@@ -1,0 +1,167 @@
+"""`ai_executor` on a real node: each step is a Job on the session plane's host, its pod a
+container run by a real kubelet, containerd and runc on this machine's kernel.
+
+The run worker is this test process, as in the other end-to-end tests; the steps are real
+`dagster api execute_step` processes inside containers. Nothing is pulled: the pod's image is
+the node's tiny base image, and the host's Python, this checkout and the run's directories are
+mounted read-only where the step only reads them (`hostPath`, as a user testing on one machine
+would). The step runs as root without capabilities: the Python under /root is not readable by
+another user. Placement on the real node is the executor's `step_k8s_config`, its taint and
+label, as a user pins steps to a node pool.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from dagster import DagsterInstance, execute_job, reconstructable
+from kubernetes import client, config
+
+from k8s_ai_orchestrator.testing.controlplane import ControlPlane
+from k8s_ai_orchestrator.testing.controlplane.nodeconfig import (
+    REAL_NODE_KEY,
+    REAL_NODE_TOLERATION,
+)
+from k8s_ai_orchestrator.testing.controlplane.realnode import BASE_IMAGE, RealNode
+from k8s_ai_orchestrator.testing.kube.emulator import wait_until
+from tests.controlplane.realnode_pipelines import hello_job, outgrows_job
+from tests.support import engine_messages
+
+pytestmark = [pytest.mark.controlplane, pytest.mark.realnode, pytest.mark.timeout(600)]
+
+ROOT = Path(__file__).resolve().parents[2]
+# The chart's PriorityClasses (helm/k8s-ai-tenant); the host carries only translated copies.
+PRIORITY_CLASSES = (("k8s-ai-standard", 100000), ("k8s-ai-preemptible", 1000))
+
+
+@pytest.fixture
+def priority_classes(control_plane: ControlPlane) -> Iterator[None]:
+    """The step Jobs' PriorityClasses on the host, removed after the test if it made them."""
+    api = client.SchedulingV1Api(_host(control_plane))
+    made = []
+    for name, value in PRIORITY_CLASSES:
+        try:
+            api.create_priority_class({"metadata": {"name": name}, "value": value})
+            made.append(name)
+        except client.ApiException as error:
+            if error.status != 409:
+                raise
+    yield
+    for name in made:
+        api.delete_priority_class(name)
+
+
+def _mount(name: str, path: str, writable: bool = False) -> tuple[dict[str, Any], dict[str, Any]]:
+    volume = {"name": name, "hostPath": {"path": path, "type": "Directory"}}
+    return volume, {"name": name, "mountPath": path, "readOnly": not writable}
+
+
+def node_config(plane: ControlPlane, namespace: str, *writable: Path) -> dict[str, Any]:
+    """The executor's config: the host as the one tenant, every step on the real node."""
+    assert plane.host is not None
+    mounts = [
+        _mount("usr", "/usr"),
+        _mount("python", sys.base_prefix),
+        _mount("venv", sys.prefix),
+        _mount("checkout", str(ROOT)),
+        *(_mount(f"rw-{n}", str(path), writable=True) for n, path in enumerate(writable)),
+    ]
+    return {
+        "backend": "kubernetes",
+        "default_tenant": "host",
+        "allowed_tenants": ["host"],
+        "kubernetes": {
+            "image": BASE_IMAGE,
+            "image_pull_policy": "Never",
+            "python": sys.executable,
+            "command_prefix": [sys.executable, "-m", "dagster"],
+            "env_vars": ["PYTHONPATH"] if os.environ.get("PYTHONPATH") else [],
+            "volumes": [volume for volume, _ in mounts],
+            "volume_mounts": [mount for _, mount in mounts],
+            "security_context": {
+                "runAsUser": 0,
+                "allowPrivilegeEscalation": False,
+                "capabilities": {"drop": ["ALL"]},
+            },
+            "step_k8s_config": {
+                "pod_spec_config": {
+                    "node_selector": {REAL_NODE_KEY: "true"},
+                    "tolerations": [REAL_NODE_TOLERATION],
+                }
+            },
+            "tenants": {"host": {"kubeconfig": str(plane.host.kubeconfig), "namespace": namespace}},
+        },
+    }
+
+
+def _run(job: Any, plane: ControlPlane, namespace: str, tmp_path: Path) -> tuple[bool, list[str]]:
+    config = {"execution": {"config": node_config(plane, namespace, tmp_path)}}
+    with DagsterInstance.get() as instance:
+        result = execute_job(reconstructable(job), instance=instance, run_config=config)
+        return result.success, engine_messages(instance, result.run_id)
+
+
+def _jobs(plane: ControlPlane, namespace: str) -> list[Any]:
+    return client.BatchV1Api(_host(plane)).list_namespaced_job(namespace).items
+
+
+def _host(plane: ControlPlane) -> client.ApiClient:
+    assert plane.host is not None
+    return config.new_client_from_config(config_file=str(plane.host.kubeconfig))
+
+
+def test_a_step_runs_on_the_real_node_and_its_output_streams_into_the_run(
+    control_plane: ControlPlane,
+    real_node: RealNode,
+    namespace: tuple[client.CoreV1Api, str],
+    priority_classes: None,
+    dagster_home: Path,
+    tmp_path: Path,
+) -> None:
+    core, ns = namespace
+
+    succeeded, messages = _run(hello_job, control_plane, ns, tmp_path)
+
+    assert succeeded, messages
+    assert any(f"Step 'hello' is running on {real_node.name}" in m for m in messages), messages
+    logs = [m for m in messages if m.startswith("[kubernetes log] hello:")]
+    assert any("hello from a step on a real kubelet" in m for m in logs), messages
+    (pod,) = core.list_namespaced_pod(ns).items
+    assert pod.spec.node_name == real_node.name
+    # The run ends at the step's success event; its process exits just after.
+    phase = lambda: core.read_namespaced_pod(pod.metadata.name, ns).status.phase  # noqa: E731
+    assert wait_until(lambda: phase() in ("Succeeded", "Failed") and phase(), 60, 0.5) == (
+        "Succeeded"
+    )
+
+
+def test_a_step_the_kernel_oom_kills_is_relaunched_with_more_memory(
+    control_plane: ControlPlane,
+    real_node: RealNode,
+    namespace: tuple[client.CoreV1Api, str],
+    priority_classes: None,
+    dagster_home: Path,
+    tmp_path: Path,
+) -> None:
+    core, ns = namespace
+
+    succeeded, messages = _run(outgrows_job, control_plane, ns, tmp_path)
+
+    assert succeeded, messages
+    relaunches = [m for m in messages if m.startswith("Relaunching:")]
+    assert len(relaunches) == 1 and "OOMKilled" in relaunches[0], messages
+    limits = sorted(
+        j.spec.template.spec.containers[0].resources.limits["memory"]
+        for j in _jobs(control_plane, ns)
+    )
+    assert limits == ["1Gi", "512Mi"]
+    by_attempt = {
+        p.metadata.labels["k8s-ai/attempt"]: p for p in core.list_namespaced_pod(ns).items
+    }
+    first = by_attempt["0"].status.container_statuses[0].state.terminated
+    assert (first.reason, first.exit_code) == ("OOMKilled", 137)
