@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import uuid
+from datetime import datetime
 from typing import Any
 
 import pytest
@@ -20,6 +21,7 @@ from kubernetes.client import CoreV1Api
 
 from k8s_ai_orchestrator.backends.base import FailureReason, StepState
 from k8s_ai_orchestrator.backends.kubernetes import KubernetesBackend, KubernetesConfig
+from k8s_ai_orchestrator.backends.kubernetes.status import OOM_SETTLE_S
 from k8s_ai_orchestrator.errors import SubmitError, TenantAccessError
 from k8s_ai_orchestrator.launch.lifecycle import Attempt, Verdict
 from k8s_ai_orchestrator.testing.kube.emulator import wait_until as wait_for
@@ -338,3 +340,78 @@ def test_a_job_the_api_server_refuses_is_a_submit_error_with_the_server_s_words(
     handle = backend.submit(python_step("print('created')", step="tiles2"))
     assert wait_for(lambda: backend.status(handle).is_terminal, 60, 0.1)
     assert backend.status(handle).state is StepState.SUCCEEDED
+
+
+SIGKILLED = "import os, signal; print('started', flush=True); os.kill(os.getpid(), signal.SIGKILL)"
+
+
+def _sigkilled_pod(emulator: Any, backend: KubernetesBackend, handle: Any) -> tuple[str, float]:
+    """The step's pod once its process died of SIGKILL, and when it ended (epoch seconds)."""
+
+    def failed() -> Any:
+        pods = [
+            p
+            for p in emulator.pods("team-a", NAMESPACE)
+            if p["metadata"]["labels"].get("k8s-ai/job") == handle.job_id
+            and (p.get("status") or {}).get("phase") == "Failed"
+        ]
+        return pods[0] if pods else None
+
+    pod = wait_for(failed, 60, 0.1)
+    terminated = pod["status"]["containerStatuses"][0]["state"]["terminated"]
+    assert (terminated["reason"], terminated["exitCode"]) == ("Error", 137)
+    ended = datetime.fromisoformat(terminated["finishedAt"]).timestamp()
+    return pod["metadata"]["name"], ended
+
+
+def test_a_sigkill_the_kubelet_later_says_was_an_oom_kill_is_read_as_oom_killed(
+    emulator: Any, clock: FakeClock
+) -> None:
+    """The kubelet can write `Error`, exit 137, before `OOMKilled` (the OOM event comes after
+    the exit): a SIGKILLed container with a memory limit is decided only once that settles."""
+    now = [0.0]
+    backend = KubernetesBackend(
+        KubernetesConfig.from_dict(tenant_config(emulator)),
+        allowed_tenants=TENANTS,
+        clock=clock,
+        sleep=lambda s: None,
+        wall=lambda: now[0],
+    )
+    try:
+        handle = backend.submit(python_step(SIGKILLED, memory="128Mi"))
+        pod, ended = _sigkilled_pod(emulator, backend, handle)
+        now[0] = ended + 1.0
+        assert backend.status(handle).state == StepState.RUNNING  # not decided yet
+
+        # The kubelet's late write: the whole list (containerStatuses is atomic, not merged).
+        (listed,) = [p for p in emulator.pods("team-a", NAMESPACE) if p["metadata"]["name"] == pod]
+        statuses = listed["status"]["containerStatuses"]
+        statuses[0]["state"]["terminated"]["reason"] = "OOMKilled"
+        body = {"status": {"containerStatuses": statuses}}
+        core = CoreV1Api(emulator.tenant("team-a").api_client())
+        core.patch_namespaced_pod_status(pod, NAMESPACE, body)
+        status = wait_terminal(emulator, backend, handle)
+        assert (status.reason, status.exit_code) == (FailureReason.OOM_KILLED.value, 137)
+    finally:
+        backend.close()
+
+
+def test_a_sigkill_nobody_explains_is_an_error_once_the_oom_settle_time_passed(
+    emulator: Any, clock: FakeClock
+) -> None:
+    now = [0.0]
+    backend = KubernetesBackend(
+        KubernetesConfig.from_dict(tenant_config(emulator)),
+        allowed_tenants=TENANTS,
+        clock=clock,
+        sleep=lambda s: None,
+        wall=lambda: now[0],
+    )
+    try:
+        handle = backend.submit(python_step(SIGKILLED, memory="128Mi"))
+        _, ended = _sigkilled_pod(emulator, backend, handle)
+        now[0] = ended + OOM_SETTLE_S
+        status = backend.status(handle)
+        assert (status.reason, status.exit_code) == (FailureReason.ERROR.value, 137)
+    finally:
+        backend.close()

@@ -2,12 +2,18 @@
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Any
 
 import pytest
 
 from k8s_ai_orchestrator.backends.base import FailureReason, StepState
-from k8s_ai_orchestrator.backends.kubernetes.status import deleted_pod_status, pod_status
+from k8s_ai_orchestrator.backends.kubernetes.status import (
+    OOM_SETTLE_S,
+    deleted_pod_status,
+    oom_unsettled,
+    pod_status,
+)
 
 
 def pod(
@@ -132,3 +138,32 @@ def test_success_and_running_carry_the_node() -> None:
 def test_a_running_pod_deleted_behind_the_executors_back_is_lost() -> None:
     assert deleted_pod_status(pod("Running")).reason == FailureReason.LOST.value
     assert deleted_pod_status(pod("Succeeded")).state == StepState.SUCCEEDED
+
+
+ENDED = "2026-12-02T10:00:00Z"
+AT_END = datetime.fromisoformat(ENDED).timestamp()
+
+
+@pytest.mark.parametrize(
+    ("terminated", "seconds_later", "unsettled"),
+    [
+        ({"reason": "Error", "exitCode": 137}, 1.0, True),  # the OOM event may follow
+        ({"exitCode": 137}, 1.0, True),
+        ({"reason": "Error", "exitCode": 137}, OOM_SETTLE_S, False),  # it did not come
+        ({"reason": "OOMKilled", "exitCode": 137}, 1.0, False),  # said already
+        ({"reason": "Error", "exitCode": 1}, 1.0, False),  # not a SIGKILL
+    ],
+)
+def test_a_sigkilled_container_that_reads_only_error_is_decided_after_the_oom_settle_time(
+    terminated: dict[str, Any], seconds_later: float, unsettled: bool
+) -> None:
+    failed = pod("Failed", terminated={**terminated, "finishedAt": ENDED})
+    assert oom_unsettled(failed, AT_END + seconds_later) is unsettled
+
+
+def test_a_sigkill_is_never_held_for_an_oom_without_a_memory_limit_or_with_a_pod_reason() -> None:
+    sigkill = {"reason": "Error", "exitCode": 137, "finishedAt": ENDED}
+    no_limit = pod("Failed", terminated=sigkill)
+    no_limit["spec"]["containers"] = [{}]
+    assert not oom_unsettled(no_limit, AT_END + 1)
+    assert not oom_unsettled(pod("Failed", reason="Evicted", terminated=sigkill), AT_END + 1)

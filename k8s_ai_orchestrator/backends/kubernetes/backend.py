@@ -71,6 +71,7 @@ class KubernetesBackend:
         logger: where reconnects and warnings go (never credentials).
         growth: when to raise a running pod's memory in place (None: never; measured only
             for `memory="auto"` steps).
+        wall: epoch seconds, what the kubelet's timestamps are compared with.
     """
 
     name = "kubernetes"
@@ -85,6 +86,7 @@ class KubernetesBackend:
         sleep: Callable[[float], None] = time.sleep,
         logger: logging.Logger | None = None,
         growth: MemoryGrowth | None = None,
+        wall: Callable[[], float] = time.time,
     ) -> None:
         self.config = config
         self.default_tenant = default_tenant
@@ -105,7 +107,7 @@ class KubernetesBackend:
             config, self._tenants, self._retry, self._growth, admissions, default_tenant
         )
         self._observer = AttemptObserver(
-            config, self._tenants, self._jobs, self._growth, self._logs, clock
+            config, self._tenants, self._jobs, self._growth, self._logs, clock, wall
         )
         self._watches = PodWatches(
             run_selector,

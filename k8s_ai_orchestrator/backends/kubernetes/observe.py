@@ -32,7 +32,7 @@ from .growth import PodGrowth
 from .jobapi import JobApi
 from .logs import LogStreams, read_tail
 from .pending import PendingExplainer
-from .status import container_ages, deleted_pod_status, pod_name, pod_status
+from .status import container_ages, deleted_pod_status, oom_unsettled, pod_name, pod_status
 from .tenants import TenantConnections
 
 FAILURE_LOG_TAIL_LINES = 50
@@ -74,6 +74,8 @@ class AttemptObserver:
         gone = attempt.watch.deleted(handle.job_id) if pod is None else None
         if pod is not None:
             current = pod_status(pod)
+            if current.state is StepState.FAILED and oom_unsettled(pod, self._wall()):
+                return StepStatus.running(current.node)  # its OOM kill may not be told yet
         elif gone is not None:
             current = deleted_pod_status(gone)
         else:

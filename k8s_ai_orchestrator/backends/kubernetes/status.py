@@ -21,6 +21,11 @@ from typing import Any
 
 from ..base import FailureReason, StepState, StepStatus
 
+# The kernel's OOM kill can reach the kubelet after the container's exit (containerd's OOM and
+# exit events race, notably on cgroup v1): the container first reads `Error`, exit 137, then
+# `OOMKilled`. A SIGKILLed container with a memory limit is decided once this long has passed.
+OOM_SETTLE_S = 5.0
+
 # DisruptionTarget condition reasons (current and pre-1.27 spellings).
 _DISRUPTION_REASONS = {
     "PreemptionByScheduler": FailureReason.PREEMPTED,
@@ -112,6 +117,33 @@ def failed_pod_status(pod: Mapping[str, Any]) -> StepStatus:
     detail = (terminated or {}).get("message") or (terminated or {}).get("reason") or "Error"
     message = f"exit code {exit_code}: {detail}" if exit_code is not None else detail
     return StepStatus.failed(FailureReason.ERROR, message, exit_code, node)
+
+
+def oom_unsettled(pod: Mapping[str, Any], now: float) -> bool:
+    """Whether a failed pod may still turn out OOM-killed (`OOM_SETTLE_S`): its container was
+    SIGKILLed (exit 137) and reads only `Error`, it had a memory limit, and it ended less than
+    `OOM_SETTLE_S` before `now` (epoch seconds; the kubelet's `finishedAt` is whole seconds).
+
+    Example:
+        >>> pod = {"spec": {"containers": [{"resources": {"limits": {"memory": "1Gi"}}}]},
+        ...        "status": {"phase": "Failed", "containerStatuses": [{"state": {"terminated":
+        ...        {"reason": "Error", "exitCode": 137, "finishedAt": "2026-12-02T10:00:00Z"}}}]}}
+        >>> at = datetime.fromisoformat("2026-12-02T10:00:02Z").timestamp()
+        >>> oom_unsettled(pod, at), oom_unsettled(pod, at + OOM_SETTLE_S)
+        (True, False)
+    """
+    status = pod.get("status") or {}
+    terminated = _terminated(status)
+    if status.get("phase") != "Failed" or terminated is None or _memory_limit(pod) is None:
+        return False
+    if terminated.get("exitCode") != 137 or terminated.get("reason") not in (None, "Error"):
+        return False
+    if condition_of(status, "DisruptionTarget") is not None or status.get("reason"):
+        return False  # a disruption or a pod reason says why already
+    finished = terminated.get("finishedAt")
+    if not finished:
+        return True
+    return now - datetime.fromisoformat(finished).timestamp() < OOM_SETTLE_S
 
 
 def pending_status(pod: Mapping[str, Any]) -> StepStatus:
