@@ -7,8 +7,7 @@ queued in Kueue). Status comes from one pod watch per tenant namespace shared by
 the run (`observe.py`): a step that stays Pending is explained with its admission's or the
 scheduler's reason (its `timeout` is kept by the step's observer, `launch.lifecycle`). With a
 `MemoryGrowth` policy (or a `memory="auto"` step) a running pod's memory is read from the
-step's own reports in its log (else from its node) and grown in place through `pods/resize`
-(`growth.py`).
+step's reports in its log (else its node) and grown in place via `pods/resize` (`growth.py`).
 
 Example:
     >>> backend = KubernetesBackend(
@@ -66,12 +65,12 @@ class KubernetesBackend:
         config: the `kubernetes` section of the executor config.
         allowed_tenants: tenants this run may use; None allows every configured tenant.
         default_tenant: tenant of steps that name none.
-        clock: monotonic seconds (Pending timeouts and resource-seconds).
+        clock, wall: monotonic seconds (Pending timeouts, resource-seconds); epoch seconds
+            (what the kubelet's timestamps are compared with).
         sleep: waits between API retries and watch reconnects.
         logger: where reconnects and warnings go (never credentials).
         growth: when to raise a running pod's memory in place (None: never; measured only
             for `memory="auto"` steps).
-        wall: epoch seconds, what the kubelet's timestamps are compared with.
     """
 
     name = "kubernetes"
