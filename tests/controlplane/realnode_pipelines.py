@@ -2,6 +2,7 @@
 memory limit on its first attempt only (the kernel's OOM killer ends it)."""
 
 import os
+import time
 
 from dagster import job, op
 
@@ -33,3 +34,24 @@ def hello_job() -> None:
 @job(executor_def=ai_executor)
 def outgrows_job() -> None:
     outgrows()
+
+
+@op(tags=compute(cpu=0.5, memory="1Gi"))
+def grower() -> int:
+    """Grows from the step process's own ~100 MiB to about 1.4 GiB, 4 MiB at a time with every
+    page touched (about 12 s): past its 1Gi limit unless grown in place."""
+    print(f"grower: attempt {os.environ.get('K8S_AI_ATTEMPT')} starts", flush=True)
+    blocks = []
+    for _ in range(1300 // 4):
+        block = bytearray(4 << 20)
+        for i in range(0, len(block), 4096):
+            block[i] = 1
+        blocks.append(block)
+        time.sleep(0.03)
+    time.sleep(1.5)
+    return len(blocks)
+
+
+@job(executor_def=ai_executor)
+def growing_job() -> None:
+    grower()

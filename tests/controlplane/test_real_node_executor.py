@@ -22,6 +22,7 @@ import pytest
 from dagster import DagsterInstance, execute_job, reconstructable
 from kubernetes import client, config
 
+from k8s_ai_orchestrator.quantities import parse_memory
 from k8s_ai_orchestrator.testing.controlplane import ControlPlane
 from k8s_ai_orchestrator.testing.controlplane.nodeconfig import (
     REAL_NODE_KEY,
@@ -29,12 +30,13 @@ from k8s_ai_orchestrator.testing.controlplane.nodeconfig import (
 )
 from k8s_ai_orchestrator.testing.controlplane.realnode import BASE_IMAGE, RealNode
 from k8s_ai_orchestrator.testing.kube.emulator import wait_until
-from tests.controlplane.realnode_pipelines import hello_job, outgrows_job
+from tests.controlplane.realnode_pipelines import growing_job, hello_job, outgrows_job
 from tests.support import engine_messages
 
 pytestmark = [pytest.mark.controlplane, pytest.mark.realnode, pytest.mark.timeout(600)]
 
 ROOT = Path(__file__).resolve().parents[2]
+GiB = 1024**3
 # The chart's PriorityClasses (helm/k8s-ai-tenant); the host carries only translated copies.
 PRIORITY_CLASSES = (("k8s-ai-standard", 100000), ("k8s-ai-preemptible", 1000))
 
@@ -99,8 +101,10 @@ def node_config(plane: ControlPlane, namespace: str, *writable: Path) -> dict[st
     }
 
 
-def _run(job: Any, plane: ControlPlane, namespace: str, tmp_path: Path) -> tuple[bool, list[str]]:
-    config = {"execution": {"config": node_config(plane, namespace, tmp_path)}}
+def _run(
+    job: Any, plane: ControlPlane, namespace: str, tmp_path: Path, **more: Any
+) -> tuple[bool, list[str]]:
+    config = {"execution": {"config": node_config(plane, namespace, tmp_path) | more}}
     with DagsterInstance.get() as instance:
         result = execute_job(reconstructable(job), instance=instance, run_config=config)
         return result.success, engine_messages(instance, result.run_id)
@@ -165,3 +169,32 @@ def test_a_step_the_kernel_oom_kills_is_relaunched_with_more_memory(
     }
     first = by_attempt["0"].status.container_statuses[0].state.terminated
     assert (first.reason, first.exit_code) == ("OOMKilled", 137)
+
+
+def test_a_step_growing_past_its_limit_is_resized_in_place_by_the_real_kubelet(
+    control_plane: ControlPlane,
+    real_node: RealNode,
+    namespace: tuple[client.CoreV1Api, str],
+    priority_classes: None,
+    dagster_home: Path,
+    tmp_path: Path,
+) -> None:
+    """The step's own memory reports (its log) pass 60 % of 1Gi: its pod is resized to 2Gi
+    (and 4Gi past 60 % of that) through `pods/resize`; the kubelet raises the container's
+    cgroup limit, and the step reaches 1.4 GiB in the same container."""
+    core, ns = namespace
+
+    succeeded, messages = _run(
+        growing_job, control_plane, ns, tmp_path, oom_escalation={"grow_at": 0.6}
+    )
+
+    assert succeeded, messages
+    grew = [m for m in messages if m.startswith("Grew step 'grower' in place")]
+    assert any("memory 1Gi → 2Gi" in m for m in grew), messages
+    assert not any(m.startswith("Relaunching") for m in messages), messages
+    (pod,) = core.list_namespaced_pod(ns).items  # the same pod ran it to the end
+    asked = pod.spec.containers[0].resources.limits["memory"]
+    assert parse_memory(asked) >= 2 * GiB
+    (container,) = pod.status.container_statuses
+    assert container.restart_count == 0
+    assert container.resources.limits["memory"] == asked  # what the kubelet applied
