@@ -1,12 +1,16 @@
-"""Jobs the executor runs on the real node: a step that prints, and one that outgrows its
-memory limit on its first attempt only (the kernel's OOM killer ends it)."""
+"""Jobs the executor runs on the real node: a step that prints; one that outgrows its memory
+limit on its first attempt only (the kernel's OOM killer ends it); one that grows; one that
+overfills its emptyDir on its first attempt (the kubelet evicts it) and resumes from its
+checkpoint."""
 
+import json
 import os
 import time
+from pathlib import Path
 
-from dagster import job, op
+from dagster import OpExecutionContext, job, op
 
-from k8s_ai_orchestrator import ai_executor, compute
+from k8s_ai_orchestrator import CheckpointStore, ai_executor, compute
 
 
 @op(tags=compute(cpu=0.5, memory="512Mi"))
@@ -55,3 +59,36 @@ def grower() -> int:
 @job(executor_def=ai_executor)
 def growing_job() -> None:
     grower()
+
+
+# A 1Mi emptyDir at /scratch, through the step's own dagster-k8s/config tag.
+SCRATCH = {
+    "pod_spec_config": {"volumes": [{"name": "scratch", "empty_dir": {"size_limit": "1Mi"}}]},
+    "container_config": {"volume_mounts": [{"name": "scratch", "mount_path": "/scratch"}]},
+}
+
+
+@op(tags={**compute(cpu=0.5, memory="512Mi"), "dagster-k8s/config": json.dumps(SCRATCH)})
+def fills_scratch(context: OpExecutionContext, checkpoints: CheckpointStore) -> int:
+    """20 units of work, each checkpointed; returns the unit it resumed from. On its first
+    attempt, once 10 units are saved, it writes 8 MiB into its 1Mi emptyDir and waits for the
+    kubelet's eviction."""
+    ckpt = checkpoints.open(f"real-node/{context.run_id}")
+    state = ckpt.load()
+    start = int(state["unit"]) if isinstance(state, dict) else 0
+    for unit in range(start, 20):
+        time.sleep(0.05)
+        ckpt.save({"unit": unit + 1}, progress=unit + 1)
+        if os.environ.get("K8S_AI_ATTEMPT") == "0" and unit == 9:
+            Path("/scratch/fill").write_bytes(b"x" * (8 << 20))
+            print("fills_scratch: 8 MiB written into a 1Mi emptyDir", flush=True)
+            time.sleep(300)
+    return start
+
+
+@job(
+    executor_def=ai_executor,
+    resource_defs={"checkpoints": CheckpointStore.configure_at_launch()},
+)
+def scratch_job() -> None:
+    fills_scratch()

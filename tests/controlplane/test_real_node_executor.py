@@ -30,7 +30,12 @@ from k8s_ai_orchestrator.testing.controlplane.nodeconfig import (
 )
 from k8s_ai_orchestrator.testing.controlplane.realnode import BASE_IMAGE, RealNode
 from k8s_ai_orchestrator.testing.kube.emulator import wait_until
-from tests.controlplane.realnode_pipelines import growing_job, hello_job, outgrows_job
+from tests.controlplane.realnode_pipelines import (
+    growing_job,
+    hello_job,
+    outgrows_job,
+    scratch_job,
+)
 from tests.support import engine_messages
 
 pytestmark = [pytest.mark.controlplane, pytest.mark.realnode, pytest.mark.timeout(600)]
@@ -102,12 +107,27 @@ def node_config(plane: ControlPlane, namespace: str, *writable: Path) -> dict[st
 
 
 def _run(
-    job: Any, plane: ControlPlane, namespace: str, tmp_path: Path, **more: Any
-) -> tuple[bool, list[str]]:
-    config = {"execution": {"config": node_config(plane, namespace, tmp_path) | more}}
-    with DagsterInstance.get() as instance:
-        result = execute_job(reconstructable(job), instance=instance, run_config=config)
-        return result.success, engine_messages(instance, result.run_id)
+    job: Any,
+    plane: ControlPlane,
+    namespace: str,
+    tmp_path: Path,
+    resources: dict[str, Any] | None = None,
+    **more: Any,
+) -> tuple[Any, list[str]]:
+    """Run `job` (one step) on the real node: its step's output and the run's engine
+    messages; the run must succeed."""
+    config = {
+        "execution": {"config": node_config(plane, namespace, tmp_path) | more},
+        "resources": resources or {},
+    }
+    with (
+        DagsterInstance.get() as instance,
+        execute_job(reconstructable(job), instance=instance, run_config=config) as result,
+    ):
+        messages = engine_messages(instance, result.run_id)
+        assert result.success, messages
+        (step,) = job.nodes
+        return result.output_for_node(step.name), messages
 
 
 def _jobs(plane: ControlPlane, namespace: str) -> list[Any]:
@@ -129,9 +149,8 @@ def test_a_step_runs_on_the_real_node_and_its_output_streams_into_the_run(
 ) -> None:
     core, ns = namespace
 
-    succeeded, messages = _run(hello_job, control_plane, ns, tmp_path)
+    _, messages = _run(hello_job, control_plane, ns, tmp_path)
 
-    assert succeeded, messages
     assert any(f"Step 'hello' is running on {real_node.name}" in m for m in messages), messages
     logs = [m for m in messages if m.startswith("[kubernetes log] hello:")]
     assert any("hello from a step on a real kubelet" in m for m in logs), messages
@@ -154,9 +173,8 @@ def test_a_step_the_kernel_oom_kills_is_relaunched_with_more_memory(
 ) -> None:
     core, ns = namespace
 
-    succeeded, messages = _run(outgrows_job, control_plane, ns, tmp_path)
+    _, messages = _run(outgrows_job, control_plane, ns, tmp_path)
 
-    assert succeeded, messages
     relaunches = [m for m in messages if m.startswith("Relaunching:")]
     assert len(relaunches) == 1 and "OOMKilled" in relaunches[0], messages
     limits = sorted(
@@ -184,11 +202,8 @@ def test_a_step_growing_past_its_limit_is_resized_in_place_by_the_real_kubelet(
     cgroup limit, and the step reaches 1.4 GiB in the same container."""
     core, ns = namespace
 
-    succeeded, messages = _run(
-        growing_job, control_plane, ns, tmp_path, oom_escalation={"grow_at": 0.6}
-    )
+    _, messages = _run(growing_job, control_plane, ns, tmp_path, oom_escalation={"grow_at": 0.6})
 
-    assert succeeded, messages
     grew = [m for m in messages if m.startswith("Grew step 'grower' in place")]
     assert any("memory 1Gi → 2Gi" in m for m in grew), messages
     assert not any(m.startswith("Relaunching") for m in messages), messages
@@ -198,3 +213,30 @@ def test_a_step_growing_past_its_limit_is_resized_in_place_by_the_real_kubelet(
     (container,) = pod.status.container_statuses
     assert container.restart_count == 0
     assert container.resources.limits["memory"] == asked  # what the kubelet applied
+
+
+def test_a_step_the_kubelet_evicts_is_relaunched_and_resumes_from_its_checkpoint(
+    control_plane: ControlPlane,
+    real_node: RealNode,
+    namespace: tuple[client.CoreV1Api, str],
+    priority_classes: None,
+    dagster_home: Path,
+    tmp_path: Path,
+) -> None:
+    """A real eviction: the kubelet's eviction manager finds the step's emptyDir over its
+    sizeLimit and evicts the pod (no grace period: the step saved its checkpoint as it went).
+    The executor relaunches it at the same size; the second attempt resumes at unit 10."""
+    core, ns = namespace
+    checkpoints = {"checkpoints": {"config": {"root": (tmp_path / "ckpt").as_uri()}}}
+    (tmp_path / "ckpt").mkdir()
+
+    resumed_from, messages = _run(scratch_job, control_plane, ns, tmp_path, checkpoints)
+
+    assert any("'fills_scratch' was Evicted; relaunching at the same size" in m for m in messages)
+    by_attempt = {
+        p.metadata.labels["k8s-ai/attempt"]: p for p in core.list_namespaced_pod(ns).items
+    }
+    evicted = by_attempt["0"].status
+    assert (evicted.phase, evicted.reason) == ("Failed", "Evicted"), evicted
+    assert "emptyDir" in evicted.message or "EmptyDir" in evicted.message, evicted.message
+    assert resumed_from == 10  # the second attempt started where the first one saved

@@ -236,6 +236,9 @@ def kubelet_config(
         "registerWithTaints": [REAL_NODE_TAINT],
         "syncFrequency": "10s",
         "fileCheckFrequency": "10s",
+        # volume usage measured every 2 s, not every minute: an emptyDir over its sizeLimit is
+        # evicted within seconds (the eviction manager looks every 10 s)
+        "volumeStatsAggPeriod": "2s",
     }
 
 
