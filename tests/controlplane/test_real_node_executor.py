@@ -240,3 +240,60 @@ def test_a_step_the_kubelet_evicts_is_relaunched_and_resumes_from_its_checkpoint
     assert (evicted.phase, evicted.reason) == ("Failed", "Evicted"), evicted
     assert "emptyDir" in evicted.message or "EmptyDir" in evicted.message, evicted.message
     assert resumed_from == 10  # the second attempt started where the first one saved
+
+
+def _tally(plane: ControlPlane, namespace: str, folder: Path) -> dict[str, Any]:
+    """The run config of `resume_pipelines.tally_job` on the real node."""
+    return {
+        "execution": {"config": node_config(plane, namespace, folder)},
+        "ops": {"tally": {"config": {"dir": str(folder)}}},
+    }
+
+
+def test_a_run_worker_killed_mid_step_is_resumed_and_the_real_node_runs_the_step_once(
+    control_plane: ControlPlane,
+    real_node: RealNode,
+    namespace: tuple[client.CoreV1Api, str],
+    priority_classes: None,
+    run_worker: Any,
+    tmp_path: Path,
+) -> None:
+    """The run worker is SIGKILLed while the step's container runs; the resumed one (what run
+    monitoring starts) reattaches to the step's Job and the container finishes it."""
+    _, ns = namespace
+    worker = run_worker("tally_job", _tally(control_plane, ns, tmp_path))
+    worker.started(tmp_path)
+    worker.kill()
+
+    worker.resume()
+    reattached = worker.reattached()
+    worker.release(tmp_path)
+
+    assert reattached.startswith("Reattached to step 'tally' (attempt 1, kubernetes job")
+    assert (tmp_path / "executions").read_text().splitlines() == ["tally attempt 0"]
+    assert len(_jobs(control_plane, ns)) == 1
+
+
+def test_terminating_a_run_leaves_no_container_on_the_real_node(
+    control_plane: ControlPlane,
+    real_node: RealNode,
+    namespace: tuple[client.CoreV1Api, str],
+    priority_classes: None,
+    run_worker: Any,
+    tmp_path: Path,
+) -> None:
+    """Dagster's termination (SIGINT to the run worker) deletes the step's Job: the kubelet
+    stops its container and sandbox, and no process of the pod or its shim is left while the
+    node goes on running."""
+    core, ns = namespace
+    worker = run_worker("tally_job", _tally(control_plane, ns, tmp_path))
+    worker.started(tmp_path)
+    assert real_node.leftovers() != []  # the step's container, its pause and their shim
+
+    worker.terminate()
+
+    assert any(m.startswith("Cancelled step 'tally' (kubernetes job") for m in worker.messages())
+    wait_until(lambda: not _jobs(control_plane, ns), 60, 0.5)
+    wait_until(lambda: not core.list_namespaced_pod(ns).items, 60, 0.5)
+    wait_until(lambda: real_node.leftovers() == [], 60, 0.5, lambda: str(real_node.leftovers()))
+    assert not (tmp_path / "release").exists()
