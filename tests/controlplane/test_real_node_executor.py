@@ -22,6 +22,7 @@ import pytest
 from dagster import DagsterInstance, execute_job, reconstructable
 from kubernetes import client, config
 
+from k8s_ai_orchestrator import AICompute
 from k8s_ai_orchestrator.quantities import parse_memory
 from k8s_ai_orchestrator.testing.controlplane import ControlPlane
 from k8s_ai_orchestrator.testing.controlplane.nodeconfig import (
@@ -35,6 +36,12 @@ from tests.controlplane.realnode_pipelines import (
     hello_job,
     outgrows_job,
     scratch_job,
+)
+from tests.pipes.pipes_support import (
+    attempt_rows,
+    check_evaluation,
+    materialization_metadata,
+    materialize_tiles,
 )
 from tests.support import engine_messages
 
@@ -297,3 +304,36 @@ def test_terminating_a_run_leaves_no_container_on_the_real_node(
     wait_until(lambda: not core.list_namespaced_pod(ns).items, 60, 0.5)
     wait_until(lambda: real_node.leftovers() == [], 60, 0.5, lambda: str(real_node.leftovers()))
     assert not (tmp_path / "release").exists()
+
+
+def test_a_pipes_program_runs_on_the_real_node_and_reports_through_its_pod_log(
+    control_plane: ControlPlane,
+    real_node: RealNode,
+    namespace: tuple[client.CoreV1Api, str],
+    priority_classes: None,
+    dagster_home: Path,
+    tmp_path: Path,
+) -> None:
+    """`AICompute` with the same `kubernetes` section: the program's materialization and
+    check come back from its container's log, read through the real kubelet."""
+    core, ns = namespace
+    config = node_config(control_plane, ns, tmp_path)
+    ai = AICompute(
+        backend="kubernetes",
+        kubernetes=config["kubernetes"],
+        default_tenant="host",
+        allowed_tenants=["host"],
+        poll_interval_s=0.1,
+    )
+    size = {"cpu": 0.5, "memory": "512Mi"}
+
+    result = materialize_tiles(ai, size, {"TILES": "2"}, (tmp_path / "ckpt").as_uri())
+
+    assert result.success
+    metadata = materialization_metadata(result)
+    assert (metadata["tiles"], metadata["backend"], metadata["tenant"]) == (2, "kubernetes", "host")
+    assert check_evaluation(result) == ("tiles_complete", True)
+    (row,) = attempt_rows(metadata)
+    assert row["outcome"] == "Succeeded"
+    (pod,) = core.list_namespaced_pod(ns).items
+    assert pod.spec.node_name == real_node.name
