@@ -5,12 +5,15 @@ checkpoint."""
 
 import json
 import os
+import sys
 import time
 from pathlib import Path
 
-from dagster import OpExecutionContext, job, op
+from dagster import AssetExecutionContext, OpExecutionContext, asset, job, op
 
-from k8s_ai_orchestrator import CheckpointStore, ai_executor, compute
+from k8s_ai_orchestrator import AICompute, CheckpointStore, ai_executor, compute
+
+GROWS = str(Path(__file__).parent / "programs" / "grows.py")
 
 
 @op(tags=compute(cpu=0.5, memory="512Mi"))
@@ -92,3 +95,16 @@ def fills_scratch(context: OpExecutionContext, checkpoints: CheckpointStore) -> 
 )
 def scratch_job() -> None:
     fills_scratch()
+
+
+@asset
+def grown(context: AssetExecutionContext, ai: AICompute):  # noqa: ANN201
+    """Runs programs/grows.py (720 MiB, not reporting its memory) at 1Gi through `ai`."""
+    invocation = ai.run(
+        context=context,
+        command=[sys.executable, GROWS],
+        env={"GROW_MIB": "720"},
+        cpu=0.5,
+        memory="1Gi",
+    )
+    return invocation.get_results()

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from dagster import DagsterInstance, execute_job, reconstructable
+from dagster import DagsterInstance, execute_job, materialize, reconstructable
 from kubernetes import client, config
 
 from k8s_ai_orchestrator import AICompute
@@ -33,6 +33,7 @@ from k8s_ai_orchestrator.testing.controlplane.realnode import BASE_IMAGE, RealNo
 from k8s_ai_orchestrator.testing.kube.emulator import wait_until
 from tests.controlplane.realnode_pipelines import (
     growing_job,
+    grown,
     hello_job,
     outgrows_job,
     scratch_job,
@@ -337,3 +338,35 @@ def test_a_pipes_program_runs_on_the_real_node_and_reports_through_its_pod_log(
     assert row["outcome"] == "Succeeded"
     (pod,) = core.list_namespaced_pod(ns).items
     assert pod.spec.node_name == real_node.name
+
+
+def test_a_pipes_program_read_from_the_kubelet_s_summary_is_grown_in_place(
+    control_plane: ControlPlane,
+    real_node: RealNode,
+    namespace: tuple[client.CoreV1Api, str],
+    priority_classes: None,
+    dagster_home: Path,
+    tmp_path: Path,
+) -> None:
+    """A program that does not report its memory is measured from the real kubelet's
+    `/stats/summary` (through `nodes/proxy`, which the admin kubeconfig may read): past 60 %
+    of its 1Gi it is resized to 2Gi in place, and sees its cgroup's limit raised."""
+    core, ns = namespace
+    config = node_config(control_plane, ns, tmp_path)
+    ai = AICompute(
+        backend="kubernetes",
+        kubernetes=config["kubernetes"],
+        default_tenant="host",
+        allowed_tenants=["host"],
+        poll_interval_s=0.1,
+        oom_escalation={"grow_at": 0.6},
+    )
+
+    result = materialize([grown], resources={"ai": ai}, raise_on_error=False)
+
+    assert result.success
+    (event,) = result.get_asset_materialization_events()
+    seen = {k: v.value for k, v in event.materialization.metadata.items()}
+    assert (seen["limit_before"], seen["limit"]) == (GiB, 2 * GiB), seen
+    (pod,) = core.list_namespaced_pod(ns).items
+    assert pod.status.container_statuses[0].restart_count == 0
