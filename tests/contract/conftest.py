@@ -14,13 +14,20 @@ import sys
 import time
 import uuid
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 from kubernetes import client, config
 
 from k8s_ai_orchestrator.testing.controlplane import ControlPlane
 from k8s_ai_orchestrator.testing.controlplane.kube import RealKube
+from k8s_ai_orchestrator.testing.controlplane.nodeconfig import (
+    REAL_NODE_KEY,
+    REAL_NODE_TOLERATION,
+)
+from k8s_ai_orchestrator.testing.controlplane.realnode import BASE_IMAGE, RealNode
 from tests.contract_support.contract import ContractTarget
+from tests.controlplane.realnode_support import real_node  # noqa: F401
 
 
 def _wait_for_default_service_account(core: client.CoreV1Api, namespace: str) -> None:
@@ -30,12 +37,13 @@ def _wait_for_default_service_account(core: client.CoreV1Api, namespace: str) ->
         time.sleep(0.2)
 
 
-def _target(api: client.ApiClient) -> Iterator[ContractTarget]:
+def _target(api: client.ApiClient, **placement: Any) -> Iterator[ContractTarget]:
     core = client.CoreV1Api(api)
     namespace = f"k8s-ai-contract-{uuid.uuid4().hex[:6]}"
     core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=namespace)))
     _wait_for_default_service_account(core, namespace)
-    yield ContractTarget(api, namespace, (sys.executable,), timeout=120)
+    python = placement.pop("python", (sys.executable,))
+    yield ContractTarget(api, namespace, python, timeout=120, **placement)
     core.delete_namespace(namespace, propagation_policy="Background")
     api.close()
 
@@ -52,3 +60,23 @@ def plane_target(control_plane: ControlPlane) -> Iterator[ContractTarget]:
 def node_target(plane_with_nodes: RealKube) -> Iterator[ContractTarget]:
     """A fresh namespace on the host of the real control plane with nodes."""
     yield from _target(plane_with_nodes.host.api_client())
+
+
+@pytest.fixture
+def real_node_target(
+    control_plane: ControlPlane,
+    real_node: RealNode,  # noqa: F811 (the fixture imported above)
+) -> Iterator[ContractTarget]:
+    """A fresh namespace on the session plane's host whose pods land on a real node (kubelet,
+    containerd, runc): its label and toleration, the base image, the host's /usr Python."""
+    assert control_plane.host is not None
+    api = config.new_client_from_config(config_file=str(control_plane.host.kubeconfig))
+    yield from _target(
+        api,
+        python=("/usr/bin/python3",),
+        image=BASE_IMAGE,
+        image_pull_policy="Never",
+        node_selector={REAL_NODE_KEY: "true"},
+        tolerations=(REAL_NODE_TOLERATION,),
+        host_mounts=("/usr",),
+    )

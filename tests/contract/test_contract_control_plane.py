@@ -38,6 +38,14 @@ def test_the_real_plane_with_nodes_honours_the_node_contract(
     check(node_target)
 
 
+@pytest.mark.realnode
+@pytest.mark.parametrize("check", NODE_CHECKS, ids=[c.__name__ for c in NODE_CHECKS])
+def test_a_real_kubelet_honours_the_node_contract(
+    real_node_target: ContractTarget, check: Callable[[ContractTarget], None]
+) -> None:
+    check(real_node_target)
+
+
 @pytest.mark.parametrize("check", HISTORY_CHECKS, ids=[c.__name__ for c in HISTORY_CHECKS])
 def test_the_real_api_server_honours_the_history_contract_once_compacted(
     control_plane: ControlPlane,

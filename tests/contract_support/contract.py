@@ -261,7 +261,8 @@ def check_pod_resize_in_place(target: ContractTarget) -> None:
 def check_pod_resize_is_deferred_without_room(target: ContractTarget) -> None:
     """A resize past the node's allocatable is refused at once (403, cause NodeCapacity); one
     the node could hold but not now waits: `PodResizePending` (reason Deferred, "Node didn't
-    have enough resource: memory, ...") and a `ResizeDeferred` warning, the old limit kept.
+    have enough resource: memory, ...") and a `ResizeDeferred` warning ("Pod resize OutOfmemory:
+    {...}", the kubelet's admission reason), the old limit kept.
     Changing a GPU amount through `pods/resize` is refused (422)."""
     core, ns = target.core(), target.namespace
     sleeper = "import time; time.sleep(3600)"  # outlives the check, which deletes it
@@ -297,7 +298,7 @@ def check_pod_resize_is_deferred_without_room(target: ContractTarget) -> None:
         events = core.list_namespaced_event(ns, field_selector=selector)
         return [e.message for e in events.items if e.reason == "ResizeDeferred"]
 
-    assert target.wait(warned)[0].startswith("Pod resize Deferred: {")
+    assert target.wait(warned)[0].startswith("Pod resize OutOfmemory: {")
     gpus = {"nvidia.com/gpu": "1"}
     body = {"spec": {"containers": [{"name": "main", "resources": {"limits": gpus}}]}}
     try:

@@ -33,6 +33,13 @@ class ContractTarget:
     python: tuple[str, ...] = ("python",)  # argv prefix that runs Python in the container
     image: str = "python:3.12-slim"  # an image that has that Python
     timeout: float = 120.0  # seconds a single wait may take
+    # where the pods land, for a node that only takes pods that ask (a real node): its
+    # selector and toleration, host directories mounted read-only at the same path (the
+    # Python), and the image pull policy (Never: nothing is pulled there)
+    node_selector: dict[str, str] | None = None
+    tolerations: tuple[dict[str, Any], ...] = ()
+    host_mounts: tuple[str, ...] = ()
+    image_pull_policy: str | None = None
 
     def core(self) -> client.CoreV1Api:
         """CoreV1Api on the target."""
@@ -56,21 +63,41 @@ class ContractTarget:
     def container(self, code: str, memory: str | None = None) -> client.V1Container:
         """A container named main running `python -c code`."""
         limits = {"memory": memory} if memory else None
+        mounts = [
+            client.V1VolumeMount(name=f"host-{n}", mount_path=path, read_only=True)
+            for n, path in enumerate(self.host_mounts)
+        ]
         return client.V1Container(
             name="main",
             image=self.image,
+            image_pull_policy=self.image_pull_policy,
             command=[*self.python, "-c", code],
             resources=client.V1ResourceRequirements(limits=limits, requests=limits),
+            volume_mounts=mounts or None,
+        )
+
+    def pod_spec(self, container: client.V1Container) -> client.V1PodSpec:
+        """A restartPolicy Never pod spec of `container`, placed where the target says."""
+        volumes = [
+            client.V1Volume(name=f"host-{n}", host_path=client.V1HostPathVolumeSource(path=path))
+            for n, path in enumerate(self.host_mounts)
+        ]
+        return client.V1PodSpec(
+            containers=[container],
+            restart_policy="Never",
+            node_selector=self.node_selector,
+            tolerations=[client.V1Toleration(**t) for t in self.tolerations] or None,
+            volumes=volumes or None,
         )
 
     def pod(self, name: str, code: str, memory: str | None = None) -> client.V1Pod:
         """A restartPolicy Never pod running `python -c code`."""
-        spec = client.V1PodSpec(containers=[self.container(code, memory)], restart_policy="Never")
+        spec = self.pod_spec(self.container(code, memory))
         return client.V1Pod(metadata=client.V1ObjectMeta(name=name), spec=spec)
 
     def job(self, name: str, code: str, **spec: Any) -> client.V1Job:
         """A Job whose pods run `python -c code`."""
-        pod_spec = client.V1PodSpec(containers=[self.container(code)], restart_policy="Never")
+        pod_spec = self.pod_spec(self.container(code))
         template = client.V1PodTemplateSpec(spec=pod_spec)
         return client.V1Job(
             metadata=client.V1ObjectMeta(name=name),

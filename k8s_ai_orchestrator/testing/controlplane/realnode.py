@@ -181,7 +181,8 @@ class RealNode:
     def leftovers(self) -> list[str]:
         """This node's containers and shims still alive, as "pid: command" lines: container
         processes by their cgroup under the node's cgroup root, shims by their containerd
-        socket in the command line."""
+        socket in the command line. A killed process its parent has not reaped yet (a zombie,
+        which still names its cgroup) is not alive."""
         found = []
         for entry in Path("/proc").iterdir():
             if not entry.name.isdigit():
@@ -189,7 +190,10 @@ class RealNode:
             try:
                 cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode()
                 cgroups = (entry / "cgroup").read_text()
-            except OSError:
+                state = (entry / "stat").read_text().rsplit(")", 1)[1].split()[0]
+            except (OSError, IndexError):
+                continue
+            if state in ("Z", "X"):
                 continue
             shim = nodecleanup.SHIM_BINARY in cmdline and str(self.layout.socket) in cmdline
             if shim or f":{self.cgroup_root}/" in cgroups:

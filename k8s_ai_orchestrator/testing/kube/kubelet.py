@@ -33,7 +33,14 @@ from .containers import (
 )
 from .lifecycle import is_terminal, put_or_release, record_event, releasable
 from .podreport import ContainerRun, PodRun, reported, stats_summary
-from .resize import DEFERRED, desired, event_message, memory_limits, requests_of, shortfall
+from .resize import (
+    deferred_event_prefix,
+    desired,
+    event_message,
+    memory_limits,
+    requests_of,
+    shortfall,
+)
 from .store import ClusterState, Obj, Store, now_rfc3339, parse_rfc3339
 
 # The emulator's own interpreter directory (a venv's bin) comes first on the containers' PATH,
@@ -192,7 +199,7 @@ class Kubelet:
         generation = int(pod["metadata"].get("generation") or 1)
         if problem is not None:
             if not run.resize_pending or run.resize_generation != generation:
-                message = event_message(f"Pod resize {DEFERRED}", pod, problem)
+                message = event_message(deferred_event_prefix(problem), pod, problem)
                 record_event(run.store, pod, "ResizeDeferred", message, "Warning")
             run.resize_pending, run.resize_generation = problem, generation
             return

@@ -15,7 +15,8 @@ what it allocated:
   and `ResizeCompleted`;
 - otherwise the resize waits: the pod gets the condition `PodResizePending` (reason
   `Deferred`, message "Node didn't have enough resource: memory, requested: …, used: …,
-  capacity: …") and a `ResizeDeferred` warning, and is retried at every pass until the node
+  capacity: …") and a `ResizeDeferred` warning ("Pod resize OutOfmemory: {…}", the kubelet's
+  admission reason), and is retried at every pass until the node
   has room or the resize is reverted.
 
 Example:
@@ -96,10 +97,22 @@ def shortfall(
     if not over:
         return None
     name, want, taken, have = over[0]
-    return (
-        f"Node didn't have enough resource: {name}, requested: {want}, used: {taken}, "
-        f"capacity: {have}"
-    )
+    return f"{_SHORT}{name}, requested: {want}, used: {taken}, capacity: {have}"
+
+
+_SHORT = "Node didn't have enough resource: "
+
+
+def deferred_event_prefix(problem: str) -> str:
+    """What the kubelet's `ResizeDeferred` event says before the resources, for a `shortfall`
+    `problem`: "Pod resize OutOf<resource>" (the kubelet's admission reason, not "Deferred").
+
+    Example:
+        >>> deferred_event_prefix("Node didn't have enough resource: memory, requested: 1")
+        'Pod resize OutOfmemory'
+    """
+    resource = problem.removeprefix(_SHORT).split(",", 1)[0]
+    return f"Pod resize OutOf{resource}"
 
 
 def memory_limits(allocated: Mapping[str, Obj]) -> dict[str, int | None]:
@@ -207,6 +220,7 @@ def event_message(prefix: str, pod: Mapping[str, Any], error: str = "") -> str:
 
 __all__ = [
     "DEFERRED",
+    "deferred_event_prefix",
     "IN_PROGRESS",
     "PENDING",
     "desired",
