@@ -1,19 +1,15 @@
 """`ai_executor` on a real node: each step is a Job on the session plane's host, its pod a
 container run by a real kubelet, containerd and runc on this machine's kernel.
 
-The run worker is this test process, as in the other end-to-end tests; the steps are real
-`dagster api execute_step` processes inside containers. Nothing is pulled: the pod's image is
-the node's tiny base image, and the host's Python, this checkout and the run's directories are
-mounted read-only where the step only reads them (`hostPath`, as a user testing on one machine
-would). The step runs as root without capabilities: the Python under /root is not readable by
-another user. Placement on the real node is the executor's `step_k8s_config`, its taint and
-label, as a user pins steps to a node pool.
+The run worker is this test process (or a `dagster api execute_run` process), as in the other
+end-to-end tests; the steps are real `dagster api execute_step` processes inside containers,
+set up by `realnode_steps.kubernetes_section` (the base image, the host's Python, this checkout
+and the test's directory mounted; placement by `step_k8s_config`).
 """
 
 from __future__ import annotations
 
 import os
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -25,11 +21,8 @@ from kubernetes import client, config
 from k8s_ai_orchestrator import AICompute
 from k8s_ai_orchestrator.quantities import parse_memory
 from k8s_ai_orchestrator.testing.controlplane import ControlPlane
-from k8s_ai_orchestrator.testing.controlplane.nodeconfig import (
-    REAL_NODE_KEY,
-    REAL_NODE_TOLERATION,
-)
-from k8s_ai_orchestrator.testing.controlplane.realnode import BASE_IMAGE, RealNode
+from k8s_ai_orchestrator.testing.controlplane.realnode import RealNode
+from k8s_ai_orchestrator.testing.controlplane.realnode_steps import TENANT, kubernetes_section
 from k8s_ai_orchestrator.testing.kube.emulator import wait_until
 from tests.controlplane.realnode_pipelines import (
     growing_job,
@@ -71,46 +64,17 @@ def priority_classes(control_plane: ControlPlane) -> Iterator[None]:
         api.delete_priority_class(name)
 
 
-def _mount(name: str, path: str, writable: bool = False) -> tuple[dict[str, Any], dict[str, Any]]:
-    volume = {"name": name, "hostPath": {"path": path, "type": "Directory"}}
-    return volume, {"name": name, "mountPath": path, "readOnly": not writable}
-
-
 def node_config(plane: ControlPlane, namespace: str, *writable: Path) -> dict[str, Any]:
     """The executor's config: the host as the one tenant, every step on the real node."""
     assert plane.host is not None
-    mounts = [
-        _mount("usr", "/usr"),
-        _mount("python", sys.base_prefix),
-        _mount("venv", sys.prefix),
-        _mount("checkout", str(ROOT)),
-        *(_mount(f"rw-{n}", str(path), writable=True) for n, path in enumerate(writable)),
-    ]
+    kubernetes = kubernetes_section(plane.host.kubeconfig, namespace, [ROOT], writable)
+    if os.environ.get("PYTHONPATH"):
+        kubernetes["env_vars"] = ["PYTHONPATH"]
     return {
         "backend": "kubernetes",
-        "default_tenant": "host",
-        "allowed_tenants": ["host"],
-        "kubernetes": {
-            "image": BASE_IMAGE,
-            "image_pull_policy": "Never",
-            "python": sys.executable,
-            "command_prefix": [sys.executable, "-m", "dagster"],
-            "env_vars": ["PYTHONPATH"] if os.environ.get("PYTHONPATH") else [],
-            "volumes": [volume for volume, _ in mounts],
-            "volume_mounts": [mount for _, mount in mounts],
-            "security_context": {
-                "runAsUser": 0,
-                "allowPrivilegeEscalation": False,
-                "capabilities": {"drop": ["ALL"]},
-            },
-            "step_k8s_config": {
-                "pod_spec_config": {
-                    "node_selector": {REAL_NODE_KEY: "true"},
-                    "tolerations": [REAL_NODE_TOLERATION],
-                }
-            },
-            "tenants": {"host": {"kubeconfig": str(plane.host.kubeconfig), "namespace": namespace}},
-        },
+        "default_tenant": TENANT,
+        "allowed_tenants": [TENANT],
+        "kubernetes": kubernetes,
     }
 
 
@@ -322,8 +286,8 @@ def test_a_pipes_program_runs_on_the_real_node_and_reports_through_its_pod_log(
     ai = AICompute(
         backend="kubernetes",
         kubernetes=config["kubernetes"],
-        default_tenant="host",
-        allowed_tenants=["host"],
+        default_tenant=TENANT,
+        allowed_tenants=[TENANT],
         poll_interval_s=0.1,
     )
     size = {"cpu": 0.5, "memory": "512Mi"}
@@ -356,8 +320,8 @@ def test_a_pipes_program_read_from_the_kubelet_s_summary_is_grown_in_place(
     ai = AICompute(
         backend="kubernetes",
         kubernetes=config["kubernetes"],
-        default_tenant="host",
-        allowed_tenants=["host"],
+        default_tenant=TENANT,
+        allowed_tenants=[TENANT],
         poll_interval_s=0.1,
         oom_escalation={"grow_at": 0.6},
     )
