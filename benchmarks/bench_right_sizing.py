@@ -18,7 +18,12 @@ Backends:
   `grow_at: 0.6`, so the 40Mi/s growth leaves the 1 s sampling and the resize's way through
   the tenant and the host time to act before the limit.
 
-Run: `python -m benchmarks.bench_right_sizing [--backend local|kubernetes] [--rounds N]`
+- `realnode`: the real control plane's host with one real node (kubelet v1.37.2, containerd,
+  runc; `scripts/build-node.sh`, run as root): the step is a container on this machine's kernel,
+  OOM-killed by it, its memory read from its own reports and grown by the real kubelet. Units of
+  1 s and `grow_at: 0.6`, as on `kubernetes`.
+
+Run: `python -m benchmarks.bench_right_sizing [--backend local|kubernetes|realnode] [--rounds N]`
 (median of N rounds, default 2).
 """
 
@@ -90,7 +95,7 @@ def _run_until_done(
     run_id = uuid.uuid4().hex[:12]
     while True:
         history = history.launched(spec.memory_bytes)
-        request = LaunchRequest(run_id, "grower", len(usages), argv, {}, spec, raw_command=True)
+        request = LaunchRequest(run_id, "grower", len(usages), argv, {}, spec)
         handle = backend.submit(request)
         while not (status := backend.status(handle)).is_terminal:
             time.sleep(0.01)
@@ -113,6 +118,10 @@ def _target(name: str, folder: Path) -> Iterator[Target]:
     if name == "local":
         yield Target("local backend", 0.1, 0.85, _local)
         return
+    if name == "realnode":
+        with _real_node(folder) as target:
+            yield target
+        return
     from k8s_ai_orchestrator.backends.kubernetes import KubernetesBackend, KubernetesConfig
 
     from .k8s_runs import NAMESPACE, TENANT, control_plane_tenant
@@ -132,6 +141,22 @@ def _target(name: str, folder: Path) -> Iterator[Target]:
         yield Target("real v1.37 control plane (tenant, node agent)", 1.0, 0.6, make)
 
 
+@contextmanager
+def _real_node(folder: Path) -> Iterator[Target]:
+    from k8s_ai_orchestrator.backends.kubernetes import KubernetesBackend, KubernetesConfig
+    from k8s_ai_orchestrator.testing.controlplane.realnode_steps import TENANT
+
+    from .k8s_runs import real_node_host
+
+    with real_node_host(folder, [folder]) as section:
+
+        def make(_: Path, growth: MemoryGrowth | None) -> Backend:
+            config = KubernetesConfig.from_dict(section)
+            return KubernetesBackend(config, default_tenant=TENANT, growth=growth)
+
+        yield Target("real node (kubelet v1.37, containerd, runc, the kernel)", 1.0, 0.6, make)
+
+
 def _redone(out: Path) -> int:
     return len(out.read_text().splitlines()) - UNITS
 
@@ -139,7 +164,7 @@ def _redone(out: Path) -> int:
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--rounds", type=int, default=2)
-    parser.add_argument("--backend", choices=("local", "kubernetes"), default="local")
+    parser.add_argument("--backend", choices=("local", "kubernetes", "realnode"), default="local")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp, _target(args.backend, Path(tmp)) as target:
         _compare(target, Path(tmp), args.rounds)

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from kubernetes import config
 from kubernetes.client import SchedulingV1Api
 
 from k8s_ai_orchestrator.testing.controlplane import build_kubeplane, start_control_plane
@@ -73,6 +74,29 @@ def _tenant_nodes(kube: RealKube, nodes: Sequence[NodeSpec]) -> bool:
     from kubernetes.client import CoreV1Api
 
     return len(CoreV1Api(kube.tenant(TENANT).api_client()).list_node().items) == len(nodes)
+
+
+@contextmanager
+def real_node_host(work: Path, writable: Sequence[Path]) -> Iterator[dict[str, Any]]:
+    """The real control plane's host with one real node (kubelet, containerd, runc; built by
+    `scripts/build-node.sh`); yields the `kubernetes` section that runs steps there
+    (`realnode_steps`: this checkout read-only, `writable` mounted read-write).
+
+    Raises `KubeplaneUnavailable` when the Go binaries are not built.
+    """
+    from k8s_ai_orchestrator.testing.controlplane.binary import build_node
+    from k8s_ai_orchestrator.testing.controlplane.realnode import RealNode
+    from k8s_ai_orchestrator.testing.controlplane.realnode_steps import kubernetes_section
+
+    bin_dir = build_kubeplane(ROOT / "scripts" / "build-kubeplane.sh", check_only=True)
+    node_bin = build_node(ROOT / "scripts" / "build-node.sh", check_only=True)
+    with (
+        start_control_plane(bin_dir, work / "plane", tenants=[]) as plane,
+        RealNode(plane, node_bin, Path(tempfile.mkdtemp(prefix="k8sai-rn-"))),
+    ):
+        assert plane.host is not None
+        _priority_classes(config.new_client_from_config(config_file=str(plane.host.kubeconfig)))
+        yield kubernetes_section(plane.host.kubeconfig, NAMESPACE, [ROOT], writable)
 
 
 @contextmanager

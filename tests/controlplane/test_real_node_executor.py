@@ -9,7 +9,6 @@ and the test's directory mounted; placement by `step_k8s_config`).
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -68,8 +67,6 @@ def node_config(plane: ControlPlane, namespace: str, *writable: Path) -> dict[st
     """The executor's config: the host as the one tenant, every step on the real node."""
     assert plane.host is not None
     kubernetes = kubernetes_section(plane.host.kubeconfig, namespace, [ROOT], writable)
-    if os.environ.get("PYTHONPATH"):
-        kubernetes["env_vars"] = ["PYTHONPATH"]
     return {
         "backend": "kubernetes",
         "default_tenant": TENANT,

@@ -1,8 +1,9 @@
 """The `kubernetes` section that runs steps on a real node (`realnode.RealNode`) of this machine.
 
 Nothing is pulled there: a step's pod runs the node's tiny base image, with the host's `/usr`,
-this interpreter's installation and virtual environment, and the directories a run reads
-(`read_only`: the code) or writes (`writable`: DAGSTER_HOME, checkpoints, outputs) mounted
+this interpreter's installation and virtual environment (and `PYTHONPATH`, passed on when set),
+and the directories a run reads (`read_only`: the code, which holds the paths of `PYTHONPATH`) or
+writes (`writable`: DAGSTER_HOME, checkpoints, outputs) mounted
 from the host at the same paths (`hostPath`), as a user testing on one machine would. The step
 runs as root without capabilities and without privilege escalation: a Python under /root is
 not readable by another user. Every step lands on the real node by `step_k8s_config`, with its
@@ -16,6 +17,7 @@ Example:
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -40,7 +42,7 @@ def kubernetes_section(
     paths += [(f"ro-{n}", str(path)) for n, path in enumerate(read_only)]
     mounts = [_mount(name, path, writable=False) for name, path in paths]
     mounts += [_mount(f"rw-{n}", str(path), writable=True) for n, path in enumerate(writable)]
-    return {
+    section: dict[str, Any] = {
         "image": BASE_IMAGE,
         "image_pull_policy": "Never",
         "python": python,
@@ -60,6 +62,9 @@ def kubernetes_section(
         },
         "tenants": {TENANT: {"kubeconfig": str(kubeconfig), "namespace": namespace}},
     }
+    if os.environ.get("PYTHONPATH"):  # a checkout run from another's virtual environment
+        section["env_vars"] = ["PYTHONPATH"]
+    return section
 
 
 def _mount(name: str, path: str, writable: bool) -> tuple[dict[str, Any], dict[str, Any]]:

@@ -169,6 +169,7 @@ class Kubelet:
             on_exit = self.wake.set if self.wake is not None else None
             limit = memory_limits(run.allocated).get(state.name, memory_limit_of(container))
             state.process = ContainerProcess(argv, env, cwd, log_path, limit, fallback, on_exit)
+            state.sample = None  # a new container: cAdvisor knows nothing of it yet
         except (FileNotFoundError, PermissionError, NotADirectoryError) as error:
             state.exit = start_error(f"exec: {argv[0]!r}: {error.strerror or error}")
             return
