@@ -24,6 +24,20 @@ def test_a_tenant_needs_exactly_one_way_to_reach_its_api() -> None:
         KubernetesConfig.from_dict({"tenants": {"a": {"vcluster": "a"}}})
 
 
+def test_workload_gang_admission_on_a_vcluster_tenant_is_refused_naming_the_other_modes() -> None:
+    """vCluster's syncer carries no PodGroups to the host: a `workload` gang would not gang."""
+    vcluster = {"vcluster": "a", "host_namespace": "vcluster-a"}
+    with pytest.raises(ConfigError, match=r"tenants.a: .*workload cannot gang on vCluster 'a'"):
+        KubernetesConfig.from_dict(
+            {"tenants": {"a": {**vcluster, "gang_admission": {"mode": "workload"}}}}
+        )
+    for mode in ("guard", "kueue"):
+        admission = {"mode": mode, **({"local_queue": "q"} if mode == "kueue" else {})}
+        KubernetesConfig.from_dict({"tenants": {"a": {**vcluster, "gang_admission": admission}}})
+    host = {"kubeconfig": "/host", "gang_admission": {"mode": "workload"}}  # a plain cluster
+    assert KubernetesConfig.from_dict({"tenants": {"h": host}}).tenant("h").gang_admission.podgroups
+
+
 def test_defaults_are_restricted_and_name_the_priority_classes() -> None:
     config = KubernetesConfig.from_dict(
         {"tenants": {"a": {"vcluster": "a", "host_namespace": "vcluster-a", "server": "https://a"}}}

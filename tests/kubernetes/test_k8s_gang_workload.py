@@ -1,8 +1,11 @@
 """Gang admission through the Kubernetes gang-scheduling API (`gang_admission.mode: workload`):
 on the real v1.37 control plane with `GenericWorkload`, the Job is created at once with a
-PodGroup, the tenant syncer copies the PodGroup to the host, and kube-scheduler binds all of a
-gang's pods or none; where PodGroups are not served (the emulator) the step is refused before
-anything is created."""
+PodGroup and kube-scheduler binds all of a gang's pods or none. That needs the scheduler to see
+the PodGroup: the tenant here is the host cluster itself (a cluster without vCluster). Through a
+vCluster-style syncer, which like vCluster's own copies no PodGroups and drops the pods'
+`schedulingGroup`, the host places a gang's pods one by one: the executor refuses `workload` on
+vCluster tenants (tests/kubernetes/test_k8s_config.py). Where PodGroups are not served (the
+emulator) the step is refused before anything is created."""
 
 from __future__ import annotations
 
@@ -15,7 +18,6 @@ from typing import Any
 import pytest
 from gang_support import (
     GangTarget,
-    _gang_target,
     emulated_gang_target,
     gang_step,
     gpu_pod,
@@ -23,7 +25,7 @@ from gang_support import (
     run_gang_code,
     wait_status,
 )
-from k8s_support import NAMESPACE
+from k8s_support import NAMESPACE, install_priority_classes, tenant_config
 from kubernetes import client
 
 from k8s_ai_orchestrator.backends.base import StepState
@@ -35,7 +37,31 @@ pytestmark = pytest.mark.timeout(400)
 
 @pytest.fixture
 def plane(gang_plane: Any, tmp_path: Path) -> GangTarget:
-    return _gang_target("control-plane", gang_plane.fresh(), tmp_path)
+    """The gang plane's host as the tenant `team-a`, with the chart's PriorityClasses."""
+    kube = gang_plane.fresh()
+    try:
+        install_priority_classes(kube.host.api_client())
+    except client.ApiException as error:
+        if error.status != 409:  # made by an earlier test of the session
+            raise
+    host_config = {"kubeconfig": kube.host.kubeconfig_path, "namespace": NAMESPACE}
+
+    def config(**overrides: Any) -> dict[str, Any]:
+        gang = {"gpu_tolerations": [], "gang_workdir": str(tmp_path)}
+        return tenant_config(
+            kube, **{**gang, "tenants": {"team-a": dict(host_config)}, **overrides}
+        )
+
+    return GangTarget(
+        name="control-plane host",
+        config=config,
+        core=lambda tenant: client.CoreV1Api(kube.host.api_client()),
+        pods=lambda tenant: kube.pods("host", NAMESPACE),
+        jobs=lambda tenant: kube.jobs("host", NAMESPACE),
+        wait_for=kube.wait_for,
+        processes_alive=kube.processes_alive,
+        evict=lambda tenant, pod: kube.evict_pod("host", NAMESPACE, pod),
+    )
 
 
 @pytest.fixture
@@ -74,28 +100,59 @@ def test_a_workload_gang_runs_every_rank_through_its_podgroup(
     code = run_gang_code("record_rank", str(out))
     handle = backend.submit(gang_step(code, run_id="wl-ranks", gpus_per_node=2))
     try:
-        tenant_api = gang_plane.tenant("team-a").api_client()
-        (group,) = [
-            g for g in podgroups(tenant_api, NAMESPACE) if g["metadata"]["name"] == handle.job_id
-        ]
+        host = gang_plane.host.api_client()
+        (group,) = [g for g in podgroups(host, NAMESPACE) if g["metadata"]["name"] == handle.job_id]
         assert group["spec"]["schedulingPolicy"] == {"gang": {"minCount": 2}}
         assert group["metadata"]["ownerReferences"][0]["kind"] == "Job"
         status = wait_status(plane, backend, handle, lambda s: s.is_terminal)
         assert status.state == StepState.SUCCEEDED, status
         ranks = sorted(json.loads(p.read_text())["RANK"] for p in out.glob("rank-*.json"))
         assert ranks == ["0", "1"]
-        host, host_ns = gang_plane.host.api_client(), gang_plane.host_namespace("team-a")
-        copies = [g for g in podgroups(host, host_ns) if handle.job_id in g["metadata"]["name"]]
-        assert [c["spec"]["schedulingPolicy"] for c in copies] == [{"gang": {"minCount": 2}}]
         groups = {
             (p["spec"].get("schedulingGroup") or {}).get("podGroupName")
-            for p in raw_pods(host, host_ns)
+            for p in raw_pods(host, NAMESPACE)
             if handle.job_id in p["metadata"]["name"]
         }
-        assert groups == {copies[0]["metadata"]["name"]}
+        assert groups == {handle.job_id}
     finally:
         backend.cancel(handle)
         backend.close()
+
+
+@pytest.mark.controlplane
+def test_a_vcluster_style_syncer_carries_no_gang_to_the_host(gang_plane: Any) -> None:
+    """As vCluster's own syncer: a tenant pod's `schedulingGroup` does not reach its host copy,
+    and no PodGroup is copied, so the host scheduler would place a tenant's gang pod by pod."""
+    kube = gang_plane.fresh()
+    tenant, host = kube.tenant("team-a").api_client(), kube.host.api_client()
+    group = {
+        "metadata": {"name": "g-carried"},
+        "spec": {"schedulingPolicy": {"gang": {"minCount": 2}}},
+    }
+    client.CustomObjectsApi(tenant).create_namespaced_custom_object(
+        "scheduling.k8s.io", "v1beta1", NAMESPACE, "podgroups", group
+    )
+    pod = {
+        "metadata": {"name": "p-carried"},
+        "spec": {
+            "schedulingGroup": {"podGroupName": "g-carried"},
+            "containers": [{"name": "main", "image": "x", "command": ["sleep", "1"]}],
+        },
+    }
+    client.CoreV1Api(tenant).create_namespaced_pod(NAMESPACE, pod)
+    try:
+        host_ns = kube.host_namespace("team-a")
+
+        def copied() -> list[dict[str, Any]]:
+            return [p for p in raw_pods(host, host_ns) if "p-carried" in p["metadata"]["name"]]
+
+        (copy,) = kube.wait_for(copied, 60)
+        assert "schedulingGroup" not in copy["spec"]
+        assert [g for g in podgroups(host, host_ns) if "g-carried" in g["metadata"]["name"]] == []
+    finally:
+        client.CoreV1Api(tenant).delete_namespaced_pod(
+            "p-carried", NAMESPACE, grace_period_seconds=0
+        )
 
 
 @pytest.mark.controlplane

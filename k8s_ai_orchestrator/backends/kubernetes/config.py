@@ -53,6 +53,16 @@ class PriorityClasses:
 
 
 GANG_ADMISSION_MODES = ("guard", "workload", "kueue")
+# vCluster's open-source syncer (v0.34) copies no scheduling.k8s.io PodGroups to the host and
+# drops a pod's `schedulingGroup` (its Kubernetes types predate it): the host scheduler would
+# bind a gang's pods one by one, so `workload` on a vCluster tenant is refused, not silently
+# ungang-ed.
+VCLUSTER_WORKLOAD = (
+    "{where}: gang_admission.mode: workload cannot gang on vCluster '{name}': vCluster's syncer "
+    "copies no scheduling.k8s.io PodGroups to the host cluster and drops the pods' "
+    "schedulingGroup, so the host scheduler would place a gang's pods one by one. Use mode: "
+    "guard (the executor's own all-or-nothing admission) or mode: kueue on this tenant"
+)
 
 
 @dataclass(frozen=True)
@@ -175,6 +185,9 @@ class TenantConfig:
         sizes = raw.get("allowed_sizes")
         for key in ("kubeconfig", "host_kubeconfig"):
             _refuse_kubeconfig_contents(raw.get(key), f"{where}.{key}")
+        gangs = GangAdmission.from_dict(raw.get("gang_admission"), where)
+        if has_vcluster and gangs.podgroups:
+            raise ConfigError(VCLUSTER_WORKLOAD.format(where=where, name=raw["vcluster"]))
         return cls(
             name=name,
             kubeconfig=_opt_str(raw, "kubeconfig", where),
@@ -187,7 +200,7 @@ class TenantConfig:
             image=_opt_str(raw, "image", where),
             service_account=_opt_str(raw, "service_account", where),
             allowed_sizes=tuple(_str_list(sizes, f"{where}.allowed_sizes")) if sizes else None,
-            gang_admission=GangAdmission.from_dict(raw.get("gang_admission"), where),
+            gang_admission=gangs,
         )
 
 

@@ -12,8 +12,10 @@ What it does, as vCluster does with our recommended values (`helm/vcluster-value
   `<name>-x-<namespace>-x-<tenant>` in `vcluster-<tenant>`, with the secrets and config maps it
   reads and its PriorityClass copied; when the host scheduler places it, the tenant pod is bound
   to the same node, and the host pod's status flows back;
-- PodGroups (gang scheduling, when the tenant serves them) to the host, and the pods' group
-  names with them (`podgroups.py`);
+- no PodGroups: as vCluster's open-source syncer, it copies no `scheduling.k8s.io` objects and
+  drops a pod's `schedulingGroup` (its Kubernetes types predate it), so a gang admitted with
+  `workload` in a tenant is no gang on the host (the executor refuses that mode on vCluster
+  tenants);
 - resizes: a tenant pod resized in place (`pods/resize`) has its host pod resized the same way;
   whether the node had room comes back with the status (`PodResizePending`, the resources);
 - deletion both ways: a tenant delete deletes the host pod with the same grace period; when the
@@ -45,7 +47,7 @@ from ...kube.lifecycle import is_terminal
 from ..agent.logserver import LogLookup
 from ..informer import Informer, Obj
 from ..patches import STRATEGIC, ignoring, replaced, status_patch
-from . import podgroups, translate
+from . import translate
 from .events import EventSync, PodRef
 from .nodes import NodeSync
 from .proxies import NodeProxies
@@ -106,16 +108,6 @@ class TenantSyncer:
             namespace=self.host_namespace,
         )
         self.events = EventSync(self._write_event)
-        self.tenant_groups: Informer | None = None  # PodGroups, when the tenant serves them
-        self.host_groups: Informer | None = None
-        if podgroups.served(tenant_api):
-            self.tenant_groups = Informer(tenant_api, podgroups.lister(tenant_api), self._wake.set)
-            self.host_groups = Informer(
-                host_api,
-                podgroups.lister(host_api, self.host_namespace),
-                self._wake.set,
-                label_selector=f"{translate.MANAGED_BY}={tenant}",
-            )
         self.proxies = NodeProxies(
             tenant,
             self.host_namespace,
@@ -154,8 +146,7 @@ class TenantSyncer:
         self.proxies.stop()
 
     def _informers(self) -> tuple[Informer, ...]:
-        groups = tuple(i for i in (self.tenant_groups, self.host_groups) if i is not None)
-        return (self.host_nodes, self.host_pods, self.tenant_pods, self.host_events, *groups)
+        return (self.host_nodes, self.host_pods, self.tenant_pods, self.host_events)
 
     def _publish_secret(self) -> None:
         with ignoring(409):
@@ -195,7 +186,6 @@ class TenantSyncer:
             meta = pod["metadata"]
             self.events.remember(name, PodRef(meta["namespace"], meta["name"], meta["uid"]))
         self.events.sync(self.host_events.items())  # before a pod's end is copied
-        self._sync_podgroups()
         for pod in virtual.values():
             self._sync_pod(pod)
         for pod in self.host_pods.items():
@@ -325,18 +315,6 @@ class TenantSyncer:
                 return  # the tenant pod is gone, or a new one took its name
             raise
         self._copied[meta["uid"]] = status
-
-    def _sync_podgroups(self) -> None:
-        if self.tenant_groups is None or self.host_groups is None:
-            return
-        podgroups.sync(
-            self.host_api,
-            self.tenant_groups.items(),
-            self.host_groups,
-            self.tenant,
-            self.host_namespace,
-            self._copy_priority_class,
-        )
 
     def _resize_host(self, hpod: Obj, vpod: Obj) -> None:
         """Give the host pod the tenant pod's new container resources (`pods/resize`)."""

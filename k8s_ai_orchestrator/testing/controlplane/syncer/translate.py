@@ -126,9 +126,9 @@ def host_pod(pod: Obj, tenant: str, host_namespace: str, priority_synced: bool) 
     for container in spec.get("containers") or []:
         _rewrite_env(container, namespace, tenant)
     _scope_affinity(spec, namespace, tenant)
-    group = spec.get("schedulingGroup") or {}
-    if group.get("podGroupName"):  # the PodGroup's host copy (podgroups.py)
-        group["podGroupName"] = host_name(group["podGroupName"], namespace, tenant)
+    # vCluster's syncer (v0.34) builds on Kubernetes types that predate `schedulingGroup`: the
+    # host pod joins no PodGroup (and none is copied), so a tenant's gang is not one on the host
+    spec.pop("schedulingGroup", None)
     labels = {**(meta.get("labels") or {}), MANAGED_BY: tenant, NAMESPACE_LABEL: namespace}
     annotations = {
         **(meta.get("annotations") or {}),
