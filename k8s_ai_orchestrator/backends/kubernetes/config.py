@@ -76,7 +76,8 @@ class GangAdmission:
     `workload`, the Kubernetes gang-scheduling API (`scheduling.k8s.io/v1beta1`, Kubernetes
     1.37 with the `GenericWorkload` feature gate): the Job is created at once with a
     `PodGroup` (gang `minCount` = nodes) that its pods join, and the scheduler binds all of
-    them or none. The all-running timeout stays as a safety net.
+    them or none. The all-running timeout stays as a safety net. Refused on a `vcluster:`
+    tenant (`VCLUSTER_WORKLOAD`): the scheduler must see the PodGroup.
 
     `kueue`, Kueue (v0.17+) in the tenant: every Job of the tenant is created suspended with
     the `kueue.x-k8s.io/queue-name: <local_queue>` label, and Kueue unsuspends it once its
