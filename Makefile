@@ -7,7 +7,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test test-fast checks lint typecheck bench soak system-deps kubeplane kueue-background node-background wheel-smoke clean
+.PHONY: demo test test-fast checks lint typecheck bench soak system-deps kubeplane kueue-background node-background vcluster-background wheel-smoke clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -49,8 +49,17 @@ node-background:
 	  nohup nice -n 19 bash scripts/build-node.sh > artifacts/node-build.log 2>&1 < /dev/null & \
 	fi
 
+# The real vCluster syncer (github.com/loft-sh/vcluster v0.34.0; tests/vcluster, Go, about
+# 25 min cold on 2 cores) builds the same way, with the same lowest priority.
+# Its log: artifacts/vcluster-build.log.
+vcluster-background:
+	@if command -v go >/dev/null 2>&1 && ! bash scripts/build-vcluster.sh --check >/dev/null 2>&1; then \
+	  mkdir -p artifacts; echo "make: building the real vCluster syncer in the background (artifacts/vcluster-build.log)"; \
+	  nohup nice -n 19 bash scripts/build-vcluster.sh > artifacts/vcluster-build.log 2>&1 < /dev/null & \
+	fi
+
 FAST_MARKERS := not slurm and not browser and not daemon and not controlplane and not contract \
-  and not kueue and not realnode and not slow
+  and not kueue and not realnode and not vcluster and not slow
 
 checks: $(STAMP)
 	$(BIN)/ruff check k8s_ai_orchestrator example_project tests benchmarks
@@ -59,7 +68,7 @@ checks: $(STAMP)
 	$(BIN)/lint-imports
 	$(BIN)/pytest -q -p no:cacheprovider --doctest-modules k8s_ai_orchestrator example_project
 
-test: kueue-background node-background $(STAMP) system-deps kubeplane checks
+test: kueue-background node-background vcluster-background $(STAMP) system-deps kubeplane checks
 	$(BIN)/pytest -q
 	bash scripts/wheel-smoke.sh $(BIN)/python
 

@@ -20,6 +20,7 @@ from tests.plane_fixtures import (
     real_kube,
     summary_line,
     tenant,
+    vcluster_bin_dir,
 )
 from tests.requirements import (
     INSTALL_DEPS,
@@ -45,6 +46,7 @@ __all__ = [
     "plane_with_nodes",
     "real_kube",
     "tenant",
+    "vcluster_bin_dir",
     # a run whose run worker is killed and resumed (tests/resume_support.py)
     "run_worker",
 ]
@@ -80,13 +82,15 @@ def test_out(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Markers must match the components tests use; tests on the real node, then on Kueue,
-    run last: `make test` builds both in the background meanwhile."""
+    """Markers must match the components tests use; tests on the real node or the real vCluster
+    syncer, then on Kueue, run last: `make test` builds them in the background meanwhile."""
     check_markers(items)
 
     def late(item: pytest.Item) -> int:
-        names = getattr(item, "fixturenames", ())
-        return 2 if "kueue_team_a" in names else 1 if "node_bin_dir" in names else 0
+        names = set(getattr(item, "fixturenames", ()))
+        if "kueue_team_a" in names:
+            return 2
+        return 1 if names & {"node_bin_dir", "vcluster_bin_dir"} else 0
 
     items.sort(key=late)
 

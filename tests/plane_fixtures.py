@@ -6,7 +6,9 @@ Outside CI the tests skip when `kubeplane` is not built yet (building takes ~20 
 CI=true a missing Go or a failed build fails them, and the fixture builds the binary itself if
 it is not cached. KUBEPLANE_BIN_DIR points at a prebuilt binary directory instead. Kueue
 (`kueue_team_a`, scripts/build-kueue.sh) follows the same rules, with KUEUE_BIN_DIR, and so do
-the real node's programs (`node_bin_dir`, scripts/build-node.sh), with K8S_AI_NODE_BIN_DIR.
+the real node's programs (`node_bin_dir`, scripts/build-node.sh), with K8S_AI_NODE_BIN_DIR, and
+the real vCluster syncer (`vcluster_bin_dir`, scripts/build-vcluster.sh), with
+K8S_AI_VCLUSTER_BIN_DIR.
 """
 
 from __future__ import annotations
@@ -32,8 +34,10 @@ from k8s_ai_orchestrator.testing.controlplane.agent import NodeSpec
 from k8s_ai_orchestrator.testing.controlplane.binary import (
     KueueUnavailable,
     NodeProgramsUnavailable,
+    VClusterUnavailable,
     build_kueue,
     build_node,
+    build_vcluster,
 )
 from k8s_ai_orchestrator.testing.controlplane.flags import Gates
 from k8s_ai_orchestrator.testing.controlplane.kube import RealKube
@@ -43,6 +47,7 @@ from tests.requirements import REAL_PLANE_PARAM, in_ci, require
 BUILD_SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "build-kubeplane.sh"
 KUEUE_BUILD_SCRIPT = BUILD_SCRIPT.with_name("build-kueue.sh")
 NODE_BUILD_SCRIPT = BUILD_SCRIPT.with_name("build-node.sh")
+VCLUSTER_BUILD_SCRIPT = BUILD_SCRIPT.with_name("build-vcluster.sh")
 TENANTS = ("team-a", "team-b")
 TENANT = TENANTS[0]
 # The parameters of the fixtures that run a test on the emulator or on this real plane, each
@@ -61,7 +66,12 @@ def _built(env: str, build: Callable[..., Path], script: Path, what: str) -> Pat
         return Path(os.environ[env])
     try:
         return build(script, check_only=not in_ci())
-    except (KubeplaneUnavailable, KueueUnavailable, NodeProgramsUnavailable) as error:
+    except (
+        KubeplaneUnavailable,
+        KueueUnavailable,
+        NodeProgramsUnavailable,
+        VClusterUnavailable,
+    ) as error:
         require(what, False, str(error))
         raise
 
@@ -169,6 +179,15 @@ def node_bin_dir() -> Path:
     """The directory of the real node's programs (containerd, CNI plugins, pause); built here
     only under CI. K8S_AI_NODE_BIN_DIR points at a prebuilt one instead."""
     return _built("K8S_AI_NODE_BIN_DIR", build_node, NODE_BUILD_SCRIPT, "the real node's programs")
+
+
+@pytest.fixture(scope="session")
+def vcluster_bin_dir() -> Path:
+    """The directory of the real vCluster syncer (`vcluster`, its chart's `values.yaml`); built
+    here only under CI. K8S_AI_VCLUSTER_BIN_DIR points at a prebuilt one instead."""
+    return _built(
+        "K8S_AI_VCLUSTER_BIN_DIR", build_vcluster, VCLUSTER_BUILD_SCRIPT, "the real vCluster syncer"
+    )
 
 
 @dataclass(frozen=True)

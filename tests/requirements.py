@@ -31,6 +31,7 @@ FIXTURE_MARKERS = {
     "kubeplane_bin_dir": "controlplane",  # every real-plane fixture starts from it
     "kueue_bin_dir": "kueue",
     "node_bin_dir": "realnode",
+    "vcluster_bin_dir": "vcluster",
     "slurm_cluster": "slurm",
     "chromium": "browser",
     "daemon_world": "daemon",

@@ -1,5 +1,6 @@
 """Find or build the `kubeplane` binary (`scripts/build-kubeplane.sh`), Kueue
-(`scripts/build-kueue.sh`) and the real node's programs (`scripts/build-node.sh`).
+(`scripts/build-kueue.sh`), the real node's programs (`scripts/build-node.sh`) and the real
+vCluster syncer (`scripts/build-vcluster.sh`).
 
 Example:
     >>> bin_dir = build_kubeplane(Path("scripts/build-kubeplane.sh"))  # doctest: +SKIP
@@ -32,6 +33,11 @@ class KueueUnavailable(ControlPlaneError):
 class NodeProgramsUnavailable(ControlPlaneError):
     """No build of the real node's programs (containerd, CNI plugins, pause) and no way (or no
     leave) to build them; the caller decides whether that is fatal."""
+
+
+class VClusterUnavailable(ControlPlaneError):
+    """No build of the real vCluster syncer and no way (or no leave) to build it; the caller
+    decides whether that is fatal."""
 
 
 Runner = Callable[[Sequence[str]], "subprocess.CompletedProcess[str]"]
@@ -106,6 +112,30 @@ def build_node(script: Path, *, check_only: bool = False, run: Runner = _run) ->
         "the real node",
         "about 7 min on 2 cores the first time",
         NodeProgramsUnavailable,
+        check_only=check_only,
+        run=run,
+    )
+
+
+def build_vcluster(script: Path, *, check_only: bool = False, run: Runner = _run) -> Path:
+    """Run `scripts/build-vcluster.sh` (a no-op when cached) and return the directory with
+    the `vcluster` syncer binary and its chart's `values.yaml`.
+
+    Example:
+        >>> bin_dir = build_vcluster(Path("scripts/build-vcluster.sh"))  # doctest: +SKIP
+        >>> (bin_dir / "values.yaml").exists()  # doctest: +SKIP
+        True
+
+    Raises:
+        VClusterUnavailable: the script found no `go`, or (`check_only`) no cached build.
+        ControlPlaneError: the build failed.
+    """
+    return _build(
+        script,
+        "vcluster",
+        "the real vCluster syncer",
+        "about 25 min on 2 cores the first time",
+        VClusterUnavailable,
         check_only=check_only,
         run=run,
     )
