@@ -50,7 +50,7 @@ node-background:
 	fi
 
 # The real vCluster syncer (github.com/loft-sh/vcluster v0.34.0; tests/vcluster, Go, about
-# 25 min cold on 2 cores) builds the same way, with the same lowest priority.
+# 5 min cold on 2 cores) builds the same way, with the same lowest priority.
 # Its log: artifacts/vcluster-build.log.
 vcluster-background:
 	@if command -v go >/dev/null 2>&1 && ! bash scripts/build-vcluster.sh --check >/dev/null 2>&1; then \

@@ -62,7 +62,7 @@ main() {
   src=$(go list -m -f '{{.Dir}}' "$MODULE")
   echo "modules: $(( $(date +%s) - start )) s" >&2
 
-  echo "building the vCluster syncer $version into $OUT (cold: about 25 min on 2 cores)" >&2
+  echo "building the vCluster syncer $version into $OUT (cold: about 5 min on 2 cores)" >&2
   start=$(date +%s)
   go build -trimpath -ldflags "-s -w -X $MODULE/pkg/telemetry.SyncerVersion=$version" \
     -o "$tmp/vcluster" .

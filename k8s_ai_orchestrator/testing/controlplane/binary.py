@@ -134,7 +134,7 @@ def build_vcluster(script: Path, *, check_only: bool = False, run: Runner = _run
         script,
         "vcluster",
         "the real vCluster syncer",
-        "about 25 min on 2 cores the first time",
+        "about 5 min on 2 cores the first time",
         VClusterUnavailable,
         check_only=check_only,
         run=run,
