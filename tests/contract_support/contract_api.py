@@ -87,6 +87,33 @@ def _config_map(name: str, value: str) -> dict[str, object]:
     }
 
 
+def check_emptied_metadata_lists_are_dropped(target: ContractTarget) -> None:
+    """`finalizers` and `labels` written empty (the usual way to release an object) read back
+    absent, not as `[]` and `{}`: the server's JSON omits empty ObjectMeta fields."""
+    path = f"/api/v1/namespaces/{target.namespace}/configmaps"
+    held = _config_map("contract-released", "1")
+    held["metadata"] = {
+        "name": "contract-released",
+        "finalizers": ["example.com/hold"],
+        "labels": {"team": "a"},
+    }
+    created = request(target, "POST", path, held)
+    assert created.status == 201, created
+    emptied = [
+        {"op": "replace", "path": "/metadata/finalizers", "value": []},
+        {"op": "replace", "path": "/metadata/labels", "value": {}},
+    ]
+    patched = request(
+        target, "PATCH", f"{path}/contract-released", emptied, "application/json-patch+json"
+    )
+    assert patched.status == 200, patched
+    assert "finalizers" not in patched.body["metadata"], patched.body["metadata"]
+    assert "labels" not in patched.body["metadata"], patched.body["metadata"]
+    read = request(target, "GET", f"{path}/contract-released")
+    assert not {"finalizers", "labels"} & set(read.body["metadata"]), read.body["metadata"]
+    assert request(target, "DELETE", f"{path}/contract-released").status == 200
+
+
 def check_server_side_apply_creates_missing_object(target: ContractTarget) -> None:
     """An apply patch of a missing object creates it (201), then updates it (200).
 
@@ -261,6 +288,7 @@ API_CHECKS: tuple[Check, ...] = (
     check_watch_resumes_from_a_list,
     check_bad_input_answers,
     check_server_side_apply_creates_missing_object,
+    check_emptied_metadata_lists_are_dropped,
     check_metadata_only_list,
     check_dry_run_changes_nothing,
     check_discovery_has_categories,

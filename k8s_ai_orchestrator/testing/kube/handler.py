@@ -45,6 +45,10 @@ class ServedApi(Protocol):
     def count(self, verb: str, resource: str) -> None: ...
 
 
+# Request bodies a real server decodes and the emulator does not: kubectl and client-go send
+# built-in kinds as protobuf (`kubectl create configmap`, `kubectl auth can-i`). They get the
+# real server's answer to a format it does not read, 415, whose message lists what it reads.
+UNREAD_MEDIA_TYPES = frozenset({"application/vnd.kubernetes.protobuf", "application/cbor"})
 _NODE_STATS = re.compile(r"^/api/v1/nodes/([^/]+)/proxy/stats/summary/?$")
 _REASONS = {
     400: "BadRequest",
@@ -141,6 +145,16 @@ class ApiHandler(BaseHTTPRequestHandler):
         return False
 
     def _json_body(self, body: bytes) -> Any:
+        media = self.headers.get("Content-Type", "").split(";")[0].strip().lower()
+        if body and media in UNREAD_MEDIA_TYPES:
+            raise ApiError(
+                415,
+                "UnsupportedMediaType",
+                "the body of the request was in an unknown format - accepted media types "
+                "include: application/json, application/merge-patch+json, "
+                "application/strategic-merge-patch+json, application/json-patch+json, "
+                "application/apply-patch+yaml",
+            )
         try:
             return json.loads(body or b"{}")
         except ValueError as error:

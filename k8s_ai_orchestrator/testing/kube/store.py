@@ -98,6 +98,11 @@ def random_suffix(length: int = 5) -> str:
     return "".join(secrets.choice(_SUFFIX_ALPHABET) for _ in range(length))
 
 
+# ObjectMeta fields a real API server never returns empty: `finalizers: []` written by a
+# client (the usual way to release an object) reads back as no `finalizers` at all.
+OMITTED_WHEN_EMPTY = ("finalizers", "ownerReferences", "labels", "annotations")
+
+
 @dataclass(frozen=True)
 class Change:
     """One write to a store, as a watch sees it."""
@@ -162,6 +167,9 @@ class Store:
         """Store a copy of `obj` with a new resourceVersion and record the change."""
         stored = copy.deepcopy(obj)
         meta = stored.setdefault("metadata", {})
+        for field in OMITTED_WHEN_EMPTY:  # the real server's JSON drops them (omitempty)
+            if field in meta and not meta[field]:
+                del meta[field]
         key = (meta.get("namespace", ""), meta["name"])
         bucket = self._objects.setdefault(resource, {})
         old = bucket.get(key)
