@@ -10,6 +10,7 @@ and the test's directory mounted; placement by `step_k8s_config`).
 from __future__ import annotations
 
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -63,68 +64,85 @@ def priority_classes(control_plane: ControlPlane) -> Iterator[None]:
         api.delete_priority_class(name)
 
 
-def node_config(plane: ControlPlane, namespace: str, *writable: Path) -> dict[str, Any]:
-    """The executor's config: the host as the one tenant, every step on the real node."""
-    assert plane.host is not None
-    kubernetes = kubernetes_section(plane.host.kubeconfig, namespace, [ROOT], writable)
-    return {
-        "backend": "kubernetes",
-        "default_tenant": TENANT,
-        "allowed_tenants": [TENANT],
-        "kubernetes": kubernetes,
-    }
-
-
-def _run(
-    job: Any,
-    plane: ControlPlane,
-    namespace: str,
-    tmp_path: Path,
-    resources: dict[str, Any] | None = None,
-    **more: Any,
-) -> tuple[Any, list[str]]:
-    """Run `job` (one step) on the real node: its step's output and the run's engine
-    messages; the run must succeed."""
-    config = {
-        "execution": {"config": node_config(plane, namespace, tmp_path) | more},
-        "resources": resources or {},
-    }
-    with (
-        DagsterInstance.get() as instance,
-        execute_job(reconstructable(job), instance=instance, run_config=config) as result,
-    ):
-        messages = engine_messages(instance, result.run_id)
-        assert result.success, messages
-        (step,) = job.nodes
-        return result.output_for_node(step.name), messages
-
-
-def _jobs(plane: ControlPlane, namespace: str) -> list[Any]:
-    return client.BatchV1Api(_host(plane)).list_namespaced_job(namespace).items
-
-
 def _host(plane: ControlPlane) -> client.ApiClient:
     assert plane.host is not None
     return config.new_client_from_config(config_file=str(plane.host.kubeconfig))
 
 
-def test_a_step_runs_on_the_real_node_and_its_output_streams_into_the_run(
+@dataclass(frozen=True)
+class OnNode:
+    """What a test on the real node works with: the plane, the node, a fresh host namespace
+    (its CoreV1Api), the chart's PriorityClasses there, and the test's directory (mounted)."""
+
+    plane: ControlPlane
+    node: RealNode
+    core: client.CoreV1Api
+    ns: str
+    folder: Path
+
+    def config(self) -> dict[str, Any]:
+        """The executor's config: the host as the one tenant, every step on the real node."""
+        assert self.plane.host is not None
+        kubernetes = kubernetes_section(self.plane.host.kubeconfig, self.ns, [ROOT], [self.folder])
+        return {
+            "backend": "kubernetes",
+            "default_tenant": TENANT,
+            "allowed_tenants": [TENANT],
+            "kubernetes": kubernetes,
+        }
+
+    def run(
+        self, job: Any, resources: dict[str, Any] | None = None, **more: Any
+    ) -> tuple[Any, list[str]]:
+        """Run `job` (one step) here: its step's output and the run's engine messages; the
+        run must succeed. `more`: executor config keys."""
+        run_config = {"execution": {"config": self.config() | more}, "resources": resources or {}}
+        with (
+            DagsterInstance.get() as instance,
+            execute_job(reconstructable(job), instance=instance, run_config=run_config) as result,
+        ):
+            messages = engine_messages(instance, result.run_id)
+            assert result.success, messages
+            (step,) = job.nodes
+            return result.output_for_node(step.name), messages
+
+    def tally(self) -> dict[str, Any]:
+        """The run config of `resume_pipelines.tally_job` here."""
+        return {
+            "execution": {"config": self.config()},
+            "ops": {"tally": {"config": {"dir": str(self.folder)}}},
+        }
+
+    def jobs(self) -> list[Any]:
+        return client.BatchV1Api(_host(self.plane)).list_namespaced_job(self.ns).items
+
+    def pods(self) -> list[Any]:
+        return self.core.list_namespaced_pod(self.ns).items
+
+
+@pytest.fixture
+def on_node(
     control_plane: ControlPlane,
     real_node: RealNode,
     namespace: tuple[client.CoreV1Api, str],
     priority_classes: None,
     dagster_home: Path,
     tmp_path: Path,
-) -> None:
+) -> OnNode:
     core, ns = namespace
+    return OnNode(control_plane, real_node, core, ns, tmp_path)
 
-    _, messages = _run(hello_job, control_plane, ns, tmp_path)
 
-    assert any(f"Step 'hello' is running on {real_node.name}" in m for m in messages), messages
+def test_a_step_runs_on_the_real_node_and_its_output_streams_into_the_run(on_node: OnNode) -> None:
+    core, ns = on_node.core, on_node.ns
+
+    _, messages = on_node.run(hello_job)
+
+    assert any(f"Step 'hello' is running on {on_node.node.name}" in m for m in messages), messages
     logs = [m for m in messages if m.startswith("[kubernetes log] hello:")]
     assert any("hello from a step on a real kubelet" in m for m in logs), messages
-    (pod,) = core.list_namespaced_pod(ns).items
-    assert pod.spec.node_name == real_node.name
+    (pod,) = on_node.pods()
+    assert pod.spec.node_name == on_node.node.name
     # The run ends at the step's success event; its process exits just after.
     phase = lambda: core.read_namespaced_pod(pod.metadata.name, ns).status.phase  # noqa: E731
     assert wait_until(lambda: phase() in ("Succeeded", "Failed") and phase(), 60, 0.5) == (
@@ -132,51 +150,33 @@ def test_a_step_runs_on_the_real_node_and_its_output_streams_into_the_run(
     )
 
 
-def test_a_step_the_kernel_oom_kills_is_relaunched_with_more_memory(
-    control_plane: ControlPlane,
-    real_node: RealNode,
-    namespace: tuple[client.CoreV1Api, str],
-    priority_classes: None,
-    dagster_home: Path,
-    tmp_path: Path,
-) -> None:
-    core, ns = namespace
-
-    _, messages = _run(outgrows_job, control_plane, ns, tmp_path)
+def test_a_step_the_kernel_oom_kills_is_relaunched_with_more_memory(on_node: OnNode) -> None:
+    _, messages = on_node.run(outgrows_job)
 
     relaunches = [m for m in messages if m.startswith("Relaunching:")]
     assert len(relaunches) == 1 and "OOMKilled" in relaunches[0], messages
     limits = sorted(
-        j.spec.template.spec.containers[0].resources.limits["memory"]
-        for j in _jobs(control_plane, ns)
+        j.spec.template.spec.containers[0].resources.limits["memory"] for j in on_node.jobs()
     )
     assert limits == ["1Gi", "512Mi"]
-    by_attempt = {
-        p.metadata.labels["k8s-ai/attempt"]: p for p in core.list_namespaced_pod(ns).items
-    }
+    by_attempt = {p.metadata.labels["k8s-ai/attempt"]: p for p in on_node.pods()}
     first = by_attempt["0"].status.container_statuses[0].state.terminated
     assert (first.reason, first.exit_code) == ("OOMKilled", 137)
 
 
 def test_a_step_growing_past_its_limit_is_resized_in_place_by_the_real_kubelet(
-    control_plane: ControlPlane,
-    real_node: RealNode,
-    namespace: tuple[client.CoreV1Api, str],
-    priority_classes: None,
-    dagster_home: Path,
-    tmp_path: Path,
+    on_node: OnNode,
 ) -> None:
     """The step's own memory reports (its log) pass 60 % of 1Gi: its pod is resized to 2Gi
     (and 4Gi past 60 % of that) through `pods/resize`; the kubelet raises the container's
     cgroup limit, and the step reaches 1.4 GiB in the same container."""
-    core, ns = namespace
 
-    _, messages = _run(growing_job, control_plane, ns, tmp_path, oom_escalation={"grow_at": 0.6})
+    _, messages = on_node.run(growing_job, oom_escalation={"grow_at": 0.6})
 
     grew = [m for m in messages if m.startswith("Grew step 'grower' in place")]
     assert any("memory 1Gi → 2Gi" in m for m in grew), messages
     assert not any(m.startswith("Relaunching") for m in messages), messages
-    (pod,) = core.list_namespaced_pod(ns).items  # the same pod ran it to the end
+    (pod,) = on_node.pods()  # the same pod ran it to the end
     asked = pod.spec.containers[0].resources.limits["memory"]
     assert parse_memory(asked) >= 2 * GiB
     (container,) = pod.status.container_statuses
@@ -185,101 +185,69 @@ def test_a_step_growing_past_its_limit_is_resized_in_place_by_the_real_kubelet(
 
 
 def test_a_step_the_kubelet_evicts_is_relaunched_and_resumes_from_its_checkpoint(
-    control_plane: ControlPlane,
-    real_node: RealNode,
-    namespace: tuple[client.CoreV1Api, str],
-    priority_classes: None,
-    dagster_home: Path,
-    tmp_path: Path,
+    on_node: OnNode,
 ) -> None:
     """A real eviction: the kubelet's eviction manager finds the step's emptyDir over its
     sizeLimit and evicts the pod (no grace period: the step saved its checkpoint as it went).
     The executor relaunches it at the same size; the second attempt resumes at unit 10."""
-    core, ns = namespace
-    checkpoints = {"checkpoints": {"config": {"root": (tmp_path / "ckpt").as_uri()}}}
-    (tmp_path / "ckpt").mkdir()
+    checkpoints = {"checkpoints": {"config": {"root": (on_node.folder / "ckpt").as_uri()}}}
+    (on_node.folder / "ckpt").mkdir()
 
-    resumed_from, messages = _run(scratch_job, control_plane, ns, tmp_path, checkpoints)
+    resumed_from, messages = on_node.run(scratch_job, checkpoints)
 
     assert any("'fills_scratch' was Evicted; relaunching at the same size" in m for m in messages)
-    by_attempt = {
-        p.metadata.labels["k8s-ai/attempt"]: p for p in core.list_namespaced_pod(ns).items
-    }
+    by_attempt = {p.metadata.labels["k8s-ai/attempt"]: p for p in on_node.pods()}
     evicted = by_attempt["0"].status
     assert (evicted.phase, evicted.reason) == ("Failed", "Evicted"), evicted
     assert "emptyDir" in evicted.message or "EmptyDir" in evicted.message, evicted.message
     assert resumed_from == 10  # the second attempt started where the first one saved
 
 
-def _tally(plane: ControlPlane, namespace: str, folder: Path) -> dict[str, Any]:
-    """The run config of `resume_pipelines.tally_job` on the real node."""
-    return {
-        "execution": {"config": node_config(plane, namespace, folder)},
-        "ops": {"tally": {"config": {"dir": str(folder)}}},
-    }
-
-
 def test_a_run_worker_killed_mid_step_is_resumed_and_the_real_node_runs_the_step_once(
-    control_plane: ControlPlane,
-    real_node: RealNode,
-    namespace: tuple[client.CoreV1Api, str],
-    priority_classes: None,
-    run_worker: Any,
-    tmp_path: Path,
+    on_node: OnNode, run_worker: Any
 ) -> None:
     """The run worker is SIGKILLed while the step's container runs; the resumed one (what run
     monitoring starts) reattaches to the step's Job and the container finishes it."""
-    _, ns = namespace
-    worker = run_worker("tally_job", _tally(control_plane, ns, tmp_path))
-    worker.started(tmp_path)
+    worker = run_worker("tally_job", on_node.tally())
+    worker.started(on_node.folder)
     worker.kill()
 
     worker.resume()
     reattached = worker.reattached()
-    worker.release(tmp_path)
+    worker.release(on_node.folder)
 
     assert reattached.startswith("Reattached to step 'tally' (attempt 1, kubernetes job")
-    assert (tmp_path / "executions").read_text().splitlines() == ["tally attempt 0"]
-    assert len(_jobs(control_plane, ns)) == 1
+    assert (on_node.folder / "executions").read_text().splitlines() == ["tally attempt 0"]
+    assert len(on_node.jobs()) == 1
 
 
 def test_terminating_a_run_leaves_no_container_on_the_real_node(
-    control_plane: ControlPlane,
-    real_node: RealNode,
-    namespace: tuple[client.CoreV1Api, str],
-    priority_classes: None,
-    run_worker: Any,
-    tmp_path: Path,
+    on_node: OnNode, run_worker: Any
 ) -> None:
     """Dagster's termination (SIGINT to the run worker) deletes the step's Job: the kubelet
     stops its container and sandbox, and no process of the pod or its shim is left while the
     node goes on running."""
-    core, ns = namespace
-    worker = run_worker("tally_job", _tally(control_plane, ns, tmp_path))
-    worker.started(tmp_path)
-    assert real_node.leftovers() != []  # the step's container, its pause and their shim
+    worker = run_worker("tally_job", on_node.tally())
+    worker.started(on_node.folder)
+    assert on_node.node.leftovers() != []  # the step's container, its pause and their shim
 
     worker.terminate()
 
     assert any(m.startswith("Cancelled step 'tally' (kubernetes job") for m in worker.messages())
-    wait_until(lambda: not _jobs(control_plane, ns), 60, 0.5)
-    wait_until(lambda: not core.list_namespaced_pod(ns).items, 60, 0.5)
-    wait_until(lambda: real_node.leftovers() == [], 60, 0.5, lambda: str(real_node.leftovers()))
-    assert not (tmp_path / "release").exists()
+    wait_until(lambda: not on_node.jobs(), 60, 0.5)
+    wait_until(lambda: not on_node.pods(), 60, 0.5)
+    wait_until(
+        lambda: on_node.node.leftovers() == [], 60, 0.5, lambda: str(on_node.node.leftovers())
+    )
+    assert not (on_node.folder / "release").exists()
 
 
 def test_a_pipes_program_runs_on_the_real_node_and_reports_through_its_pod_log(
-    control_plane: ControlPlane,
-    real_node: RealNode,
-    namespace: tuple[client.CoreV1Api, str],
-    priority_classes: None,
-    dagster_home: Path,
-    tmp_path: Path,
+    on_node: OnNode,
 ) -> None:
     """`AICompute` with the same `kubernetes` section: the program's materialization and
     check come back from its container's log, read through the real kubelet."""
-    core, ns = namespace
-    config = node_config(control_plane, ns, tmp_path)
+    config = on_node.config()
     ai = AICompute(
         backend="kubernetes",
         kubernetes=config["kubernetes"],
@@ -289,7 +257,7 @@ def test_a_pipes_program_runs_on_the_real_node_and_reports_through_its_pod_log(
     )
     size = {"cpu": 0.5, "memory": "512Mi"}
 
-    result = materialize_tiles(ai, size, {"TILES": "2"}, (tmp_path / "ckpt").as_uri())
+    result = materialize_tiles(ai, size, {"TILES": "2"}, (on_node.folder / "ckpt").as_uri())
 
     assert result.success
     metadata = materialization_metadata(result)
@@ -297,23 +265,15 @@ def test_a_pipes_program_runs_on_the_real_node_and_reports_through_its_pod_log(
     assert check_evaluation(result) == ("tiles_complete", True)
     (row,) = attempt_rows(metadata)
     assert row["outcome"] == "Succeeded"
-    (pod,) = core.list_namespaced_pod(ns).items
-    assert pod.spec.node_name == real_node.name
+    (pod,) = on_node.pods()
+    assert pod.spec.node_name == on_node.node.name
 
 
-def test_a_pipes_program_read_from_the_kubelet_s_summary_is_grown_in_place(
-    control_plane: ControlPlane,
-    real_node: RealNode,
-    namespace: tuple[client.CoreV1Api, str],
-    priority_classes: None,
-    dagster_home: Path,
-    tmp_path: Path,
-) -> None:
+def test_a_pipes_program_read_from_the_kubelet_s_summary_is_grown_in_place(on_node: OnNode) -> None:
     """A program that does not report its memory is measured from the real kubelet's
     `/stats/summary` (through `nodes/proxy`, which the admin kubeconfig may read): past 60 %
     of its 1Gi it is resized to 2Gi in place, and sees its cgroup's limit raised."""
-    core, ns = namespace
-    config = node_config(control_plane, ns, tmp_path)
+    config = on_node.config()
     ai = AICompute(
         backend="kubernetes",
         kubernetes=config["kubernetes"],
@@ -329,5 +289,5 @@ def test_a_pipes_program_read_from_the_kubelet_s_summary_is_grown_in_place(
     (event,) = result.get_asset_materialization_events()
     seen = {k: v.value for k, v in event.materialization.metadata.items()}
     assert (seen["limit_before"], seen["limit"]) == (GiB, 2 * GiB), seen
-    (pod,) = core.list_namespaced_pod(ns).items
+    (pod,) = on_node.pods()
     assert pod.status.container_statuses[0].restart_count == 0

@@ -364,19 +364,24 @@ def _sigkilled_pod(emulator: Any, backend: KubernetesBackend, handle: Any) -> tu
     return pod["metadata"]["name"], ended
 
 
-def test_a_sigkill_the_kubelet_later_says_was_an_oom_kill_is_read_as_oom_killed(
-    emulator: Any, clock: FakeClock
-) -> None:
-    """The kubelet can write `Error`, exit 137, before `OOMKilled` (the OOM event comes after
-    the exit): a SIGKILLed container with a memory limit is decided only once that settles."""
-    now = [0.0]
-    backend = KubernetesBackend(
+def _walled_backend(emulator: Any, clock: FakeClock, now: list[float]) -> KubernetesBackend:
+    """A backend whose epoch clock reads `now[0]` (close it)."""
+    return KubernetesBackend(
         KubernetesConfig.from_dict(tenant_config(emulator)),
         allowed_tenants=TENANTS,
         clock=clock,
         sleep=lambda s: None,
         wall=lambda: now[0],
     )
+
+
+def test_a_sigkill_the_kubelet_later_says_was_an_oom_kill_is_read_as_oom_killed(
+    emulator: Any, clock: FakeClock
+) -> None:
+    """The kubelet can write `Error`, exit 137, before `OOMKilled` (the OOM event comes after
+    the exit): a SIGKILLed container with a memory limit is decided only once that settles."""
+    now = [0.0]
+    backend = _walled_backend(emulator, clock, now)
     try:
         handle = backend.submit(python_step(SIGKILLED, memory="128Mi"))
         pod, ended = _sigkilled_pod(emulator, backend, handle)
@@ -400,13 +405,7 @@ def test_a_sigkill_nobody_explains_is_an_error_once_the_oom_settle_time_passed(
     emulator: Any, clock: FakeClock
 ) -> None:
     now = [0.0]
-    backend = KubernetesBackend(
-        KubernetesConfig.from_dict(tenant_config(emulator)),
-        allowed_tenants=TENANTS,
-        clock=clock,
-        sleep=lambda s: None,
-        wall=lambda: now[0],
-    )
+    backend = _walled_backend(emulator, clock, now)
     try:
         handle = backend.submit(python_step(SIGKILLED, memory="128Mi"))
         _, ended = _sigkilled_pod(emulator, backend, handle)
