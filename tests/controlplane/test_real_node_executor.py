@@ -113,6 +113,18 @@ class OnNode:
             "ops": {"tally": {"config": {"dir": str(self.folder)}}},
         }
 
+    def ai(self, **more: Any) -> AICompute:
+        """`AICompute` with the same `kubernetes` section (`more`: its other fields)."""
+        config = self.config()
+        return AICompute(
+            backend="kubernetes",
+            kubernetes=config["kubernetes"],
+            default_tenant=TENANT,
+            allowed_tenants=[TENANT],
+            poll_interval_s=0.1,
+            **more,
+        )
+
     def jobs(self) -> list[Any]:
         return client.BatchV1Api(_host(self.plane)).list_namespaced_job(self.ns).items
 
@@ -247,14 +259,7 @@ def test_a_pipes_program_runs_on_the_real_node_and_reports_through_its_pod_log(
 ) -> None:
     """`AICompute` with the same `kubernetes` section: the program's materialization and
     check come back from its container's log, read through the real kubelet."""
-    config = on_node.config()
-    ai = AICompute(
-        backend="kubernetes",
-        kubernetes=config["kubernetes"],
-        default_tenant=TENANT,
-        allowed_tenants=[TENANT],
-        poll_interval_s=0.1,
-    )
+    ai = on_node.ai()
     size = {"cpu": 0.5, "memory": "512Mi"}
 
     result = materialize_tiles(ai, size, {"TILES": "2"}, (on_node.folder / "ckpt").as_uri())
@@ -273,15 +278,7 @@ def test_a_pipes_program_read_from_the_kubelet_s_summary_is_grown_in_place(on_no
     """A program that does not report its memory is measured from the real kubelet's
     `/stats/summary` (through `nodes/proxy`, which the admin kubeconfig may read): past 60 %
     of its 1Gi it is resized to 2Gi in place, and sees its cgroup's limit raised."""
-    config = on_node.config()
-    ai = AICompute(
-        backend="kubernetes",
-        kubernetes=config["kubernetes"],
-        default_tenant=TENANT,
-        allowed_tenants=[TENANT],
-        poll_interval_s=0.1,
-        oom_escalation={"grow_at": 0.6},
-    )
+    ai = on_node.ai(oom_escalation={"grow_at": 0.6})
 
     result = materialize([grown], resources={"ai": ai}, raise_on_error=False)
 
