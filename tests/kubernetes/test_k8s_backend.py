@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import uuid
+from dataclasses import replace
 from datetime import datetime
 from typing import Any
 
@@ -20,7 +21,7 @@ from k8s_support import (
 from kubernetes.client import CoreV1Api
 
 from k8s_ai_orchestrator.backends.base import FailureReason, StepState
-from k8s_ai_orchestrator.backends.kubernetes import KubernetesBackend, KubernetesConfig
+from k8s_ai_orchestrator.backends.kubernetes import KubernetesBackend, KubernetesConfig, prepare
 from k8s_ai_orchestrator.backends.kubernetes.status import OOM_SETTLE_S
 from k8s_ai_orchestrator.errors import SubmitError, TenantAccessError
 from k8s_ai_orchestrator.launch.lifecycle import Attempt, Verdict
@@ -414,3 +415,27 @@ def test_a_sigkill_nobody_explains_is_an_error_once_the_oom_settle_time_passed(
         assert (status.reason, status.exit_code) == (FailureReason.ERROR.value, 137)
     finally:
         backend.close()
+
+
+def test_validation_builds_one_job_per_step_shape_and_still_refuses_a_bad_one(
+    emulator: Any, backend: KubernetesBackend, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The executor validates every step before the first submit: alike steps (same tenant,
+    size, tags and environment names) are checked with one built Job; a step whose tag
+    differs is built and refused on its own; a submit builds its own Job."""
+    built: list[str] = []
+    real_build = prepare.build_job
+
+    def counting(request: Any, *rest: Any) -> Any:
+        built.append(request.step_key)
+        return real_build(request, *rest)
+
+    monkeypatch.setattr(prepare, "build_job", counting)
+    for n in range(3):
+        backend.validate(python_step("pass", step=f"tile-{n}"))
+    assert built == ["tile-0"]
+    bad_tag = {"dagster-k8s/config": '{"container_config": {"resources": 5}'}
+    with pytest.raises(SubmitError, match="step 'odd'.*dagster-k8s/config"):
+        backend.validate(replace(python_step("pass", step="odd"), labels=bad_tag))
+    backend.cancel(backend.submit(python_step("pass", step="tile-1")))
+    assert built == ["tile-0", "odd", "tile-1"]

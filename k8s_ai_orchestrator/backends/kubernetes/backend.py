@@ -128,7 +128,7 @@ class KubernetesBackend:
         kubeconfig, a name the API server would refuse or a step that can never fit fails
         the run before anything runs. Raises `ConfigError` or `SubmitError`.
         """
-        self._preparer.prepare(request)
+        self._preparer.check(request)
 
     def submit(self, request: LaunchRequest) -> JobHandle:
         """Create the attempt's Job (one that exists already is taken: its name is the run's,

@@ -69,9 +69,27 @@ class Preparer:
         self._growth = growth
         self._admissions = admissions
         self._default_tenant = default_tenant
+        self._shapes: set[tuple[object, ...]] = set()  # step shapes whose Job `check` built
 
     def prepare(self, request: LaunchRequest) -> Prepared:
         """The checked step; `ConfigError` or `SubmitError` naming what to fix."""
+        request, settings = self._resolve(request)
+        manifest = self._manifest(request, settings)
+        api_client, admission = self._admit(request, settings)
+        return Prepared(request, settings, manifest, api_client, admission)
+
+    def check(self, request: LaunchRequest) -> None:
+        """What `prepare` checks, creating nothing: the executor's validation of every step
+        before the first submit. The Job is built once per step shape (`_shape`): a run of a
+        thousand alike steps builds one, and its submits build their own."""
+        request, settings = self._resolve(request)
+        shape = _shape(request)
+        if shape not in self._shapes:
+            self._manifest(request, settings)
+            self._shapes.add(shape)
+        self._admit(request, settings)
+
+    def _resolve(self, request: LaunchRequest) -> tuple[LaunchRequest, TenantConfig]:
         tenant = request.tenant or request.spec.tenant or self._default_tenant
         if tenant is None:
             raise ConfigError(
@@ -86,7 +104,10 @@ class Preparer:
                 f"does not accept (allowed_sizes: {list(settings.allowed_sizes)}); pick one of "
                 f"those or add '{size}' to kubernetes.tenants.{tenant}.allowed_sizes"
             )
-        request = replace(request, tenant=tenant)
+        return replace(request, tenant=tenant), settings
+
+    def _manifest(self, request: LaunchRequest, settings: TenantConfig) -> dict[str, Any]:
+        tenant = str(request.tenant)
         problems = config_problems(settings, self._config)
         if problems:  # before the Job is built: building it would trip over them
             raise _names_error(request, tenant, problems)
@@ -95,6 +116,10 @@ class Preparer:
         problems = manifest_problems(manifest)
         if problems:
             raise _names_error(request, tenant, problems)
+        return manifest
+
+    def _admit(self, request: LaunchRequest, settings: TenantConfig) -> tuple[ApiClient, Admission]:
+        tenant = str(request.tenant)
         api_client = self._tenants.client(tenant, request.step_key)
         admission = self._admissions.of(settings.gang_admission, request.spec)
         try:
@@ -106,7 +131,15 @@ class Preparer:
                 f"({api_message(error)}); check the tenant's API server and the executor's "
                 "permissions there"
             ) from None
-        return Prepared(request, settings, manifest, api_client, admission)
+        return api_client, admission
+
+
+def _shape(request: LaunchRequest) -> tuple[object, ...]:
+    """What a step's Job can be refused for, beyond the config: its tenant, size, tags (the
+    `dagster-k8s/config` tag and the labels), the names of its environment, whether its
+    command is raw. The run, step and attempt only reach sanitized labels and a hashed name."""
+    labels = tuple(sorted(request.labels.items()))
+    return (request.tenant, request.spec, labels, tuple(sorted(request.env)), request.raw_command)
 
 
 def _names_error(request: LaunchRequest, tenant: str, problems: list[str]) -> ConfigError:
