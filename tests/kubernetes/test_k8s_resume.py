@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 from dagster import DagsterRunStatus
+from hold_webhook import HoldingWebhook
 from k8s_support import NAMESPACE, TENANTS, python_step, tenant_config
 from kubernetes.client import CoreV1Api
 from test_k8s_executor_e2e import executor_config
@@ -170,10 +171,11 @@ def test_a_step_evicted_while_no_run_worker_watched_resumes_from_its_checkpoint(
 def test_a_run_worker_lost_while_its_job_was_being_created_is_resumed_onto_that_job(
     emulator: Any, run_worker: Any, tmp_path: Path
 ) -> None:
-    """Killed during the launch: the API server creates the step's Job after the run worker
-    that asked for it died, so no launch event records it. The resumed run worker finds the
-    Job by its name (run, step, attempt) and launches nothing twice. (The emulator holds
-    the create back; a real API server carries out a request whose client went away.)"""
+    """Killed during the launch: the API server created the step's Job, but its answer had
+    not reached the run worker when it died, so no launch event records it. The resumed run
+    worker finds the Job by its name (run, step, attempt) and launches nothing twice. (The
+    emulator answers the create 4 s late; on a real server the next test holds the create in
+    admission instead, and the server drops it with its client.)"""
     emulator.slow_responses("team-a", seconds=4, count=1, verb="create", path_regex=r"/jobs$")
     worker = run_worker("tally_job", config(emulator, "tally", tmp_path))
     creating = ("create", "jobs")
@@ -189,6 +191,37 @@ def test_a_run_worker_lost_while_its_job_was_being_created_is_resumed_onto_that_
     assert (tmp_path / "executions").read_text().splitlines() == ["tally attempt 0"]
     assert len(emulator.jobs("team-a", NAMESPACE)) == 1
     assert emulator.request_counts("team-a")[creating] == 1
+
+
+@pytest.mark.controlplane
+def test_a_run_worker_lost_while_a_real_api_server_admitted_its_job_runs_the_step_once(
+    real_kube: Any, run_worker: Any, tmp_path: Path
+) -> None:
+    """Killed during the launch on a real API server: a validating webhook holds the Job's
+    create for 4 s, and the run worker dies meanwhile. kube-apiserver v1.37 drops a create
+    whose client went away during admission (measured: no Job); whatever it makes of it, the
+    resumed run worker adopts the Job if it exists or launches it if not: one Job, one
+    execution."""
+    tenant = real_kube.tenant("team-a").api_client()
+    hook = HoldingWebhook(real_kube.plane.ca, tmp_path / "webhook", NAMESPACE, hold_s=4)
+    hook.start(tenant)
+    try:
+        worker = run_worker("tally_job", config(real_kube, "tally", tmp_path))
+        assert hook.holding.wait(120), worker.messages()
+        worker.kill()
+        time.sleep(6)  # the hold ends: the server finishes the create, or has dropped it
+        assert not any(m.startswith("Launching step 'tally'") for m in worker.messages())
+        created = len(real_kube.jobs("team-a", NAMESPACE))
+
+        worker.resume()
+        wait_until(lambda: (tmp_path / "executions").exists(), 120, 0.2)
+        worker.release(tmp_path)
+    finally:
+        hook.stop()
+    assert (tmp_path / "executions").read_text().splitlines() == ["tally attempt 0"]
+    assert len(real_kube.jobs("team-a", NAMESPACE)) == 1
+    reattached = [m for m in worker.messages() if m.startswith("Reattached to step 'tally'")]
+    assert len(reattached) == created, (created, worker.messages())  # adopted iff it existed
 
 
 def test_a_step_pending_when_the_run_worker_died_is_watched_on_until_it_runs_once(

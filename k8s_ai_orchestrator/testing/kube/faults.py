@@ -157,8 +157,11 @@ class FaultsMixin:
         verb: str | None = None,
         path_regex: str | None = None,
     ) -> None:
-        """The next `count` matching requests (as for `inject_errors`) are carried out
-        `seconds` late, whether or not their client is still there to read the answer."""
+        """The next `count` matching requests (as for `inject_errors`) are carried out at once
+        and answered `seconds` late, whether or not their client is still there to read the
+        answer: a write committed whose answer is late or lost. (A real API server drops a
+        request whose client goes away before it is carried out, as one does during a slow
+        admission webhook; only the answer can outlive its client.)"""
         rule = FaultRule("slow", count, seconds=seconds, verb=verb, path_regex=path_regex)
         self.servers[server].faults.add(rule)
 

@@ -70,6 +70,13 @@ class ApiHandler(BaseHTTPRequestHandler):
 
     protocol_version = "HTTP/1.1"
     server_version = "kube-emulator"
+    answer_delay_s = 0.0  # a "slow" fault: the request is carried out, its answer held back
+
+    def send_response(self, code: int, message: str | None = None) -> None:
+        delay, self.answer_delay_s = self.answer_delay_s, 0.0
+        if delay:
+            time.sleep(delay)
+        super().send_response(code, message)
 
     def setup(self) -> None:
         super().setup()
@@ -132,7 +139,7 @@ class ApiHandler(BaseHTTPRequestHandler):
         """Apply planned faults; True when the request was answered (or dropped) by one."""
         for rule in self.api_server.faults.take(verb, path):
             if rule.kind == "slow":
-                time.sleep(rule.seconds)
+                self.answer_delay_s = rule.seconds
             elif rule.kind == "reset":
                 self._drop()
                 return True
