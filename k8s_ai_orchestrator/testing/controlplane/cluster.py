@@ -44,6 +44,9 @@ class ApiServer:
     admin_token: str  # user "admin" in group system:masters
     ca_file: Path  # verifies the serving certificate
     kubeconfig: Path  # admin kubeconfig (token auth)
+    # where its kubelet traffic goes (an HTTP CONNECT proxy's Unix socket), when the plane was
+    # started with this tenant in `kubelet_egress`; the proxy is the tenant syncer's to serve
+    kubelet_egress_socket: Path | None = None
 
 
 def write_kubeconfig(
@@ -98,6 +101,9 @@ class ControlPlane:
         etcd_data_dir: etcd's data directory; default a fresh directory on /dev/shm (removed on
             stop), or under `run_dir` without /dev/shm.
         gates: feature gates / runtime config for the apiservers, controller managers, scheduler.
+        kubelet_egress: tenants whose apiserver reaches kubelets through an HTTP CONNECT proxy
+            on `<run_dir>/<tenant>/kubelet-egress.sock`, Hostname addresses first (for the real
+            vCluster syncer: `vclustersyncer`); without a proxy there their `pods/log` fails.
         startup_timeout_s: per component, from its start to ready.
         clock, sleep: injected so tests can drive time.
     """
@@ -110,6 +116,7 @@ class ControlPlane:
         *,
         etcd_data_dir: Path | None = None,
         gates: Gates | None = None,
+        kubelet_egress: Sequence[str] = (),
         startup_timeout_s: float = 180.0,
         clock: Callable[[], float] = time.monotonic,
         sleep: Callable[[float], None] = time.sleep,
@@ -123,6 +130,10 @@ class ControlPlane:
         self.binary = Path(bin_dir) / "kubeplane"
         self.run_dir = Path(run_dir)
         self.tenant_names = tuple(tenants)
+        unknown = set(kubelet_egress) - set(tenants)
+        if unknown:
+            raise ControlPlaneError(f"kubelet_egress names no tenant: {sorted(unknown)}")
+        self.kubelet_egress = frozenset(kubelet_egress)
         self.gates = gates or Gates()
         self.startup_timeout_s = startup_timeout_s
         self._etcd_dir = etcd_data_dir
@@ -210,7 +221,10 @@ class ControlPlane:
         ca = pki.write_ca(self.ca.cert.parent)
         etcd = self._start_etcd()
         names = (HOST, *self.tenant_names)
-        plans = [_ApiServerPlan.create(self.run_dir / name, name, ca) for name in names]
+        plans = [
+            _ApiServerPlan.create(self.run_dir / name, name, ca, name in self.kubelet_egress)
+            for name in names
+        ]
         servers = [self._start_apiserver(plan, etcd) for plan in plans]
         for plan, (component, server) in zip(plans, servers, strict=True):
             target = HttpsTarget(server.url, server.admin_token, server.ca_file)
@@ -268,8 +282,15 @@ class ControlPlane:
                 identity.user,
                 identity.token,
             )
+        egress = plan.files.egress_selector_config
         server = ApiServer(
-            plan.name, url, plan.etcd_prefix, plan.admin.token, plan.ca.cert, kubeconfig
+            plan.name,
+            url,
+            plan.etcd_prefix,
+            plan.admin.token,
+            plan.ca.cert,
+            kubeconfig,
+            kubelet_egress_socket=None if egress is None else egress.with_suffix(".sock"),
         )
         return component, server
 
@@ -316,8 +337,15 @@ class _ApiServerPlan:
     scheduler: pki.Identity
 
     @staticmethod
-    def create(directory: Path, name: str, ca: pki.KeyPair) -> _ApiServerPlan:
+    def create(
+        directory: Path, name: str, ca: pki.KeyPair, kubelet_egress: bool = False
+    ) -> _ApiServerPlan:
         directory.mkdir(parents=True, exist_ok=True)
+        egress_config = None
+        if kubelet_egress:  # the socket is kubelet-egress.sock beside it
+            egress_config = directory / "kubelet-egress.json"
+            socket_path = egress_config.with_suffix(".sock")
+            egress_config.write_text(json.dumps(flags.kubelet_egress_config(socket_path)))
         serving = pki.write_serving_cert(ca, directory / "serving", ["127.0.0.1", "localhost"])
         admin = pki.new_identity("admin", "system:masters")
         kcm = pki.new_identity("system:kube-controller-manager")
@@ -336,6 +364,7 @@ class _ApiServerPlan:
             kubelet_client=astuple(
                 pki.write_client_cert(ca, directory / "kubelet-client", KUBELET_CLIENT)
             ),
+            egress_selector_config=egress_config,
         )
         prefix = f"/kubeplane/{name}" if name == HOST else f"/kubeplane/tenant-{name}"
         return _ApiServerPlan(name, directory, prefix, ca, files, admin, kcm, scheduler)
@@ -348,6 +377,7 @@ def start_control_plane(
     *,
     etcd_data_dir: Path | None = None,
     gates: Gates | None = None,
+    kubelet_egress: Sequence[str] = (),
     startup_timeout_s: float = 180.0,
 ) -> ControlPlane:
     """Start a `ControlPlane` (arguments as in its constructor) and return it, ready.
@@ -360,6 +390,7 @@ def start_control_plane(
         tenants,
         etcd_data_dir=etcd_data_dir,
         gates=gates,
+        kubelet_egress=kubelet_egress,
         startup_timeout_s=startup_timeout_s,
     )
     return plane.start()

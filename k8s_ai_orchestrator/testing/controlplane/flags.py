@@ -57,6 +57,10 @@ class ApiServerFiles:
     service_account_key: Path  # private: signs tokens (and the KCM signs legacy ones)
     service_account_public_key: Path  # verifies tokens
     kubelet_client: tuple[Path, Path] | None = None  # cert, key: how it proves itself to nodes
+    # An EgressSelectorConfiguration (`kubelet_egress_config`): kubelet traffic goes through an
+    # HTTP CONNECT proxy, and a node's Hostname address is tried first (vCluster's syncer names
+    # each tenant node's kubelet `<node>.nodes.vcluster.com`, which only that proxy resolves).
+    egress_selector_config: Path | None = None
 
 
 @dataclass(frozen=True)
@@ -121,7 +125,8 @@ def apiserver_args(
         f"--enable-admission-plugins={','.join(ADMISSION_PLUGINS)}",
         "--allow-privileged=true",
         "--profiling=false",
-        "--kubelet-preferred-address-types=InternalIP",
+        "--kubelet-preferred-address-types="
+        + ("InternalIP" if files.egress_selector_config is None else "Hostname,InternalIP"),
         # Config maps are read from etcd, not the watch cache (whose window keeps old events
         # far longer than a test session): the contract's history check sees etcd compaction.
         "--watch-cache-sizes=configmaps#0",
@@ -132,7 +137,33 @@ def apiserver_args(
     if files.kubelet_client is not None:
         cert, key = files.kubelet_client
         args += [f"--kubelet-client-certificate={cert}", f"--kubelet-client-key={key}"]
+    if files.egress_selector_config is not None:
+        args.append(f"--egress-selector-config-file={files.egress_selector_config}")
     return args
+
+
+def kubelet_egress_config(socket_path: Path) -> dict[str, object]:
+    """An `EgressSelectorConfiguration` sending the apiserver's kubelet traffic (selection
+    `cluster`) through an HTTP CONNECT proxy on a Unix socket; etcd and control-plane traffic
+    stay direct. (Over TCP the apiserver insists on a client certificate for the proxy.)
+
+    >>> kubelet_egress_config(Path("/run/k.sock"))["egressSelections"]
+    [{'name': 'cluster', 'connection': {'proxyProtocol': 'HTTPConnect', 'transport': {'uds': \
+{'udsName': '/run/k.sock'}}}}]
+    """
+    return {
+        "apiVersion": "apiserver.k8s.io/v1beta1",
+        "kind": "EgressSelectorConfiguration",
+        "egressSelections": [
+            {
+                "name": "cluster",
+                "connection": {
+                    "proxyProtocol": "HTTPConnect",
+                    "transport": {"uds": {"udsName": str(socket_path)}},
+                },
+            }
+        ],
+    }
 
 
 def _client_args(kubeconfig: Path, port: int, cert_dir: Path) -> list[str]:

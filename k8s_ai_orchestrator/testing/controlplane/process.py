@@ -23,7 +23,7 @@ import subprocess
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -96,6 +96,8 @@ class Component:
         argv: the full command line.
         log_path: stdout and stderr go here.
         clock, sleep: injected so tests can drive time.
+        env: the process's environment (default: this process's).
+        cwd: its working directory (default: this process's).
     """
 
     def __init__(
@@ -106,10 +108,14 @@ class Component:
         *,
         clock: Callable[[], float] = time.monotonic,
         sleep: Callable[[float], None] = time.sleep,
+        env: Mapping[str, str] | None = None,
+        cwd: Path | None = None,
     ) -> None:
         self.name = name
         self.argv = list(argv)
         self.log_path = log_path
+        self.env = dict(env) if env is not None else None
+        self.cwd = cwd
         self.ready_after_s: dict[str, float] = {}  # seconds from start, per wait_ready `what`
         self._clock = clock
         self._sleep = sleep
@@ -136,6 +142,8 @@ class Component:
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
+                env=self.env,
+                cwd=self.cwd,
             )
         self._started_at = self._clock()
         return self
