@@ -29,23 +29,19 @@ kubeconfig and the plane's CA (certificates under `/data/pki` are generated only
 lives there, so none are written).
 
 Example:
-    >>> with start_control_plane(bin_dir, run_dir, tenants=["team-a"]) as plane:  # doctest: +SKIP
+    >>> with start_control_plane(  # doctest: +SKIP
+    ...     bin_dir, run_dir, tenants=["team-a"], kubelet_egress=["team-a"]
+    ... ) as plane:
     ...     with start_vcluster_syncer(vc_bin_dir, plane, "team-a", run_dir / "vc") as vc:
     ...         print(vc.host_namespace, vc.ready_after_s)
-    vcluster-team-a 9.1
+    vcluster-team-a {'nodes synced': 2.1}
 """
 
 from __future__ import annotations
 
-import contextlib
-import copy
 import os
-import socket
-import socketserver
-import threading
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -55,227 +51,21 @@ from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 
 from . import pki
-from .cluster import KUBELET_CLIENT, ControlPlane
+from .cluster import ControlPlane
+from .kubelettunnel import KubeletTunnel
 from .process import Component, ControlPlaneError, free_port
-
-Obj = dict[str, Any]
-
-LOOPBACK = "127.0.0.1"
-NODE_SUFFIX = ".nodes.vcluster.com"  # a tenant node's kubelet hostname: <node>.nodes.vcluster.com
-KUBELET_PORT = 10250  # the port vCluster writes into a tenant node's daemonEndpoints
-SERVICE_CIDR = "10.96.0.0/16"  # the plane's --service-cluster-ip-range (flags.apiserver_args)
-
-
-def deep_merge(base: Mapping[str, Any], override: Mapping[str, Any]) -> Obj:
-    """`base` with `override` merged in, as Helm merges values: maps merge key by key, any
-    other value (lists included) replaces the base's. Neither argument is changed.
-
-    >>> deep_merge({"a": {"b": 1, "c": [1]}, "d": 1}, {"a": {"c": [2], "e": 3}})
-    {'a': {'b': 1, 'c': [2], 'e': 3}, 'd': 1}
-    >>> deep_merge({"a": {"b": 1}}, {"a": None})
-    {'a': None}
-    """
-    merged: Obj = copy.deepcopy(dict(base))
-    for key, value in override.items():
-        if isinstance(value, Mapping) and isinstance(merged.get(key), Mapping):
-            merged[key] = deep_merge(merged[key], value)
-        else:
-            merged[key] = copy.deepcopy(value)
-    return merged
-
-
-@dataclass(frozen=True)
-class SyncerFiles:
-    """The files the syncer's config names."""
-
-    tenant_kubeconfig: Path  # the tenant apiserver's admin kubeconfig
-    ca: pki.KeyPair  # the plane's CA: server, client and request-header CA of the tenant
-    etcd_endpoint: str  # host:port of the syncer's TLS etcd
-    etcd_ca: Path
-    etcd_client: pki.KeyPair
-
-
-def syncer_overrides(files: SyncerFiles, proxy_port: int) -> Obj:
-    """What our plane changes in the chart's values.
-
-    The tenant's apiserver and controller manager are the plane's (distro k8s with both
-    disabled, the tenant's kubeconfig), the mapping store is the given TLS etcd, CoreDNS, the
-    hosts-rewriting init container (an image pull), the resource quota and limit range, and
-    telemetry are off, no owner references (the Service is no pod's owner here), host nodes are
-    all synced, tenant nodes name their kubelet by hostname only (no per-node Service IP), the
-    proxy listens on loopback, and the service CIDR is given (else the syncer probes the host's
-    by creating Services).
-
-    >>> ca = pki.KeyPair(Path("/p/ca.crt"), Path("/p/ca.key"))
-    >>> files = SyncerFiles(Path("/t/admin.kubeconfig"), ca, "127.0.0.1:2379", ca.cert,
-    ...                     pki.KeyPair(Path("/e/client.crt"), Path("/e/client.key")))
-    >>> o = syncer_overrides(files, 8443)
-    >>> o["controlPlane"]["distro"]["k8s"]["apiServer"], o["controlPlane"]["proxy"]
-    ({'enabled': False}, {'bindAddress': '127.0.0.1', 'port': 8443})
-    >>> o["controlPlane"]["backingStore"]["etcd"]["external"]["endpoint"]
-    '127.0.0.1:2379'
-    >>> o["experimental"]["virtualClusterKubeConfig"]["kubeConfig"]
-    '/t/admin.kubeconfig'
-    """
-    ca_cert = str(files.ca.cert)
-    return {
-        "serviceCIDR": SERVICE_CIDR,
-        "sync": {
-            "toHost": {"pods": {"rewriteHosts": {"enabled": False}}},
-            "fromHost": {"nodes": {"enabled": True, "selector": {"all": True}}},
-        },
-        "controlPlane": {
-            "distro": {
-                "k8s": {
-                    "enabled": True,
-                    "apiServer": {"enabled": False},
-                    "controllerManager": {"enabled": False},
-                    "scheduler": {"enabled": False},
-                }
-            },
-            "backingStore": {
-                "etcd": {
-                    "external": {
-                        "enabled": True,
-                        "endpoint": files.etcd_endpoint,
-                        "tls": {
-                            "caFile": str(files.etcd_ca),
-                            "certFile": str(files.etcd_client.cert),
-                            "keyFile": str(files.etcd_client.key),
-                        },
-                    }
-                }
-            },
-            "coredns": {"enabled": False},
-            "proxy": {"bindAddress": LOOPBACK, "port": proxy_port},
-        },
-        # A tenant node's InternalIP would be the ClusterIP of a per-node host Service, which
-        # nothing routes here: its kubelet is named by hostname only (<node>.nodes.vcluster.com).
-        "networking": {"advanced": {"proxyKubelets": {"byHostname": True, "byIP": False}}},
-        "policies": {"resourceQuota": {"enabled": False}, "limitRange": {"enabled": False}},
-        "experimental": {
-            "syncSettings": {"setOwner": False},
-            "virtualClusterKubeConfig": {
-                "kubeConfig": str(files.tenant_kubeconfig),
-                "serverCACert": ca_cert,
-                "serverCAKey": str(files.ca.key),
-                "clientCACert": ca_cert,
-                "requestHeaderCACert": ca_cert,
-            },
-        },
-        "telemetry": {"enabled": False},
-    }
-
-
-def host_namespace(tenant: str) -> str:
-    """The host namespace of a tenant's pods, as the chart installs it.
-
-    >>> host_namespace("team-a")
-    'vcluster-team-a'
-    """
-    return f"vcluster-{tenant}"
-
-
-def host_objects(tenant: str) -> list[Obj]:
-    """The chart's host objects the syncer reads, in creation order.
-
-    >>> [(o["kind"], o["metadata"]["name"]) for o in host_objects("team-a")]
-    ... # doctest: +NORMALIZE_WHITESPACE
-    [('Namespace', 'vcluster-team-a'), ('Service', 'team-a'), ('Secret', 'vc-config-team-a'),
-     ('ServiceAccount', 'vc-workload-team-a')]
-    """
-    namespace = host_namespace(tenant)
-    labels = {"app": "vcluster", "release": tenant}
-    meta = {"namespace": namespace, "labels": labels}
-    return [
-        {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}},
-        {
-            "apiVersion": "v1",
-            "kind": "Service",
-            "metadata": {"name": tenant, **meta},
-            "spec": {
-                "type": "ClusterIP",
-                "ports": [
-                    {"name": "https", "port": 443, "targetPort": 8443, "protocol": "TCP"},
-                    {"name": "kubelet", "port": 10250, "targetPort": 8443, "protocol": "TCP"},
-                ],
-                "selector": {"app": "vcluster", "release": tenant},
-            },
-        },
-        {
-            "apiVersion": "v1",
-            "kind": "Secret",
-            "metadata": {"name": f"vc-config-{tenant}", **meta},
-            "type": "Opaque",
-            "data": {},
-        },
-        {
-            "apiVersion": "v1",
-            "kind": "ServiceAccount",
-            "metadata": {"name": f"vc-workload-{tenant}", **meta},
-        },
-    ]
-
-
-# The tenant apiserver's kubelet client (cluster.KUBELET_CLIENT) may read every kubelet path, as
-# kubeadm binds it; the syncer's kubelet proxy authorizes each path against the tenant and
-# otherwise answers `forbidden: User "kube-apiserver-kubelet-client" cannot get path
-# "/containerLogs/..."`.
-KUBELET_API_ADMIN: Obj = {
-    "apiVersion": "rbac.authorization.k8s.io/v1",
-    "kind": "ClusterRoleBinding",
-    "metadata": {"name": "vcluster-kubelet-api-admin"},
-    "roleRef": {
-        "apiGroup": "rbac.authorization.k8s.io",
-        "kind": "ClusterRole",
-        "name": "system:kubelet-api-admin",
-    },
-    "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": KUBELET_CLIENT}],
-}
-
-KUBE_DNS: Obj = {
-    "apiVersion": "v1",
-    "kind": "Service",
-    "metadata": {"name": "kube-dns", "namespace": "kube-system", "labels": {"k8s-app": "kube-dns"}},
-    "spec": {
-        "ports": [
-            {"name": "dns", "port": 53, "protocol": "UDP", "targetPort": 1053},
-            {"name": "dns-tcp", "port": 53, "protocol": "TCP", "targetPort": 1053},
-        ],
-        "selector": {"k8s-app": "vcluster-kube-dns"},
-    },
-}
-
-
-def tls_etcd_args(
-    directory: Path, client_port: int, peer_port: int, serving: pki.KeyPair, ca: Path
-) -> list[str]:
-    """A single-member etcd serving clients over TLS with client certificates.
-
-    >>> kp = pki.KeyPair(Path("/e/tls.crt"), Path("/e/tls.key"))
-    >>> args = tls_etcd_args(Path("/e"), 1, 2, kp, Path("/ca.crt"))
-    >>> args[2:4]
-    ['--listen-client-urls=https://127.0.0.1:1', '--advertise-client-urls=https://127.0.0.1:1']
-    >>> "--client-cert-auth" in args
-    True
-    """
-    client_url = f"https://{LOOPBACK}:{client_port}"
-    peer_url = f"http://{LOOPBACK}:{peer_port}"
-    return [
-        "--name=vcluster-store",
-        f"--data-dir={directory / 'data'}",
-        f"--listen-client-urls={client_url}",
-        f"--advertise-client-urls={client_url}",
-        f"--listen-peer-urls={peer_url}",
-        f"--initial-advertise-peer-urls={peer_url}",
-        f"--initial-cluster=vcluster-store={peer_url}",
-        f"--cert-file={serving.cert}",
-        f"--key-file={serving.key}",
-        f"--trusted-ca-file={ca}",
-        "--client-cert-auth",
-        "--unsafe-no-fsync",
-        "--log-level=warn",
-    ]
+from .vclusterconfig import (
+    KUBE_DNS,
+    KUBELET_API_ADMIN,
+    LOOPBACK,
+    Obj,
+    SyncerFiles,
+    deep_merge,
+    host_namespace,
+    host_objects,
+    syncer_overrides,
+    tls_etcd_args,
+)
 
 
 def _create(api: client.ApiClient, obj: Obj) -> None:
@@ -296,103 +86,6 @@ def _create(api: client.ApiClient, obj: Obj) -> None:
     except ApiException as error:
         if error.status != 409:
             raise
-
-
-def tunnel_target(request_line: str, proxy_port: int) -> tuple[str, int] | None:
-    """Where a `CONNECT` from the tenant apiserver goes: a tenant node's kubelet
-    (`<node>.nodes.vcluster.com:10250`) is the syncer's proxy on loopback (which finds the node
-    by the Host header and forwards to the host's `nodes/<node>/proxy`); anything else, None.
-
-    >>> tunnel_target("CONNECT big-1.nodes.vcluster.com:10250 HTTP/1.1", 8443)
-    ('127.0.0.1', 8443)
-    >>> tunnel_target("CONNECT 10.96.0.1:443 HTTP/1.1", 8443) is None
-    True
-    """
-    parts = request_line.split()
-    if len(parts) != 3 or parts[0] != "CONNECT":
-        return None
-    host, _, port = parts[1].rpartition(":")
-    if not host.endswith(NODE_SUFFIX) or port != str(KUBELET_PORT):
-        return None
-    return (LOOPBACK, proxy_port)
-
-
-class _TunnelServer(socketserver.ThreadingUnixStreamServer):
-    daemon_threads = True
-    proxy_port = 0
-    requests_seen: list[str]
-
-
-class _TunnelHandler(socketserver.StreamRequestHandler):
-    server: _TunnelServer
-
-    def handle(self) -> None:
-        line = self.rfile.readline(8192).decode("latin-1").strip()
-        while self.rfile.readline(8192) not in (b"\r\n", b"\n", b""):
-            pass  # the request's headers
-        self.server.requests_seen.append(line)
-        target = tunnel_target(line, self.server.proxy_port)
-        if target is None:
-            self.wfile.write(b"HTTP/1.1 403 Forbidden\r\n\r\n")
-            return
-        try:
-            upstream = socket.create_connection(target, timeout=10)
-        except OSError:
-            self.wfile.write(b"HTTP/1.1 502 Bad Gateway\r\n\r\n")
-            return
-        upstream.settimeout(None)
-        self.wfile.write(b"HTTP/1.1 200 Connection established\r\n\r\n")
-        self.wfile.flush()
-        back = threading.Thread(target=_pipe, args=(upstream, self.connection), daemon=True)
-        back.start()
-        _pipe(self.connection, upstream)
-        back.join()
-        upstream.close()
-
-
-def _pipe(source: socket.socket, sink: socket.socket) -> None:
-    """Copy until `source` ends, then end `sink`'s writing side."""
-    with contextlib.suppress(OSError):
-        while data := source.recv(65536):
-            sink.sendall(data)
-    with contextlib.suppress(OSError):
-        sink.shutdown(socket.SHUT_WR)
-
-
-class KubeletTunnel:
-    """The HTTP CONNECT proxy a `kubelet_egress` tenant apiserver sends its kubelet traffic to
-    (`ApiServer.kubelet_egress_socket`): tenant node hostnames go to the syncer's proxy port, any
-    other target is refused (403), so the apiserver never dials outside loopback."""
-
-    def __init__(self, socket_path: Path, proxy_port: int) -> None:
-        self.socket_path = socket_path
-        self.proxy_port = proxy_port
-        self._server: _TunnelServer | None = None
-        self._thread: threading.Thread | None = None
-
-    @property
-    def requests_seen(self) -> list[str]:
-        """The request lines received, in order."""
-        return self._server.requests_seen if self._server else []
-
-    def start(self) -> KubeletTunnel:
-        """Listen on the socket (a stale one is replaced) and serve in a thread."""
-        self.socket_path.unlink(missing_ok=True)
-        server = _TunnelServer(str(self.socket_path), _TunnelHandler)
-        server.proxy_port = self.proxy_port
-        server.requests_seen = []
-        self._server = server
-        self._thread = threading.Thread(target=server.serve_forever, daemon=True)
-        self._thread.start()
-        return self
-
-    def stop(self) -> None:
-        """Stop serving and remove the socket."""
-        if self._server is not None:
-            self._server.shutdown()
-            self._server.server_close()
-            self._server = None
-        self.socket_path.unlink(missing_ok=True)
 
 
 class VClusterSyncer:
