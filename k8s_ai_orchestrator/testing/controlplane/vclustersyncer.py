@@ -40,6 +40,7 @@ Example:
 from __future__ import annotations
 
 import os
+import socket
 import time
 from collections.abc import Mapping
 from pathlib import Path
@@ -66,6 +67,22 @@ from .vclusterconfig import (
     syncer_overrides,
     tls_etcd_args,
 )
+
+# vCluster's plugin server listens here whatever the config (`LegacyOptions`): one syncer per
+# machine (per network namespace) at a time; a second exits with `start legacy plugins: failed
+# to listen: listen tcp 127.0.0.1:10099: bind: address already in use`.
+PLUGIN_ADDRESS = ("127.0.0.1", 10099)
+
+
+def _require_free_plugin_port() -> None:
+    with socket.socket() as probe:
+        try:
+            probe.bind(PLUGIN_ADDRESS)
+        except OSError as error:
+            raise ControlPlaneError(
+                f"{PLUGIN_ADDRESS[0]}:{PLUGIN_ADDRESS[1]} is taken ({error}): another vCluster "
+                "syncer runs on this machine, and vCluster's plugin server always listens there"
+            ) from error
 
 
 def _create(api: client.ApiClient, obj: Obj) -> None:
@@ -133,8 +150,12 @@ class VClusterSyncer:
         the tenant lists the host's nodes (the node syncer ran).
 
         Raises:
-            ControlPlaneError: a process exited or did not get ready; all is stopped first.
+            ControlPlaneError: a process exited or did not get ready, or another syncer holds
+                the plugin port; all is stopped first.
         """
+        if self.syncer is not None:
+            return self  # already started (e.g. start_vcluster_syncer() used in a `with`)
+        _require_free_plugin_port()
         try:
             self._start()
         except BaseException:
@@ -149,6 +170,7 @@ class VClusterSyncer:
         for component in (self.syncer, self.etcd):
             if component is not None:
                 component.stop()
+        self.tunnel, self.syncer, self.etcd = None, None, None
 
     def __enter__(self) -> VClusterSyncer:
         return self.start()
