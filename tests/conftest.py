@@ -21,6 +21,7 @@ from tests.plane_fixtures import (
     summary_line,
     tenant,
     vcluster_bin_dir,
+    vcluster_plane,
 )
 from tests.requirements import (
     INSTALL_DEPS,
@@ -47,6 +48,7 @@ __all__ = [
     "real_kube",
     "tenant",
     "vcluster_bin_dir",
+    "vcluster_plane",
     # a run whose run worker is killed and resumed (tests/resume_support.py)
     "run_worker",
 ]

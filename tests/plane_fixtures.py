@@ -42,7 +42,8 @@ from k8s_ai_orchestrator.testing.controlplane.binary import (
 from k8s_ai_orchestrator.testing.controlplane.flags import Gates
 from k8s_ai_orchestrator.testing.controlplane.kube import RealKube
 from k8s_ai_orchestrator.testing.controlplane.kueue import KueueProcess, start_kueue
-from tests.requirements import REAL_PLANE_PARAM, in_ci, require
+from k8s_ai_orchestrator.testing.controlplane.vclustersyncer import VClusterSyncer
+from tests.requirements import REAL_PLANE_PARAM, VCLUSTER_PARAM, in_ci, require
 
 BUILD_SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "build-kubeplane.sh"
 KUEUE_BUILD_SCRIPT = BUILD_SCRIPT.with_name("build-kueue.sh")
@@ -55,6 +56,12 @@ TENANT = TENANTS[0]
 KUBE_TARGETS = [
     pytest.param("emulator", marks=pytest.mark.emulator),
     pytest.param(REAL_PLANE_PARAM, marks=pytest.mark.controlplane),
+]
+# The same, plus the real plane whose tenant team-a the real vCluster syncer serves: for the
+# tests that concern a tenant (routing, Pending, OOM, preemption, resize, logs, cancel).
+TENANT_TARGETS = [
+    *KUBE_TARGETS,
+    pytest.param(VCLUSTER_PARAM, marks=[pytest.mark.controlplane, pytest.mark.vcluster]),
 ]
 STARTED: list[str] = []  # the version each real control plane of this session reported
 
@@ -166,6 +173,29 @@ def gang_plane(kubeplane_bin_dir: Path) -> Iterator[RealKube]:
             _prepare_tenants(kube, len(GANG_NODES))
             yield kube
     shutil.rmtree(run_dir, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def vcluster_plane(kubeplane_bin_dir: Path, vcluster_bin_dir: Path) -> Iterator[RealKube]:
+    """A third real control plane, shaped as the session plane (`PLANE_NODES`, tenants team-a
+    and team-b, the chart's PriorityClasses), whose tenant team-a is synced by the real vCluster
+    v0.34 syncer (`VClusterSyncer`; its kubelet traffic through the plane's egress tunnel) and
+    team-b by ours. One real syncer per machine: a second test run waits for nothing, it fails
+    at once (the syncer's plugin port lock)."""
+    run_dir = Path(tempfile.mkdtemp(prefix="k8sai-vcplane-"))
+    with (
+        start_control_plane(
+            kubeplane_bin_dir, run_dir, tenants=list(TENANTS), kubelet_egress=[TENANT]
+        ) as plane,
+        RealKube(
+            plane, PLANE_NODES, run_dir / "nodes", synced_elsewhere=frozenset({TENANT})
+        ) as kube,
+        VClusterSyncer(vcluster_bin_dir, plane, TENANT, run_dir / "vcluster"),
+    ):
+        _record_version(plane)
+        _prepare_tenants(kube, len(PLANE_NODES))
+        yield kube
+    shutil.rmtree(run_dir, ignore_errors=True)  # kept (logs) when startup failed
 
 
 @pytest.fixture(scope="session")

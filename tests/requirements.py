@@ -39,6 +39,7 @@ FIXTURE_MARKERS = {
 # A parametrized fixture that picks the real plane by this parameter calls
 # `request.getfixturevalue`, which the fixture closure does not show.
 REAL_PLANE_PARAM = "control-plane"
+VCLUSTER_PARAM = "vcluster"  # the real plane whose tenant the real vCluster syncer serves
 OPT_IN_MARKER = "optin"
 INSTALL_DEPS = "run scripts/install-system-deps.sh"
 DEV_EXTRA = "pip install -e '.[dev]' (make .venv/.installed)"
@@ -139,8 +140,11 @@ def missing_markers(item: pytest.Item) -> list[str]:
     fixtures = set(getattr(item, "fixturenames", ()))
     needed = {marker for name, marker in FIXTURE_MARKERS.items() if name in fixtures}
     callspec = getattr(item, "callspec", None)
-    if callspec is not None and REAL_PLANE_PARAM in callspec.params.values():
+    values = [v for v in callspec.params.values() if isinstance(v, str)] if callspec else []
+    if REAL_PLANE_PARAM in values:
         needed.add("controlplane")
+    if VCLUSTER_PARAM in values:
+        needed |= {"controlplane", "vcluster"}
     return sorted(m for m in needed if item.get_closest_marker(m) is None)
 
 

@@ -18,6 +18,7 @@ from k8s_support import (
 from k8s_ai_orchestrator.backends.kubernetes import KubernetesBackend, KubernetesConfig
 from k8s_ai_orchestrator.testing.kube import KubeEmulator, NodeSpec
 from tests.plane_fixtures import KUBE_TARGETS
+from tests.requirements import REAL_PLANE_PARAM, VCLUSTER_PARAM
 from tests.support import FakeClock
 
 assert {p.values[0] for p in KUBE_TARGETS} == set(GANG_TARGETS)
@@ -65,9 +66,13 @@ def gang_target(
 @pytest.fixture(params=KUBE_TARGETS)
 def cluster(request: pytest.FixtureRequest, dagster_home: Path) -> Iterator[Any]:
     """A host with one node big enough for an xl step and one GPU node, two tenants: the
-    emulator, or the real v1.37 control plane with the node agent and tenant syncers."""
-    if request.param == "control-plane":
+    emulator, or the real v1.37 control plane with the node agent and tenant syncers; a test
+    parametrized with `TENANT_TARGETS` also runs where the real vCluster syncer serves team-a."""
+    if request.param == REAL_PLANE_PARAM:
         yield request.getfixturevalue("real_kube")
+        return
+    if request.param == VCLUSTER_PARAM:
+        yield request.getfixturevalue("vcluster_plane").fresh()
         return
     gpu_taint = {"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}
     nodes = [

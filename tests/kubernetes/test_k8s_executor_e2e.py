@@ -16,6 +16,7 @@ from dagster import DagsterInstance, execute_job
 from dagster._core.definitions.reconstruct import ReconstructableRepository
 from k8s_support import NAMESPACE, TENANTS
 
+from tests.plane_fixtures import TENANT_TARGETS
 from tests.support import engine_messages
 
 # emulator or controlplane: each target parameter carries its marker (tests/plane_fixtures.py)
@@ -44,6 +45,7 @@ def executor_config(emu: Any, aliases: dict[str, str] | None = None) -> dict[str
     }
 
 
+@pytest.mark.parametrize("cluster", TENANT_TARGETS, indirect=True)
 @pytest.mark.slow
 def test_example_pipeline_materializes_with_every_step_a_job_in_its_tenant(
     cluster: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
@@ -86,6 +88,7 @@ def test_example_pipeline_materializes_with_every_step_a_job_in_its_tenant(
     assert len(cluster.jobs("team-a", NAMESPACE)) == len(steps) - 2
 
 
+@pytest.mark.parametrize("cluster", TENANT_TARGETS, indirect=True)
 @pytest.mark.slow
 def test_oom_killed_step_is_relaunched_with_double_memory(cluster: Any) -> None:
     repo = ReconstructableRepository.for_module(
@@ -110,6 +113,7 @@ def test_oom_killed_step_is_relaunched_with_double_memory(cluster: Any) -> None:
     assert limits == ["256Mi", "512Mi"]
 
 
+@pytest.mark.parametrize("cluster", TENANT_TARGETS, indirect=True)
 @pytest.mark.slow
 def test_evicted_step_is_relaunched_and_resumes_from_its_checkpoint(
     cluster: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch

@@ -14,6 +14,7 @@ from dagster import DagsterInstance
 from test_k8s_executor_e2e import executor_config
 
 from tests.checkpoint import reruns
+from tests.plane_fixtures import TENANT_TARGETS
 
 # emulator or controlplane: each target parameter carries its marker (tests/plane_fixtures.py)
 pytestmark = pytest.mark.timeout(300)
@@ -34,6 +35,7 @@ def test_new_data_recomputes_and_a_failed_run_resumes_on_reexecution(
         )
 
 
+@pytest.mark.parametrize("cluster", TENANT_TARGETS, indirect=True)
 @pytest.mark.slow
 def test_a_preempted_attempt_resumes(cluster: Any, tmp_path: Path) -> None:
     with DagsterInstance.get() as instance:

@@ -24,6 +24,7 @@ from k8s_ai_orchestrator.backends.kubernetes import KubernetesBackend, Kubernete
 from k8s_ai_orchestrator.launch.backends import cancel_run
 from k8s_ai_orchestrator.launch.settings import ExecutorSettings
 from k8s_ai_orchestrator.testing.kube.emulator import wait_until
+from tests.plane_fixtures import TENANT_TARGETS
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 
@@ -59,6 +60,7 @@ def seen(cluster: Any, worker: Any, folder: Path) -> Callable[[], str]:
     return describe
 
 
+@pytest.mark.parametrize("cluster", TENANT_TARGETS, indirect=True)
 def test_a_resumed_run_worker_reattaches_to_the_running_step_and_runs_it_once(
     cluster: Any, run_worker: Any, tmp_path: Path
 ) -> None:
@@ -118,6 +120,7 @@ def test_a_step_oom_killed_while_no_run_worker_watched_is_relaunched_with_more_m
     wait_until(lambda: not running_pods(cluster), 60, 0.5)
 
 
+@pytest.mark.parametrize("cluster", TENANT_TARGETS, indirect=True)
 def test_terminating_a_resumed_run_deletes_the_job_the_first_run_worker_launched(
     cluster: Any, run_worker: Any, tmp_path: Path
 ) -> None:
@@ -224,6 +227,7 @@ def test_a_run_worker_lost_while_a_real_api_server_admitted_its_job_runs_the_ste
     assert len(reattached) == created, (created, worker.messages())  # adopted iff it existed
 
 
+@pytest.mark.parametrize("cluster", TENANT_TARGETS, indirect=True)
 def test_a_step_pending_when_the_run_worker_died_is_watched_on_until_it_runs_once(
     cluster: Any, run_worker: Any, tmp_path: Path
 ) -> None:

@@ -20,6 +20,7 @@ from kubernetes import client
 from test_k8s_executor_e2e import engine_messages, executor_config
 
 from k8s_ai_orchestrator.quantities import parse_memory
+from tests.plane_fixtures import TENANT_TARGETS
 
 # emulator or controlplane: each target parameter carries its marker (tests/plane_fixtures.py)
 pytestmark = pytest.mark.timeout(420)
@@ -49,6 +50,7 @@ def step_pods(cluster: Any) -> list[dict[str, Any]]:
     ]
 
 
+@pytest.mark.parametrize("cluster", TENANT_TARGETS, indirect=True)
 @pytest.mark.slow
 def test_a_step_growing_past_its_limit_is_resized_in_place_and_keeps_its_pod(
     cluster: Any,

@@ -1,8 +1,9 @@
 """The real control plane with nodes and tenants, seen the way tests see the emulator.
 
 `RealKube` starts the node agent (host nodes that run pods as local processes) and one
-vCluster-style syncer per tenant on a running `ControlPlane`, and offers the emulator's test
-surface (`tenant(name).kubeconfig_path`, `api_client()`, `pods`, `jobs`, `events`,
+vCluster-style syncer per tenant on a running `ControlPlane` (but for the tenants named in
+`synced_elsewhere`, left to the real vCluster syncer: `vclustersyncer`), and offers the
+emulator's test surface (`tenant(name).kubeconfig_path`, `api_client()`, `pods`, `jobs`, `events`,
 `evict_pod`, `preempt_pod`, `wait_for`, `processes_alive`), so the same test can run on both.
 
 `fresh()` returns a view that hides every object that exists now: a session-wide plane then
@@ -65,6 +66,7 @@ class RealKube:
     nodes: Sequence[NodeSpec]
     workdir: Path
     hidden: frozenset[str] = frozenset()  # uids of objects this view does not show
+    synced_elsewhere: frozenset[str] = frozenset()  # tenants whose syncer is not started here
     agent: NodeAgent | None = None
     syncers: dict[str, TenantSyncer] = field(default_factory=dict)
     _clients: dict[str, client.ApiClient] = field(default_factory=dict)
@@ -72,7 +74,7 @@ class RealKube:
     # -- lifecycle -----------------------------------------------------------------------------
 
     def start(self) -> RealKube:
-        """Start the node agent, then a syncer per tenant."""
+        """Start the node agent, then a syncer per tenant not `synced_elsewhere`."""
         assert self.plane.host is not None, "start the control plane first"
         self.agent = NodeAgent(
             self.plane.host.kubeconfig,
@@ -82,6 +84,8 @@ class RealKube:
         )
         self.agent.start()
         for name, server in self.plane.tenants.items():
+            if name in self.synced_elsewhere:
+                continue
             syncer = TenantSyncer(
                 self.host.api_client(),
                 ServerView(server).api_client(),
@@ -123,7 +127,13 @@ class RealKube:
             for o in self._objects(kind, server, None)
         }
         return RealKube(
-            self.plane, self.nodes, self.workdir, frozenset(uids), self.agent, self.syncers
+            self.plane,
+            self.nodes,
+            self.workdir,
+            frozenset(uids),
+            self.synced_elsewhere,
+            self.agent,
+            self.syncers,
         )
 
     # -- the emulator's test surface -----------------------------------------------------------

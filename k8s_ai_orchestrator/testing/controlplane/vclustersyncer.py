@@ -39,8 +39,10 @@ Example:
 
 from __future__ import annotations
 
+import fcntl
 import os
 import socket
+import tempfile
 import time
 from collections.abc import Mapping
 from pathlib import Path
@@ -72,6 +74,23 @@ from .vclusterconfig import (
 # machine (per network namespace) at a time; a second exits with `start legacy plugins: failed
 # to listen: listen tcp 127.0.0.1:10099: bind: address already in use`.
 PLUGIN_ADDRESS = ("127.0.0.1", 10099)
+# Held (flock) by the syncer that owns the plugin port, so two test runs on one machine never
+# race for it: the second is told at once, before it creates anything.
+PLUGIN_LOCK = Path(tempfile.gettempdir()) / "k8s-ai-orchestrator-vcluster-plugin.lock"
+
+
+def _take_plugin_lock() -> Any:
+    lock = PLUGIN_LOCK.open("w")
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        lock.close()
+        raise ControlPlaneError(
+            f"another vCluster syncer runs on this machine ({PLUGIN_LOCK} is locked): vCluster's "
+            f"plugin server always listens on {PLUGIN_ADDRESS[0]}:{PLUGIN_ADDRESS[1]}, so only "
+            "one syncer can run at a time; stop the other first"
+        ) from None
+    return lock
 
 
 def _require_free_plugin_port() -> None:
@@ -142,6 +161,7 @@ class VClusterSyncer:
         self.syncer: Component | None = None
         self.tunnel: KubeletTunnel | None = None
         self.ready_after_s: dict[str, float] = {}
+        self._lock: Any = None
 
     # -- lifecycle -----------------------------------------------------------------------------
 
@@ -155,8 +175,9 @@ class VClusterSyncer:
         """
         if self.syncer is not None:
             return self  # already started (e.g. start_vcluster_syncer() used in a `with`)
-        _require_free_plugin_port()
+        self._lock = _take_plugin_lock()
         try:
+            _require_free_plugin_port()
             self._start()
         except BaseException:
             self.stop()
@@ -171,6 +192,9 @@ class VClusterSyncer:
             if component is not None:
                 component.stop()
         self.tunnel, self.syncer, self.etcd = None, None, None
+        if self._lock is not None:
+            self._lock.close()  # releases the flock
+            self._lock = None
 
     def __enter__(self) -> VClusterSyncer:
         return self.start()
