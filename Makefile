@@ -7,7 +7,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test test-fast checks lint typecheck bench soak system-deps kubeplane kueue-background node-background vcluster-background wheel-smoke clean
+.PHONY: demo test test-fast checks lint typecheck bench soak system-deps kubeplane kueue-background node-background vcluster-background slurm-current wheel-smoke clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -57,6 +57,13 @@ vcluster-background:
 	  mkdir -p artifacts; echo "make: building the real vCluster syncer in the background (artifacts/vcluster-build.log)"; \
 	  nohup nice -n 19 bash scripts/build-vcluster.sh > artifacts/vcluster-build.log 2>&1 < /dev/null & \
 	fi
+
+# A current Slurm (trixie's slurm-wlm 24.11.5 source, C, about 5 min cold on 2 cores) built
+# once per machine into the cache beside Debian 12's 22.05 packages, with its own prefix and
+# PluginDir (scripts/build-slurm.sh; it installs bookworm's build dependencies it needs). Not
+# part of `make test` yet. Prints the prefix on its last line.
+slurm-current:
+	nice -n 19 bash scripts/build-slurm.sh
 
 FAST_MARKERS := not slurm and not browser and not daemon and not controlplane and not contract \
   and not kueue and not realnode and not vcluster and not slow
