@@ -2,9 +2,9 @@
 
 `plane_target`: a fresh namespace on the session plane's host API server (the fixture
 `control_plane`). `node_target`: the same on the host of `plane_with_nodes`, whose node agent
-runs pods. `tenant_target`: a fresh namespace in tenant team-a of `vcluster_plane`, whose pods
-the real vCluster v0.34 syncer carries to the host. (Our syncer is not a target yet: in a
-namespace created after it started, 8 of the 10 node checks time out; to be fixed.)
+runs pods. `tenant_target`: a fresh namespace in a tenant of `vcluster_plane`, once in team-a,
+whose pods the real vCluster v0.34 syncer carries to the host, and once in team-b, synced by
+ours: the same checks hold both syncers to one contract.
 
 Under CI=true a skip of these tests fails (tests/requirements.py): CI must run the real plane.
 """
@@ -29,7 +29,7 @@ from k8s_ai_orchestrator.testing.controlplane.nodeconfig import (
 from k8s_ai_orchestrator.testing.controlplane.realnode import BASE_IMAGE, RealNode
 from tests.contract_support.contract import ContractTarget
 from tests.controlplane.realnode_support import real_node  # noqa: F401
-from tests.plane_fixtures import TENANT
+from tests.plane_fixtures import TENANT, TENANTS
 
 
 def _wait_for_default_service_account(core: client.CoreV1Api, namespace: str) -> None:
@@ -64,10 +64,17 @@ def node_target(plane_with_nodes: RealKube) -> Iterator[ContractTarget]:
     yield from _target(plane_with_nodes.host.api_client())
 
 
-@pytest.fixture
-def tenant_target(vcluster_plane: RealKube) -> Iterator[ContractTarget]:
-    """A fresh namespace in tenant team-a, synced to the host by the real vCluster syncer."""
-    yield from _target(vcluster_plane.tenant(TENANT).api_client())
+TENANT_SYNCERS = {"real-vcluster-syncer": TENANT, "our-syncer": TENANTS[1]}
+
+
+@pytest.fixture(params=sorted(TENANT_SYNCERS))
+def tenant_target(
+    vcluster_plane: RealKube, request: pytest.FixtureRequest
+) -> Iterator[ContractTarget]:
+    """A fresh namespace in a tenant of `vcluster_plane`: team-a (the real vCluster syncer) or
+    team-b (ours)."""
+    tenant = TENANT_SYNCERS[request.param]
+    yield from _target(vcluster_plane.tenant(tenant).api_client())
 
 
 @pytest.fixture

@@ -2,7 +2,7 @@
 
 Each check runs in a fresh namespace of the host API server (fixtures in conftest.py):
 `API_CHECKS` on the session plane, `NODE_CHECKS` on `plane_with_nodes`, whose node agent runs
-the pods, on a real kubelet, and in a tenant through the real vCluster syncer.
+the pods, on a real kubelet, and in a tenant through the real vCluster syncer and through ours.
 `HISTORY_CHECKS` need history compacted away: a plane started for the session has not yet had
 kube-apiserver's first compaction (every 5 min), so the test compacts etcd first, as that
 compaction would.
@@ -41,7 +41,7 @@ def test_the_real_plane_with_nodes_honours_the_node_contract(
 
 @pytest.mark.vcluster
 @pytest.mark.parametrize("check", NODE_CHECKS, ids=[c.__name__ for c in NODE_CHECKS])
-def test_a_tenant_honours_the_node_contract_through_the_real_vcluster_syncer(
+def test_a_tenant_honours_the_node_contract_through_either_syncer(
     tenant_target: ContractTarget, check: Callable[[ContractTarget], None]
 ) -> None:
     check(tenant_target)

@@ -280,6 +280,7 @@ def check_pod_resize_is_deferred_without_room(target: ContractTarget) -> None:
     filler = target.pod("contract-filler", sleeper, "128Mi")
     filler.spec.node_name = pod.spec.node_name
     core.create_namespaced_pod(ns, filler)
+    target.wait(lambda: _phase(target, "contract-filler") == "Running")
     _resize_memory(target, "contract-deferred", node.status.allocatable["memory"])
 
     def pending() -> client.V1PodCondition | None:
@@ -310,6 +311,9 @@ def check_pod_resize_is_deferred_without_room(target: ContractTarget) -> None:
         raise AssertionError("a GPU amount was changed through pods/resize")
     for name in ("contract-deferred", "contract-filler"):
         core.delete_namespaced_pod(name, ns, grace_period_seconds=0)
+    # gone before the next check: a node shared with other targets (the tenants of one plane)
+    # must not still hold a pod the size of its allocatable
+    target.wait(lambda: not core.list_namespaced_pod(ns).items)
 
 
 Check = Callable[[ContractTarget], None]

@@ -11,7 +11,9 @@ What it does, as vCluster does with our recommended values (`helm/vcluster-value
 - pods to the host: a tenant pod (the tenant has no scheduler) becomes a host pod named
   `<name>-x-<namespace>-x-<tenant>` in `vcluster-<tenant>`, with the secrets and config maps it
   reads and its PriorityClass copied; when the host scheduler places it, the tenant pod is bound
-  to the same node, and the host pod's status flows back;
+  to the same node, and the host pod's status flows back. As vCluster's (every host node
+  synced, no node selector): a pod created with a `nodeName` keeps it on the host, unchecked,
+  and a pod that has started is never created on the host again;
 - no PodGroups: as vCluster's open-source syncer, it copies no `scheduling.k8s.io` objects and
   drops a pod's `schedulingGroup` (its Kubernetes types predate it), so a gang admitted with
   `workload` in a tenant is no gang on the host (the executor refuses that mode on vCluster
@@ -208,8 +210,8 @@ class TenantSyncer:
         if hpod is None:
             if uid in self._gone or meta.get("deletionTimestamp"):
                 self._finish_tenant_delete(vpod)
-            elif not is_terminal(vpod) and not (vpod.get("spec") or {}).get("nodeName"):
-                self._create_host(vpod)
+            elif not is_terminal(vpod) and not (vpod.get("status") or {}).get("startTime"):
+                self._create_host(vpod)  # as vCluster: never for a pod that already started
             return
         node = (hpod.get("spec") or {}).get("nodeName")
         if node and not vpod["spec"].get("nodeName"):

@@ -112,7 +112,7 @@ def host_pod(pod: Obj, tenant: str, host_namespace: str, priority_synced: bool) 
     meta = pod["metadata"]
     namespace = meta["namespace"]
     spec = copy.deepcopy(pod["spec"])
-    for field in ("nodeName", "serviceAccountName", "serviceAccount", "priority"):
+    for field in ("serviceAccountName", "serviceAccount", "priority"):  # nodeName is kept
         spec.pop(field, None)
     spec["automountServiceAccountToken"] = False
     _rewrite_volumes(spec, namespace, tenant)
