@@ -3,6 +3,7 @@ pure logic, no cluster."""
 
 from __future__ import annotations
 
+from datetime import datetime
 from decimal import Decimal
 from typing import Any
 
@@ -22,6 +23,7 @@ from kubernetes.client import (
 from k8s_ai_orchestrator.backends.base import FailureReason, StepState
 from k8s_ai_orchestrator.backends.kubernetes.capacity import gang_room
 from k8s_ai_orchestrator.backends.kubernetes.gangs import INDEX_KEY, gang_status, pending_pod
+from k8s_ai_orchestrator.backends.kubernetes.status import OOM_SETTLE_S
 from k8s_ai_orchestrator.errors import ConfigError
 from k8s_ai_orchestrator.launch.settings import ExecutorSettings
 from k8s_ai_orchestrator.spec import resolve_spec
@@ -43,10 +45,10 @@ def pod(index: int, phase: str, node: str | None = "node-a", **status: Any) -> d
 
 
 def test_a_gang_runs_only_when_every_pod_runs() -> None:
-    assert gang_status([pod(0, "Running"), pod(1, "Pending", None)], [], 2).state == (
+    assert gang_status([pod(0, "Running"), pod(1, "Pending", None)], [], 2, now=0.0).state == (
         StepState.PENDING
     )
-    running = gang_status([pod(0, "Running"), pod(1, "Running", "node-b")], [], 2)
+    running = gang_status([pod(0, "Running"), pod(1, "Running", "node-b")], [], 2, now=0.0)
     assert (running.state, running.node) == (StepState.RUNNING, "node-a")
 
 
@@ -68,18 +70,18 @@ def test_a_pending_gang_is_explained_by_the_pod_carrying_the_pod_group_reason() 
 
 def test_a_preempted_pod_stands_for_the_gang_once_every_pod_has_stopped() -> None:
     victim = pod(1, "Running", "node-b", conditions=[PREEMPTED])
-    stopping = gang_status([pod(0, "Running"), victim], [], 2)
+    stopping = gang_status([pod(0, "Running"), victim], [], 2, now=0.0)
     assert (stopping.state, stopping.reason) == (StepState.RUNNING, FailureReason.PREEMPTED)
 
     gone = pod(1, "Failed", "node-b", conditions=[PREEMPTED])
-    ended = gang_status([pod(0, "Failed")], [gone], 2)
+    ended = gang_status([pod(0, "Failed")], [gone], 2, now=0.0)
 
     assert (ended.state, ended.reason) == (StepState.FAILED, FailureReason.PREEMPTED)
     assert ended.message.startswith("gang pod 1 of 2 (train-1-x on node-b): PreemptionByScheduler")
 
 
 def test_the_leader_pod_decides_success() -> None:
-    status = gang_status([pod(0, "Succeeded"), pod(1, "Running", "node-b")], [], 2)
+    status = gang_status([pod(0, "Succeeded"), pod(1, "Running", "node-b")], [], 2, now=0.0)
     assert status.state == StepState.SUCCEEDED
 
 
@@ -90,9 +92,45 @@ def test_a_failed_worker_fails_the_gang() -> None:
         "node-b",
         containerStatuses=[{"state": {"terminated": {"exitCode": 3, "reason": "Error"}}}],
     )
-    status = gang_status([pod(0, "Running"), failed], [], 2)
+    status = gang_status([pod(0, "Running"), failed], [], 2, now=0.0)
     assert (status.state, status.reason) == (StepState.FAILED, FailureReason.ERROR)
     assert status.message.startswith("gang pod 1 of 2 (train-1-x on node-b): exit code 3")
+
+
+def _killed_worker(reason: str) -> dict[str, Any]:
+    """Rank 1 SIGKILLed at 10:00:00 with a 1Gi limit; `reason` as the kubelet reads it."""
+    worker = pod(
+        1,
+        "Failed",
+        "node-b",
+        containerStatuses=[
+            {
+                "state": {
+                    "terminated": {
+                        "exitCode": 137,
+                        "reason": reason,
+                        "finishedAt": "2026-12-03T10:00:00Z",
+                    }
+                }
+            }
+        ],
+    )
+    worker["spec"]["containers"] = [{"resources": {"limits": {"memory": "1Gi"}}}]
+    return worker
+
+
+def test_a_rank_killed_before_its_oom_is_told_holds_the_gang_until_it_settles() -> None:
+    """A real kubelet can read `Error`, exit 137, before `OOMKilled`: a gang rank that reads so
+    keeps the gang Running for `OOM_SETTLE_S`, so a late `OOMKilled` relaunches it with more
+    memory; once settled, it fails the gang as an Error."""
+    killed = datetime.fromisoformat("2026-12-03T10:00:00Z").timestamp()
+    early = gang_status([pod(0, "Running"), _killed_worker("Error")], [], 2, now=killed + 2)
+    assert early.state == StepState.RUNNING
+    told = gang_status([pod(0, "Running"), _killed_worker("OOMKilled")], [], 2, now=killed + 2)
+    assert (told.state, told.reason) == (StepState.FAILED, FailureReason.OOM_KILLED)
+    late = killed + OOM_SETTLE_S
+    settled = gang_status([pod(0, "Running"), _killed_worker("Error")], [], 2, now=late)
+    assert (settled.state, settled.reason) == (StepState.FAILED, FailureReason.ERROR)
 
 
 def node(name: str, gpus: int) -> V1Node:

@@ -12,7 +12,7 @@ is Pending then, and fails once not all run `all_running_timeout_s` after the fi
 Example:
     >>> running = {"metadata": {"annotations": {INDEX_KEY: "0"}}, "spec": {"nodeName": "n1"},
     ...            "status": {"phase": "Running"}}
-    >>> gang_status([running], [], nodes=2).state
+    >>> gang_status([running], [], nodes=2, now=0.0).state
     <StepState.PENDING: 'Pending'>
 """
 
@@ -22,7 +22,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from ..base import RELAUNCH_REASONS, FailureReason, StepState, StepStatus
-from .status import condition_of, deleted_pod_status, pod_name, pod_status
+from .status import condition_of, deleted_pod_status, pod_name, pod_status, settled_pod_status
 
 INDEX_KEY = "batch.kubernetes.io/job-completion-index"
 # kube-scheduler's message for a gang it cannot place whole (`gang_admission.mode: workload`).
@@ -37,9 +37,11 @@ def pod_index(pod: Pod) -> int:
     return int(annotations.get(INDEX_KEY, -1))
 
 
-def gang_status(pods: Sequence[Pod], gone: Sequence[Pod], nodes: int) -> StepStatus:
-    """The state of a gang from its live pods and the last state of its deleted ones."""
-    seen = [(pod, pod_status(pod)) for pod in pods]
+def gang_status(pods: Sequence[Pod], gone: Sequence[Pod], nodes: int, *, now: float) -> StepStatus:
+    """The state of a gang from its live pods and the last state of its deleted ones, at `now`
+    (epoch seconds): a rank that may still turn out OOM-killed reads Running until it settles
+    (`settled_pod_status`), so that the gang is relaunched with more memory, not as an Error."""
+    seen = [(pod, settled_pod_status(pod, now)) for pod in pods]
     seen += [(pod, deleted_pod_status(pod)) for pod in gone]
     for pod, status in seen:
         if status.reason in RELAUNCH_REASONS:

@@ -32,7 +32,12 @@ from .growth import PodGrowth
 from .jobapi import JobApi
 from .logs import LogStreams, read_tail
 from .pending import PendingExplainer
-from .status import container_ages, deleted_pod_status, oom_unsettled, pod_name, pod_status
+from .status import (
+    container_ages,
+    deleted_pod_status,
+    pod_name,
+    settled_pod_status,
+)
 from .tenants import TenantConnections
 
 FAILURE_LOG_TAIL_LINES = 50
@@ -73,9 +78,9 @@ class AttemptObserver:
         pod = attempt.latest_pod()
         gone = attempt.watch.deleted(handle.job_id) if pod is None else None
         if pod is not None:
-            current = pod_status(pod)
-            if current.state is StepState.FAILED and oom_unsettled(pod, self._wall()):
-                return StepStatus.running(current.node)  # its OOM kill may not be told yet
+            current = settled_pod_status(pod, self._wall())
+            if current.state is StepState.RUNNING and _phase(pod) == "Failed":
+                return current  # its OOM kill may not be told yet: nothing to measure
         elif gone is not None:
             current = deleted_pod_status(gone)
         else:
@@ -110,7 +115,7 @@ class AttemptObserver:
         pods = attempt.pods()
         nodes = attempt.request.spec.nodes
         gone = attempt.watch.deleted_pods(handle.job_id)
-        current = gang_status(pods, gone, nodes)
+        current = gang_status(pods, gone, nodes, now=self._wall())
         if not pods and not gone and attempt.ended_unseen is not None:
             current = attempt.ended_unseen  # adopted after its pods were gone
         running = running_count(pods)
@@ -232,3 +237,7 @@ class AttemptObserver:
 
 def _pod_finished(pod: Pod) -> bool:
     return (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed")
+
+
+def _phase(pod: Mapping[str, Any]) -> str | None:
+    return (pod.get("status") or {}).get("phase")

@@ -146,6 +146,26 @@ def oom_unsettled(pod: Mapping[str, Any], now: float) -> bool:
     return now - datetime.fromisoformat(finished).timestamp() < OOM_SETTLE_S
 
 
+def settled_pod_status(pod: Mapping[str, Any], now: float) -> StepStatus:
+    """`pod_status`, except that a failure that may still turn out OOM-killed (`oom_unsettled`)
+    reads Running until it settles: the kernel's OOM event can reach the kubelet after the exit,
+    and a step relaunched as an Error would not get more memory. For every pod the executor
+    watches, a single one or a gang's.
+
+    Example:
+        >>> pod = {"spec": {"containers": [{"resources": {"limits": {"memory": "1Gi"}}}]},
+        ...        "status": {"phase": "Failed", "containerStatuses": [{"state": {"terminated":
+        ...        {"reason": "Error", "exitCode": 137, "finishedAt": "2026-12-02T10:00:00Z"}}}]}}
+        >>> at = datetime.fromisoformat("2026-12-02T10:00:02Z").timestamp()
+        >>> settled_pod_status(pod, at).state, settled_pod_status(pod, at + OOM_SETTLE_S).state
+        (<StepState.RUNNING: 'Running'>, <StepState.FAILED: 'Failed'>)
+    """
+    current = pod_status(pod)
+    if current.state is StepState.FAILED and oom_unsettled(pod, now):
+        return StepStatus.running(current.node)
+    return current
+
+
 def pending_status(pod: Mapping[str, Any]) -> StepStatus:
     """A Pending step with the scheduler's or kubelet's reason, if any."""
     status = pod.get("status") or {}
