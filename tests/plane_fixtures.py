@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+import yaml
 from kubernetes import client, config
 
 from k8s_ai_orchestrator.testing.controlplane import (
@@ -46,6 +47,7 @@ from k8s_ai_orchestrator.testing.controlplane.vclustersyncer import VClusterSync
 from tests.requirements import REAL_PLANE_PARAM, VCLUSTER_PARAM, in_ci, require
 
 BUILD_SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "build-kubeplane.sh"
+VCLUSTER_VALUES = Path(__file__).resolve().parents[1] / "helm" / "vcluster-values.yaml"
 KUEUE_BUILD_SCRIPT = BUILD_SCRIPT.with_name("build-kueue.sh")
 NODE_BUILD_SCRIPT = BUILD_SCRIPT.with_name("build-node.sh")
 VCLUSTER_BUILD_SCRIPT = BUILD_SCRIPT.with_name("build-vcluster.sh")
@@ -175,13 +177,22 @@ def gang_plane(kubeplane_bin_dir: Path) -> Iterator[RealKube]:
     shutil.rmtree(run_dir, ignore_errors=True)
 
 
+def _recommended_sync() -> dict[str, object]:
+    """The `sync` part of our recommended vCluster values (PriorityClasses to the host, every
+    host node to the tenant), which the real syncer gets as a user's install would. (Their
+    quota and limit range stay off: the plane's tests size their own pods.)"""
+    values = yaml.safe_load(VCLUSTER_VALUES.read_text())
+    return {"sync": values["sync"]}
+
+
 @pytest.fixture(scope="session")
 def vcluster_plane(kubeplane_bin_dir: Path, vcluster_bin_dir: Path) -> Iterator[RealKube]:
     """A third real control plane, shaped as the session plane (`PLANE_NODES`, tenants team-a
     and team-b, the chart's PriorityClasses), whose tenant team-a is synced by the real vCluster
-    v0.34 syncer (`VClusterSyncer`; its kubelet traffic through the plane's egress tunnel) and
-    team-b by ours. One real syncer per machine: a second test run waits for nothing, it fails
-    at once (the syncer's plugin port lock)."""
+    v0.34 syncer (`VClusterSyncer`, with the `sync` part of our recommended values; its kubelet
+    traffic through the plane's egress tunnel) and reached, as a real vCluster's users reach it,
+    through the syncer's front proxy; team-b is synced by ours. One real syncer per machine: a
+    second test run waits for nothing, it fails at once (the syncer's plugin port lock)."""
     run_dir = Path(tempfile.mkdtemp(prefix="k8sai-vcplane-"))
     with (
         start_control_plane(
@@ -190,8 +201,12 @@ def vcluster_plane(kubeplane_bin_dir: Path, vcluster_bin_dir: Path) -> Iterator[
         RealKube(
             plane, PLANE_NODES, run_dir / "nodes", synced_elsewhere=frozenset({TENANT})
         ) as kube,
-        VClusterSyncer(vcluster_bin_dir, plane, TENANT, run_dir / "vcluster"),
+        VClusterSyncer(
+            vcluster_bin_dir, plane, TENANT, run_dir / "vcluster", overrides=_recommended_sync()
+        ) as vcluster,
     ):
+        assert vcluster.front is not None
+        kube.fronts[TENANT] = vcluster.front  # team-a's users reach it through the syncer
         _record_version(plane)
         _prepare_tenants(kube, len(PLANE_NODES))
         yield kube

@@ -2,8 +2,9 @@
 
 `k8s_cluster` gives what a test needs of a cluster: the `kubernetes` config section (a
 kubeconfig per tenant), the tenants' Jobs and pods, a wait helper, and a way to preempt a pod.
-Two targets: the emulator, and the real control plane (`plane_with_nodes`, seen through a
-`fresh()` view so earlier tests' Jobs do not count).
+Three targets: the emulator, the real control plane (`plane_with_nodes`), and the plane whose
+team-a the real vCluster syncer serves (`vcluster_plane`); each plane seen through a `fresh()`
+view so that earlier tests' Jobs do not count.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from tests.kubernetes.k8s_support import (
     install_priority_classes,
     tenant_config,
 )
-from tests.plane_fixtures import KUBE_TARGETS
+from tests.plane_fixtures import TENANT_TARGETS, VCLUSTER_PARAM
 
 
 @dataclass(frozen=True)
@@ -59,9 +60,12 @@ def _pipes_cluster(name: str, kube: Any) -> PipesCluster:
     )
 
 
-@pytest.fixture(scope="module", params=KUBE_TARGETS)
+@pytest.fixture(scope="module", params=TENANT_TARGETS)
 def k8s_cluster(request: pytest.FixtureRequest) -> Iterator[PipesCluster]:
     if request.param == "control-plane":
         yield _pipes_cluster("control-plane", request.getfixturevalue("plane_with_nodes").fresh())
+        return
+    if request.param == VCLUSTER_PARAM:
+        yield _pipes_cluster(VCLUSTER_PARAM, request.getfixturevalue("vcluster_plane").fresh())
         return
     yield from _emulator_target()

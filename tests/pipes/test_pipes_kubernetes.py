@@ -73,6 +73,25 @@ def test_an_oomkilled_job_is_relaunched_with_more_memory_and_succeeds(
     assert any(m.startswith(launched) for m in logs)
 
 
+def test_a_program_that_does_not_report_its_memory_is_grown_in_place_from_node_stats(
+    k8s_cluster: PipesCluster, tmp_path: Path, instance: DagsterInstance
+) -> None:
+    """A Pipes program (`python tiles.py`: no memory reports) holding 360Mi of 512Mi is read
+    from its node's `/stats/summary` through the tenant's `nodes/<node>/proxy` and grown in
+    place past `grow_at`: on a real vCluster tenant through the syncer's front proxy too."""
+    ai = k8s_ai(k8s_cluster, oom_escalation={"grow_at": 0.6})
+    size = {**SIZE, "memory": "512Mi"}
+    env = {"HOLD_MIB": "360", "HOLD_S": "25", "TILES": "1"}
+    result = materialize_tiles(ai, size, env, f"file://{tmp_path}", instance=instance)
+
+    assert result.success
+    logs = log_messages(instance, result.run_id)
+    grown = "Grew step 'tiles-pipes' in place: memory 512Mi → 1Gi"
+    assert any(m.startswith(grown) for m in logs), [m for m in logs if "emory" in m]
+    (row,) = attempt_rows(materialization_metadata(result))
+    assert row["outcome"] == "Succeeded"  # one attempt: grown, not relaunched
+
+
 def test_a_preempted_job_is_relaunched_and_resumes_from_its_checkpoint(
     k8s_cluster: PipesCluster, tmp_path: Path
 ) -> None:

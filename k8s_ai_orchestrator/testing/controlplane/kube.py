@@ -69,6 +69,9 @@ class RealKube:
     synced_elsewhere: frozenset[str] = frozenset()  # tenants whose syncer is not started here
     agent: NodeAgent | None = None
     syncers: dict[str, TenantSyncer] = field(default_factory=dict)
+    # where clients reach a tenant synced elsewhere, when not its apiserver: the real vCluster
+    # syncer's front proxy (`VClusterSyncer.front`), as a user of a real vCluster reaches it
+    fronts: dict[str, ApiServer] = field(default_factory=dict)
     _clients: dict[str, client.ApiClient] = field(default_factory=dict)
 
     # -- lifecycle -----------------------------------------------------------------------------
@@ -134,6 +137,7 @@ class RealKube:
             self.synced_elsewhere,
             self.agent,
             self.syncers,
+            fronts=self.fronts,
         )
 
     # -- the emulator's test surface -----------------------------------------------------------
@@ -146,7 +150,7 @@ class RealKube:
 
     def tenant(self, name: str) -> ServerView:
         """A tenant's apiserver."""
-        return ServerView(self.plane.tenants[name])
+        return ServerView(self.fronts.get(name) or self.plane.tenants[name])
 
     def host_namespace(self, tenant: str) -> str:
         """The host namespace of a tenant (its `vc-<tenant>` secret and its pods)."""

@@ -19,6 +19,11 @@ parts of that install a process outside the cluster lacks:
   `kubelet_egress`, the plane's tenant apiserver sends kubelet traffic to an HTTP CONNECT proxy
   (`KubeletTunnel`) that takes `<node>.nodes.vcluster.com:10250` to the syncer's proxy port;
   the syncer names the node by the Host header and forwards to the host's `nodes/<node>/proxy`;
+- the tenant's users: as those of a real vCluster, they reach it through the syncer's front
+  proxy (`front`: in a real install, what the vCluster Service exposes), which serves
+  `nodes/<node>/proxy` (stats) from the host itself and passes the rest to the tenant
+  apiserver (the tenant apiserver's own node proxy would send the caller's Host header on to
+  the syncer, which finds no node by it);
 - its mapping store: the syncer keeps its host-virtual name mappings in etcd under the fixed
   prefix `/vcluster/mappings/`, and it dials an external etcd only over `https://` with a client
   certificate, so each syncer gets a TLS etcd of its own (the `etcd` personality of kubeplane).
@@ -45,6 +50,7 @@ import socket
 import tempfile
 import time
 from collections.abc import Mapping
+from dataclasses import replace
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -54,7 +60,7 @@ from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 
 from . import pki
-from .cluster import ControlPlane
+from .cluster import ApiServer, ControlPlane, write_kubeconfig
 from .kubelettunnel import KubeletTunnel
 from .process import Component, ControlPlaneError, free_port
 from .vclusterconfig import (
@@ -160,6 +166,10 @@ class VClusterSyncer:
         self.etcd: Component | None = None
         self.syncer: Component | None = None
         self.tunnel: KubeletTunnel | None = None
+        # the tenant as its users reach it: the syncer's front proxy (in a real install, behind
+        # the vCluster Service), which serves nodes/<node>/proxy from the host and passes the
+        # rest to the tenant apiserver
+        self.front: ApiServer | None = None
         self.ready_after_s: dict[str, float] = {}
         self._lock: Any = None
 
@@ -191,7 +201,7 @@ class VClusterSyncer:
         for component in (self.syncer, self.etcd):
             if component is not None:
                 component.stop()
-        self.tunnel, self.syncer, self.etcd = None, None, None
+        self.tunnel, self.syncer, self.etcd, self.front = None, None, None, None
         if self._lock is not None:
             self._lock.close()  # releases the flock
             self._lock = None
@@ -223,9 +233,9 @@ class VClusterSyncer:
         values = yaml.safe_load(self.chart_values.read_text())
         proxy_port = free_port()
         merged = deep_merge(deep_merge(values, syncer_overrides(files, proxy_port)), self.overrides)
-        egress_socket = self.plane.tenants[self.tenant].kubelet_egress_socket
-        if egress_socket is not None:
-            self.tunnel = KubeletTunnel(egress_socket, proxy_port).start()
+        server = self.plane.tenants[self.tenant]
+        if server.kubelet_egress_socket is not None:
+            self.tunnel = KubeletTunnel(server.kubelet_egress_socket, proxy_port).start()
         self.config_path.write_text(yaml.safe_dump(merged, sort_keys=False))
         env = {
             **os.environ,
@@ -252,6 +262,11 @@ class VClusterSyncer:
             return "no node in the tenant yet"
 
         self.syncer.wait_ready(nodes_synced, self.startup_timeout_s, "nodes synced")
+        url = f"https://{LOOPBACK}:{proxy_port}"
+        front = write_kubeconfig(
+            self.run_dir / "front.kubeconfig", url, server.ca_file, "admin", server.admin_token
+        )
+        self.front = replace(server, url=url, kubeconfig=front)
         self.ready_after_s["nodes synced"] = time.monotonic() - started
 
     def _start_etcd(self) -> SyncerFiles:

@@ -1,8 +1,9 @@
 """An external program that knows only dagster-pipes: it processes tiles and reports them.
 
 Environment knobs (set by the tests): PIPES_TEST_OUT (a folder: pid file, started marker),
-NEED_MIB (the program holds this much memory when it is given less), TILES and TILE_S (the
-work; with a checkpoint extra it commits progress after every tile and resumes from it).
+NEED_MIB (the program holds this much memory when it is given less), HOLD_MIB and HOLD_S (it
+holds this much, every page touched, for that long, whatever it is given), TILES and TILE_S
+(the work; with a checkpoint extra it commits progress after every tile and resumes from it).
 """
 
 import hashlib
@@ -84,6 +85,12 @@ def main():
         if need > int(os.environ.get("K8S_AI_MEMORY_BYTES", need)):
             hog = bytearray(need)
             time.sleep(30)
+            del hog
+        held = int(os.environ.get("HOLD_MIB", "0")) * 2**20
+        if held:
+            hog = bytearray(held)
+            hog[::4096] = b"\x01" * len(range(0, held, 4096))
+            time.sleep(float(os.environ.get("HOLD_S", "0")))
             del hog
         ckpt = pipes.get_extra("k8s_ai_checkpoint") if "k8s_ai_checkpoint" in pipes.extras else None
         state = (load(ckpt) if ckpt else None) or {"next_tile": 0}
