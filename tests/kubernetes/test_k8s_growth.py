@@ -17,7 +17,12 @@ from kubernetes.client.exceptions import ApiException
 from k8s_ai_orchestrator.backends.base import FailureReason, GrowOutcome, MemoryGrowth
 from k8s_ai_orchestrator.backends.kubernetes import KubernetesBackend, KubernetesConfig
 from k8s_ai_orchestrator.backends.kubernetes.api import ApiRetry
-from k8s_ai_orchestrator.backends.kubernetes.growth import PodGrowth, PodMemory, resizable
+from k8s_ai_orchestrator.backends.kubernetes.growth import (
+    VCLUSTER_SERVICE_FIX,
+    PodGrowth,
+    PodMemory,
+    resizable,
+)
 from k8s_ai_orchestrator.launch.lifecycle import resize_message
 from tests.support import FakeClock
 
@@ -30,13 +35,16 @@ class FakeCore:
     def __init__(self, used: int, stats_error: int | None = None, resize_error: int | None = None):
         self.used, self.stats_error, self.resize_error = used, stats_error, resize_error
         self.stats_reads = 0
+        self.stats_body: str | None = None  # the refusal's body, if any
         self.resizes: list[dict[str, Any]] = []
 
     def connect_get_node_proxy_with_path(self, node: str, path: str, **_: Any) -> Any:
         self.stats_reads += 1
         assert (node, path) == ("n1", "stats/summary")
         if self.stats_error:
-            raise ApiException(status=self.stats_error, reason="Forbidden")
+            error = ApiException(status=self.stats_error, reason="Forbidden")
+            error.body = self.stats_body
+            raise error
         pod = {"podRef": {"namespace": "ns", "name": "p"}, "memory": {"workingSetBytes": self.used}}
         return SimpleNamespace(data=json.dumps({"pods": [pod]}).encode())
 
@@ -164,6 +172,24 @@ def test_a_growing_step_without_node_stats_is_told_once_per_step_how_to_allow_th
     message = resize_message("tiles", note, grow_at=0.85)
     assert message.startswith("Cannot grow step 'tiles' in place: growing in place needs ")
     assert message.endswith("if it passes 1Gi it is OOMKilled and relaunched with more memory")
+
+
+def test_a_vcluster_apiserver_s_refusal_names_its_service_not_rbac(clock: FakeClock) -> None:
+    """The answer of a vCluster's own API server to `nodes/<node>/proxy/stats/summary`, seen
+    on the real v1.37 apiserver behind the real vCluster v0.34 syncer (tests/vcluster/README):
+    the fix is the kubeconfig's address, not `rbac.nodeProxy`."""
+    core, state = FakeCore(used=900 * MiB, stats_error=403), memory()
+    core.stats_body = json.dumps(
+        {
+            "message": 'forbidden: User "kube-apiserver-kubelet-client" cannot get path '
+            '"/stats/summary"'
+        }
+    )
+    growth(clock, POLICY).observe(core, "team-a", pod(), state)  # type: ignore[arg-type]
+    (note,) = state.resizes
+    assert "did not proxy to the node's kubelet" in note.reason
+    assert note.reason.endswith(VCLUSTER_SERVICE_FIX)
+    assert "rbac.nodeProxy" not in note.reason
 
 
 def test_a_step_only_measured_gets_no_growth_note_without_node_stats(clock: FakeClock) -> None:

@@ -70,6 +70,14 @@ NODE_PROXY_FIX = (
     "get on nodes/proxy on every node, which is exec-equivalent (the kubelet's /exec through "
     "the node proxy), so grant it only where the executor may already run commands in pods"
 )
+# A vCluster's own apiserver proxies nodes/<node>/proxy with the caller's Host header, by which
+# the vCluster syncer finds no node: the request comes back to that apiserver as a plain path.
+VCLUSTER_APISERVER_ANSWER = 'cannot get path "/stats/summary"'
+VCLUSTER_SERVICE_FIX = (
+    "point the tenant's kubeconfig at the vCluster's Service (exportKubeConfig.server in its "
+    "values), whose syncer serves nodes/<node>/proxy from the host, not at the vCluster's own "
+    "API server"
+)
 _MiB = 1024**2
 
 
@@ -300,7 +308,7 @@ class PodGrowth:
                 "and not grown in place; to measure them, %s",
                 tenant,
                 api_message(error),
-                NODE_PROXY_FIX,
+                stats_fix(error),
             )
             return None
         except (BackendError, ValueError):
@@ -368,12 +376,34 @@ class PodGrowth:
             )
 
 
+def stats_fix(error: ApiException) -> str:
+    """What lets the executor read a node's stats, from the refusal: RBAC's (`get nodes/proxy`)
+    or a vCluster's own API server's (reached instead of its Service).
+
+    Example:
+        >>> error = ApiException(status=403, reason="Forbidden")
+        >>> stats_fix(error) == NODE_PROXY_FIX
+        True
+        >>> error.body = json.dumps({"message": f"forbidden: {VCLUSTER_APISERVER_ANSWER}"})
+        >>> stats_fix(error) == VCLUSTER_SERVICE_FIX
+        True
+    """
+    if VCLUSTER_APISERVER_ANSWER in api_message(error):
+        return VCLUSTER_SERVICE_FIX
+    return NODE_PROXY_FIX
+
+
 def _no_stats_reason(error: ApiException) -> str:
     """Why a step on a tenant whose node stats were refused cannot grow, and the fix."""
     unreported = (
         "growing in place needs the memory in use; the step's pod did not report it (its "
         "command is not `python -m ...` or `python -c ...`, or its log cannot be read) and"
     )
+    if error.status == 403 and stats_fix(error) == VCLUSTER_SERVICE_FIX:
+        return (
+            f"{unreported} the tenant's API server did not proxy to the node's kubelet "
+            f"({api_message(error)}); {VCLUSTER_SERVICE_FIX}"
+        )
     if error.status == 403:
         return (
             f"{unreported} the executor may not get nodes/proxy ({api_message(error)}) to read "
@@ -384,6 +414,7 @@ def _no_stats_reason(error: ApiException) -> str:
 
 __all__ = [
     "NODE_PROXY_FIX",
+    "VCLUSTER_SERVICE_FIX",
     "REPORT_GRACE_S",
     "STEP_POD_MAIN",
     "PodGrowth",
@@ -394,4 +425,5 @@ __all__ = [
     "reports_usage",
     "resizable",
     "resize_pending",
+    "stats_fix",
 ]
