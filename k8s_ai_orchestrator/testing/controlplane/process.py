@@ -15,6 +15,7 @@ Example:
 
 from __future__ import annotations
 
+import fcntl
 import os
 import signal
 import socket
@@ -26,6 +27,7 @@ import urllib.request
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import IO
 
 from ...errors import OrchestratorError
 
@@ -34,6 +36,32 @@ Probe = Callable[[], str | None]  # None when ready, else why not (for the timeo
 
 class ControlPlaneError(OrchestratorError):
     """A control-plane component did not start, did not become ready, or could not be found."""
+
+
+def machine_lock(path: Path, busy: str) -> IO[str]:
+    """Hold an exclusive flock on `path` (its directory made) for one machine-wide resource;
+    close the returned file to release it. Raises `ControlPlaneError` "`busy` (`path` is
+    locked)" at once when another process holds it: a second test run is told before it
+    creates anything.
+
+    Example:
+        >>> import tempfile
+        >>> path = Path(tempfile.mkdtemp()) / "demo.lock"
+        >>> held = machine_lock(path, "another demo runs")
+        >>> machine_lock(path, "another demo runs")
+        Traceback (most recent call last):
+        ...
+        k8s_ai_orchestrator.testing.controlplane.process.ControlPlaneError: another demo runs ...
+        >>> held.close()
+    """
+    path.parent.mkdir(parents=True, exist_ok=True)
+    lock = path.open("w")
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        lock.close()
+        raise ControlPlaneError(f"{busy} ({path} is locked)") from None
+    return lock
 
 
 def free_port(host: str = "127.0.0.1") -> int:

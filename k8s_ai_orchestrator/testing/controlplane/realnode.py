@@ -20,7 +20,6 @@ Example:
 
 from __future__ import annotations
 
-import fcntl
 import json
 import os
 import signal
@@ -35,7 +34,7 @@ from .agent.nodes import node_address
 from .cluster import ControlPlane, write_kubeconfig
 from .nodecleanup import NodeRecord, run_quietly
 from .nodeconfig import NodeLayout
-from .process import Component, ControlPlaneError, HttpsTarget, Probe, free_port
+from .process import Component, ControlPlaneError, HttpsTarget, Probe, free_port, machine_lock
 
 PAUSE_IMAGE = "k8s-ai.test/pause:1"  # the sandbox image containerd is configured with
 BASE_IMAGE = "k8s-ai.test/base:1"  # ociimage.base_layer(): pods mount the host's /usr
@@ -214,16 +213,7 @@ class RealNode:
     # -- startup -------------------------------------------------------------------------------
 
     def _take_lock(self) -> None:
-        nodecleanup.RECORD_DIR.mkdir(parents=True, exist_ok=True)
-        lock = LOCK.open("w")
-        try:
-            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            lock.close()
-            raise ControlPlaneError(
-                f"another real node runs on this machine ({LOCK} is locked); stop it first"
-            ) from None
-        self._lock = lock
+        self._lock = machine_lock(LOCK, "another real node runs on this machine; stop it first")
 
     def _start_all(self) -> None:
         for program in ("containerd", "containerd-shim-runc-v2", "ctr", "pause", "cni/bridge"):

@@ -44,7 +44,6 @@ Example:
 
 from __future__ import annotations
 
-import fcntl
 import os
 import socket
 import tempfile
@@ -62,7 +61,7 @@ from kubernetes.client.exceptions import ApiException
 from . import pki
 from .cluster import ApiServer, ControlPlane, write_kubeconfig
 from .kubelettunnel import KubeletTunnel
-from .process import Component, ControlPlaneError, free_port
+from .process import Component, ControlPlaneError, free_port, machine_lock
 from .vclusterconfig import (
     KUBE_DNS,
     KUBELET_API_ADMIN,
@@ -86,17 +85,12 @@ PLUGIN_LOCK = Path(tempfile.gettempdir()) / "k8s-ai-orchestrator-vcluster-plugin
 
 
 def _take_plugin_lock() -> Any:
-    lock = PLUGIN_LOCK.open("w")
-    try:
-        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        lock.close()
-        raise ControlPlaneError(
-            f"another vCluster syncer runs on this machine ({PLUGIN_LOCK} is locked): vCluster's "
-            f"plugin server always listens on {PLUGIN_ADDRESS[0]}:{PLUGIN_ADDRESS[1]}, so only "
-            "one syncer can run at a time; stop the other first"
-        ) from None
-    return lock
+    return machine_lock(
+        PLUGIN_LOCK,
+        f"another vCluster syncer runs on this machine: vCluster's plugin server always listens "
+        f"on {PLUGIN_ADDRESS[0]}:{PLUGIN_ADDRESS[1]}, so only one syncer can run at a time; stop "
+        "the other first",
+    )
 
 
 def _require_free_plugin_port() -> None:
