@@ -21,11 +21,11 @@ from pathlib import Path
 from typing import Any
 
 from kubernetes import config
-from kubernetes.client import SchedulingV1Api
 
 from k8s_ai_orchestrator.testing.controlplane import build_kubeplane, start_control_plane
 from k8s_ai_orchestrator.testing.controlplane.kube import RealKube
 from k8s_ai_orchestrator.testing.kube import KubeEmulator, NodeSpec
+from k8s_ai_orchestrator.testing.priorityclasses import install_priority_classes
 
 TENANT = "team-a"
 NAMESPACE = "default"
@@ -66,7 +66,7 @@ def control_plane_tenant(work: Path, nodes: Sequence[NodeSpec] = NODES) -> Itera
     with start_control_plane(bin_dir, work / "plane", tenants=[TENANT]) as plane:
         with RealKube(plane, nodes, work / "nodes") as kube:
             kube.wait_for(lambda: kube.pods(TENANT) == [] and _tenant_nodes(kube, nodes), 60)
-            _priority_classes(kube.tenant(TENANT).api_client())
+            install_priority_classes(kube.tenant(TENANT).api_client())
             yield kube.tenant(TENANT).kubeconfig_path
 
 
@@ -95,7 +95,9 @@ def real_node_host(work: Path, writable: Sequence[Path]) -> Iterator[dict[str, A
         RealNode(plane, node_bin, Path(tempfile.mkdtemp(prefix="k8sai-rn-"))),
     ):
         assert plane.host is not None
-        _priority_classes(config.new_client_from_config(config_file=str(plane.host.kubeconfig)))
+        install_priority_classes(
+            config.new_client_from_config(config_file=str(plane.host.kubeconfig))
+        )
         yield kubernetes_section(plane.host.kubeconfig, NAMESPACE, [ROOT], writable)
 
 
@@ -103,14 +105,8 @@ def real_node_host(work: Path, writable: Sequence[Path]) -> Iterator[dict[str, A
 def emulator_tenant(work: Path, nodes: Sequence[NodeSpec] = NODES) -> Iterator[str]:
     """The emulator with `nodes` and the same tenant; yields the tenant's kubeconfig."""
     with KubeEmulator(nodes=list(nodes), tenants=[TENANT], tls=False, workdir=work) as emu:
-        _priority_classes(emu.tenant(TENANT).api_client())
+        install_priority_classes(emu.tenant(TENANT).api_client())
         yield emu.tenant(TENANT).kubeconfig_path
-
-
-def _priority_classes(api_client: Any) -> None:
-    scheduling = SchedulingV1Api(api_client)
-    for name, value in (("k8s-ai-standard", 100000), ("k8s-ai-preemptible", 1000)):
-        scheduling.create_priority_class({"metadata": {"name": name}, "value": value})
 
 
 def executor_config(

@@ -44,6 +44,7 @@ from k8s_ai_orchestrator.testing.controlplane.flags import Gates
 from k8s_ai_orchestrator.testing.controlplane.kube import RealKube
 from k8s_ai_orchestrator.testing.controlplane.kueue import KueueProcess, start_kueue
 from k8s_ai_orchestrator.testing.controlplane.vclustersyncer import VClusterSyncer
+from tests.kubernetes.k8s_support import install_priority_classes
 from tests.requirements import REAL_PLANE_PARAM, VCLUSTER_PARAM, in_ci, require
 
 BUILD_SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "build-kubeplane.sh"
@@ -126,14 +127,9 @@ PLANE_NODES = (
         taints=({"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"},),
     ),
 )
+
+
 # The tenant chart's PriorityClasses (helm/k8s-ai-tenant), plus one above them.
-PRIORITY_CLASSES = (
-    ("k8s-ai-standard", 100000, "PreemptLowerPriority"),
-    ("k8s-ai-preemptible", 1000, "Never"),
-    ("urgent", 1000000, "PreemptLowerPriority"),
-)
-
-
 @pytest.fixture(scope="session")
 def plane_with_nodes(control_plane: ControlPlane) -> Iterator[RealKube]:
     """The session control plane with the node agent, tenant syncers and PriorityClasses."""
@@ -147,10 +143,7 @@ def plane_with_nodes(control_plane: ControlPlane) -> Iterator[RealKube]:
 def _prepare_tenants(kube: RealKube, nodes: int) -> None:
     """The tenant PriorityClasses, then wait until every tenant lists the host's nodes."""
     for tenant_name in TENANTS:
-        scheduling = client.SchedulingV1Api(kube.tenant(tenant_name).api_client())
-        for name, value, policy in PRIORITY_CLASSES:
-            body = {"metadata": {"name": name}, "value": value, "preemptionPolicy": policy}
-            scheduling.create_priority_class(body)
+        install_priority_classes(kube.tenant(tenant_name).api_client())
     for tenant_name in TENANTS:
         core = client.CoreV1Api(kube.tenant(tenant_name).api_client())
         kube.wait_for(lambda c=core: len(c.list_node().items) == nodes, 60)

@@ -14,6 +14,7 @@ from kubernetes.utils import parse_quantity
 
 from k8s_ai_orchestrator.backends.kubernetes.config import KubernetesConfig
 from k8s_ai_orchestrator.spec import DEFAULT_SIZE_CLASSES
+from k8s_ai_orchestrator.testing.priorityclasses import CHART_CLASSES
 from tests.requirements import DEV_EXTRA, require_module
 
 helm = require_module("helm_python", "the Helm SDK (helm-python-sdk)", DEV_EXTRA)
@@ -61,6 +62,12 @@ def test_priority_classes_are_the_ones_the_backend_uses_by_default() -> None:
     assert set(classes) == {defaults.default, defaults.preemptible}
     assert classes[defaults.preemptible]["value"] < classes[defaults.default]["value"]
     assert classes[defaults.preemptible]["preemptionPolicy"] == "Never"
+    # what test clusters install in their place (k8s_ai_orchestrator.testing.priorityclasses)
+    policy = {defaults.default: "PreemptLowerPriority", defaults.preemptible: "Never"}
+    assert [(c["metadata"]["name"], c["value"], c["preemptionPolicy"]) for c in CHART_CLASSES] == [
+        (name, classes[name]["value"], classes[name].get("preemptionPolicy", policy[name]))
+        for name in (defaults.default, defaults.preemptible)
+    ]
 
 
 def test_executor_role_grants_exactly_what_the_backend_calls() -> None:

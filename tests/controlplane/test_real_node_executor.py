@@ -24,6 +24,7 @@ from k8s_ai_orchestrator.testing.controlplane import ControlPlane
 from k8s_ai_orchestrator.testing.controlplane.realnode import RealNode
 from k8s_ai_orchestrator.testing.controlplane.realnode_steps import TENANT, kubernetes_section
 from k8s_ai_orchestrator.testing.kube.emulator import wait_until
+from k8s_ai_orchestrator.testing.priorityclasses import install_priority_classes
 from tests.controlplane.realnode_pipelines import (
     growing_job,
     grown,
@@ -43,23 +44,15 @@ pytestmark = [pytest.mark.controlplane, pytest.mark.realnode, pytest.mark.timeou
 
 ROOT = Path(__file__).resolve().parents[2]
 GiB = 1024**3
+
+
 # The chart's PriorityClasses (helm/k8s-ai-tenant); the host carries only translated copies.
-PRIORITY_CLASSES = (("k8s-ai-standard", 100000), ("k8s-ai-preemptible", 1000))
-
-
 @pytest.fixture
 def priority_classes(control_plane: ControlPlane) -> Iterator[None]:
     """The step Jobs' PriorityClasses on the host, removed after the test if it made them."""
-    api = client.SchedulingV1Api(_host(control_plane))
-    made = []
-    for name, value in PRIORITY_CLASSES:
-        try:
-            api.create_priority_class({"metadata": {"name": name}, "value": value})
-            made.append(name)
-        except client.ApiException as error:
-            if error.status != 409:
-                raise
+    made = install_priority_classes(_host(control_plane))
     yield
+    api = client.SchedulingV1Api(_host(control_plane))
     for name in made:
         api.delete_priority_class(name)
 

@@ -6,27 +6,24 @@ import sys
 import uuid
 from typing import Any
 
-from kubernetes.client import ApiClient, SchedulingV1Api
+from kubernetes.client import ApiClient
 
 from k8s_ai_orchestrator.backends.base import JobHandle, LaunchRequest, StepState, StepStatus
 from k8s_ai_orchestrator.backends.kubernetes import KubernetesBackend
 from k8s_ai_orchestrator.spec import resolve_spec
+from k8s_ai_orchestrator.testing.priorityclasses import install_priority_classes as chart_classes
+from k8s_ai_orchestrator.testing.priorityclasses import priority_class
 
 TENANTS = ("team-a", "team-b")
 NAMESPACE = "default"
 
 
+URGENT = priority_class("urgent", 1000000, "PreemptLowerPriority")  # preempts both of the chart's
+
+
 def install_priority_classes(api_client: ApiClient) -> None:
-    """The PriorityClasses helm/k8s-ai-tenant installs in a tenant."""
-    api = SchedulingV1Api(api_client)
-    for name, value, policy in (
-        ("k8s-ai-standard", 100000, "PreemptLowerPriority"),
-        ("k8s-ai-preemptible", 1000, "Never"),
-        ("urgent", 1000000, "PreemptLowerPriority"),
-    ):
-        api.create_priority_class(
-            {"metadata": {"name": name}, "value": value, "preemptionPolicy": policy}
-        )
+    """The PriorityClasses helm/k8s-ai-tenant installs in a tenant, and `URGENT`."""
+    chart_classes(api_client, extra=(URGENT,))
 
 
 def tenant_config(emu: Any, **overrides: Any) -> dict[str, Any]:
