@@ -52,6 +52,29 @@ def test_a_resumed_run_worker_takes_over_the_running_step_process(
     assert step_pids(worker.run.run_id) == []
 
 
+def test_a_run_worker_killed_while_launching_the_step_process_is_resumed_onto_it(
+    run_worker: Any, tmp_path: Path
+) -> None:
+    """Killed during the launch: the step process exists (the ledger names its PID) but the
+    step has not begun (its Python is still importing; nothing counted yet). That process goes
+    on alone and starts the step; the resumed run worker finds it in the ledger and takes it
+    over instead of launching attempt 2: the step runs once, in the attempt already made."""
+    worker = run_worker("tally_job", run_config("tally", tmp_path))
+    wait_until(lambda: step_pids(worker.run.run_id), 120, 0.02)
+    begun = (tmp_path / "executions").exists()
+    worker.kill()
+    assert not begun, "the step began before the run worker was killed: not during launch"
+
+    worker.resume()
+    worker.started(tmp_path)
+    reattached = worker.reattached()
+    worker.release(tmp_path)
+    assert reattached.startswith("Reattached to step 'tally' (attempt 1, local job ")
+    assert (tmp_path / "executions").read_text().splitlines() == ["tally attempt 0"]
+    assert not any(m.startswith("Relaunching") for m in worker.messages())
+    assert step_pids(worker.run.run_id) == []
+
+
 def test_a_taken_over_step_is_held_to_its_memory_limit_and_relaunched_with_more(
     run_worker: Any, tmp_path: Path
 ) -> None:
