@@ -40,6 +40,10 @@ FAILURE_REASONS = {
 }
 
 
+# What a "signal" in a job's ExitCode means when it is no signal of the kernel's.
+SIGNAL_NOTES = {125: ": Slurm's out-of-memory mark"}
+
+
 @dataclass(frozen=True)
 class JobInfo:
     """What Slurm says about one job, whichever transport asked."""
@@ -83,7 +87,7 @@ def to_step_status(info: JobInfo) -> StepStatus:
     if info.exit_code is not None:
         message += f" with exit code {info.exit_code}"
     if info.signal:
-        message += f" (signal {info.signal})"
+        message += f" (signal {info.signal}{SIGNAL_NOTES.get(info.signal, '')})"
     if info.reason and info.reason != "None" and not memory_killed:
         message += f"; reason: {info.reason}"
     if info.nodes:
@@ -96,11 +100,12 @@ def to_step_status(info: JobInfo) -> StepStatus:
 
 # What slurmstepd writes to a job's output when it kills one of the job's steps over its
 # memory: the sampling enforcement (JobAcctGatherParams=OverMemoryKill) and the cgroup OOM
-# killer (TaskPlugin=task/cgroup with ConstrainRAMSpace=yes), old and new wording.
+# killer (TaskPlugin=task/cgroup with ConstrainRAMSpace=yes), in 22.05's wording ("Detected 1
+# oom-kill event(s) in StepId=7.0.") and 24.11's ("Detected 1 oom_kill event in StepId=7.0.").
 _MEMORY_KILL = re.compile(
     r"slurmstepd[^\s:]*: error: (?:"
     r"StepId=(?P<sampled>\d+)\.\S+ exceeded memory limit \(\d+ > \d+\), being killed"
-    r"|Detected \d+ oom-kill event\(s\) in (?:StepId=|step )(?P<cgroup>\d+)\.[^\n]*)"
+    r"|Detected \d+ oom[-_]kill events?(?:\(s\))? in (?:StepId=|step )(?P<cgroup>\d+)\.[^\n]*)"
 )
 
 
