@@ -48,16 +48,45 @@ DEFAULT_NODES = (
 )
 
 
-def missing_slurm_programs() -> list[str]:
-    """The daemons this module needs that are not on PATH (empty when all are installed)."""
+def missing_slurm_programs(prefix: Path | None = None) -> list[str]:
+    """The daemons this module needs that are not on PATH, or not in `prefix/sbin` for a Slurm
+    built from source (empty when all are there)."""
     search = os.environ.get("PATH", "") + ":/usr/sbin:/sbin"
-    return [name for name in DAEMONS if shutil.which(name, path=search) is None]
+    if prefix is not None:
+        search = f"{prefix}/sbin:{prefix}/bin:{search}"
+    found = [name for name in DAEMONS if shutil.which(name, path=search) is not None]
+    if prefix is not None:  # Slurm's own programs from the prefix only
+        found = [n for n in found if n in ("munged", "unshare") or (prefix / "sbin" / n).exists()]
+    return [name for name in DAEMONS if name not in found]
 
 
 def _free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
+
+
+def _slurm_cgroups() -> set[Path]:
+    """The cgroup v1 directories slurmd makes (/sys/fs/cgroup/memory/slurm_n1, ...)."""
+    return set(Path("/sys/fs/cgroup").glob("*/slurm*"))
+
+
+def _remove_cgroups(directories: set[Path], timeout_s: float = 10.0) -> None:
+    """Remove cgroup directories, innermost first, once their killed processes have left
+    (best effort: one still busy after `timeout_s` is left)."""
+    deadline = time.monotonic() + timeout_s
+    for top in directories:
+        for path in sorted((p for p in top.rglob("*") if p.is_dir()), reverse=True) + [top]:
+            while True:
+                try:
+                    path.rmdir()
+                    break
+                except FileNotFoundError:
+                    break
+                except OSError:
+                    if time.monotonic() > deadline:
+                        break
+                    time.sleep(0.1)
 
 
 def _write(path: Path, text: str, mode: int = 0o644) -> None:
@@ -73,6 +102,8 @@ class LocalSlurmCluster:
         root: directory for config, state, logs and the shared workdir; a fresh temporary
             directory (removed on stop) when None.
         rest: also start slurmrestd with JWT authentication.
+        prefix: the install prefix of a Slurm built from source (`scripts/build-slurm.sh`
+            prints it): its daemons and commands run instead of the Debian packages' (None).
         startup_timeout_s: how long to wait for every node to become idle.
 
     Example:
@@ -88,6 +119,7 @@ class LocalSlurmCluster:
         root: Path | None = None,
         *,
         rest: bool = True,
+        prefix: Path | None = None,
         startup_timeout_s: float = 60.0,
     ) -> None:
         if not nodes:
@@ -98,11 +130,13 @@ class LocalSlurmCluster:
             Path(root) if root is not None else Path(tempfile.mkdtemp(prefix="k8sai-slurm-"))
         )
         self.rest_enabled = rest
+        self.prefix = Path(prefix) if prefix is not None else None
         self.startup_timeout_s = startup_timeout_s
         self.ctld_port = _free_port()
         self.rest_port = _free_port()
         self.node_ports = {node.name: _free_port() for node in self.nodes}
         self._supervisor: subprocess.Popen[bytes] | None = None
+        self._cgroups_before: set[Path] | None = None  # slurm cgroups there before start
 
     # -- paths and environment -------------------------------------------------------------
 
@@ -125,19 +159,22 @@ class LocalSlurmCluster:
         env = dict(os.environ)
         env["SLURM_CONF"] = str(self.conf_path)
         env["PATH"] = env.get("PATH", "") + ":/usr/sbin:/sbin"
+        if self.prefix is not None:
+            env["PATH"] = f"{self.prefix}/bin:{self.prefix}/sbin:{env['PATH']}"
         return env
 
     # -- lifecycle -------------------------------------------------------------------------
 
     def start(self) -> LocalSlurmCluster:
         """Write the configuration, start the daemons and wait until every node is idle."""
-        missing = missing_slurm_programs()
+        missing = missing_slurm_programs(self.prefix)
         if missing:
             raise BackendError(
                 f"cannot start a local Slurm cluster: {', '.join(missing)} not installed; "
                 "run scripts/install-system-deps.sh (Debian: slurm-wlm slurmrestd munge)"
             )
         self._write_files()
+        self._cgroups_before = _slurm_cgroups()
         log = open(self.root / "log" / "supervisor.log", "wb")  # noqa: SIM115
         with log:
             self._supervisor = subprocess.Popen(
@@ -164,6 +201,9 @@ class LocalSlurmCluster:
             # daemon and job process is killed by the kernel.
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait(timeout=30)
+        if self._cgroups_before is not None:
+            _remove_cgroups(_slurm_cgroups() - self._cgroups_before)
+            self._cgroups_before = None
         if self._own_root:
             shutil.rmtree(self.root, ignore_errors=True)
 
@@ -245,6 +285,10 @@ class LocalSlurmCluster:
                     os.mknod(device, 0o666 | 0o020000, os.makedev(1, 3))
         _write(self.conf_path, self._slurm_conf())
         _write(self.root / "etc" / "gres.conf", self._gres_conf())
+        if self.prefix is not None:
+            # Slurm 24.11's slurmd loads a cgroup plugin whatever TaskPlugin says; autodetect
+            # fails on a host with both hierarchies mounted.
+            _write(self.root / "etc" / "cgroup.conf", "CgroupPlugin=cgroup/v1\n")
         _write(self.root / "etc" / "supervise.sh", self._supervisor_script())
 
     def _slurm_conf(self) -> str:
@@ -284,7 +328,6 @@ class LocalSlurmCluster:
             "JobAcctGatherType=jobacct_gather/linux",
             "JobAcctGatherFrequency=task=1",
             "JobAcctGatherParams=OverMemoryKill",
-            "AccountingStorageType=accounting_storage/none",
             "MpiDefault=none",
             "MailProg=/bin/true",
             "KillWait=5",
@@ -316,6 +359,12 @@ class LocalSlurmCluster:
                 lines.append(f"NodeName={node.name} Name=gpu File={files}")
         return "\n".join(lines) + "\n"
 
+    @property
+    def _rest_plugins(self) -> str:
+        """22.05 has one plugin per OpenAPI version; 24.11 one for slurmctld, serving every
+        data parser it was built with (v0.0.40-v0.0.42)."""
+        return "openapi/v0.0.38" if self.prefix is None else "openapi/slurmctld"
+
     def _supervisor_script(self) -> str:
         r = self.root
         conf = shlex.quote(str(self.conf_path))
@@ -337,7 +386,7 @@ class LocalSlurmCluster:
         if self.rest_enabled:
             lines.append(
                 "SLURMRESTD_SECURITY=disable_user_check SLURM_JWT=daemon "
-                f"slurmrestd -f {conf} -a rest_auth/jwt -s openapi/v0.0.38 "
+                f"slurmrestd -f {conf} -a rest_auth/jwt -s {self._rest_plugins} "
                 f"127.0.0.1:{self.rest_port} "
                 f">{log}/slurmrestd.out 2>&1 &"
             )

@@ -1,5 +1,7 @@
-"""The CLI and REST transports against the real daemons, including hostile names and values:
-quotes, `$()`, `;` and newlines reach the step verbatim and never run."""
+"""The CLI and REST transports against the real daemons of each Slurm version (Debian's 22.05,
+whose slurmrestd serves v0.0.38, and 24.11 built from source, v0.0.40-v0.0.42), including
+hostile names and values: quotes, `$()`, `;` and newlines reach the step verbatim and never
+run."""
 
 from __future__ import annotations
 
@@ -23,6 +25,12 @@ pytestmark = [pytest.mark.slurm, pytest.mark.timeout(240)]
 def hostile(marker: Path) -> str:
     """A value that creates `marker` if it is ever interpreted by a shell."""
     return f"x'\"; touch {marker}; $(touch {marker}) `touch {marker}`\ntouch {marker} #"
+
+
+@pytest.fixture
+def cluster(versioned_cluster: LocalSlurmCluster) -> LocalSlurmCluster:
+    """Every test here runs on each Slurm version (conftest.py's `versioned_cluster`)."""
+    return versioned_cluster
 
 
 @pytest.fixture
