@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
+import subprocess
 import sys
 from pathlib import Path
 from urllib.parse import unquote
@@ -16,6 +18,7 @@ from slurm_support import launch_request, program, wait_for_status
 
 from k8s_ai_orchestrator.backends.base import FailureReason, StepState
 from k8s_ai_orchestrator.backends.slurm import SlurmBackend, SlurmConfig
+from k8s_ai_orchestrator.backends.slurm.rest import RestTransport
 from k8s_ai_orchestrator.errors import SubmitError
 from k8s_ai_orchestrator.testing.slurm import LocalSlurmCluster
 
@@ -51,6 +54,24 @@ def any_backend(
     request: pytest.FixtureRequest, backend: SlurmBackend, rest_backend: SlurmBackend
 ) -> SlurmBackend:
     return backend if request.param == "cli" else rest_backend
+
+
+# Each version's commands (what the CLI transport runs) and the REST API version chosen.
+EXPECTED = {"22.05": ("22.05.", "v0.0.38"), "24.11": ("24.11.5", "v0.0.42")}
+
+
+def test_each_version_runs_its_own_daemons_commands_and_rest_api(
+    request: pytest.FixtureRequest, cluster: LocalSlurmCluster, rest_backend: SlurmBackend
+) -> None:
+    release, api = EXPECTED[request.node.callspec.params["versioned_cluster"]]
+    env = {**os.environ, "SLURM_CONF": str(cluster.conf_path)}  # PATH as the transports see it
+    version = subprocess.run(["sbatch", "--version"], env=env, capture_output=True, text=True)
+    config = cluster.run(["scontrol", "show", "config"]).stdout
+    daemons = next(line for line in config.splitlines() if line.startswith("SLURM_VERSION"))
+
+    assert version.stdout.split()[-1].startswith(release), version
+    assert daemons.split("=")[1].strip().startswith(release)
+    assert RestTransport(rest_backend.config).version == api
 
 
 def test_hostile_step_key_run_id_env_and_arguments_run_nothing(
