@@ -172,6 +172,7 @@ def test_state_and_unknown_jobs_over_the_transport() -> None:
 
     running = rest.job_info("4")
     assert running is not None and running.state == "RUNNING" and running.batch_host == "n1"
+    assert (running.cpus, running.memory_mb, running.gpus) == (1, 256, 1)  # GPUs: tres_per_node
     assert rest.job_info("999999") is None
     assert [path for _, path, _ in http.sent] == [
         "/openapi/v3",

@@ -142,6 +142,20 @@ def test_slurm_24_11s_out_of_memory_job_is_oom_killed_and_its_mark_explained() -
     )
 
 
+def test_slurm_24_11s_alloc_tres_and_gpus_per_node_give_the_allocation() -> None:
+    """24.11 says AllocTRES=, and without slurmdbd counts no gres/gpu there (slurmctld refuses
+    AccountingStorageTRES=gres/gpu): the GPUs come from TresPerNode. A real 24.11 line."""
+    line = (
+        "JobId=17 JobState=COMPLETED Reason=None ExitCode=0:0 NodeList=n[1-2] BatchHost=n1 "
+        "ReqTRES=cpu=2,mem=512M,node=2,billing=2 "
+        "AllocTRES=cpu=2,mem=512M,node=2,billing=2 TresPerNode=gres/gpu:1"
+    )
+
+    info = parse_scontrol_job(line)
+
+    assert (info.cpus, info.memory_mb, info.gpus, info.nodes) == (2, 512, 2, ("n1", "n2"))
+
+
 def test_hostlists_and_tres_strings_expand() -> None:
     assert expand_hostlist("n[1-3,5],login") == ("n1", "n2", "n3", "n5", "login")
     assert parse_tres("cpu=2,mem=512M,node=1") == (2, 512, 0)

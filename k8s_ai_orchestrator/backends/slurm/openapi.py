@@ -12,7 +12,8 @@ Pure functions over plain JSON values; `rest.py` does the HTTP. Fields read and 
   is the base state and the rest flags (["CANCELLED", "COMPLETING"]); `exit_code` the raw wait
   status (v0.0.38) or `{status, return_code, signal: {id, name}}`; `start_time`/`end_time`
   integers or `{set, infinite, number}`; `comment` a string or `{job, administrator, system}`;
-  `nodes`, `batch_host`, `state_reason`, `restart_cnt`, `tres_alloc_str`, `standard_output`;
+  `nodes`, `batch_host`, `state_reason`, `restart_cnt`, `tres_alloc_str`, `standard_output`,
+  and `tres_per_node` for the GPUs (24.11 without slurmdbd leaves them out of `tres_alloc_str`);
 - a partition (`GET partition/<name>`): `nodes` a host list (v0.0.38) or `{configured, ...}`;
   the default partition is flagged `default` in v0.0.38 only.
 
@@ -32,7 +33,7 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from ...errors import ConfigError
-from .states import PENDING_STATES, JobInfo, expand_hostlist, parse_tres
+from .states import PENDING_STATES, JobInfo, expand_hostlist, gpus_per_node, parse_tres
 
 # The data-parser versions this library speaks, oldest first: v0.0.38 is Slurm 22.05's,
 # v0.0.40-v0.0.42 are Slurm 24.11's (23.02's v0.0.39 is not tested here, so not chosen).
@@ -198,20 +199,21 @@ def job_info(row: Mapping[str, Any], job_id: str) -> JobInfo:
     ended = number(row.get("end_time"))
     exit_code, signal = exit_status(row.get("exit_code"))
     unfinished = state in PENDING_STATES or state in LIVE_STATES
+    nodes = expand_hostlist(str(row.get("nodes") or ""))
     return JobInfo(
         job_id=str(row.get("job_id", job_id)),
         state=state,
         reason=str(row.get("state_reason") or ""),
         exit_code=exit_code,
         signal=signal,
-        nodes=expand_hostlist(str(row.get("nodes") or "")),
+        nodes=nodes,
         batch_host=row.get("batch_host") or None,
         start_time=float(started) if started and state != "PENDING" else None,
         end_time=float(ended) if ended and not unfinished else None,
         restarts=int(row.get("restart_cnt") or 0),
         cpus=cpus,
         memory_mb=memory_mb,
-        gpus=gpus,
+        gpus=gpus or gpus_per_node(str(row.get("tres_per_node") or "")) * len(nodes),
         output_path=row.get("standard_output") or None,
     )
 

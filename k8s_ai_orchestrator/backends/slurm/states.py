@@ -157,6 +157,21 @@ def parse_tres(text: str) -> tuple[int, int, int]:
     return int(values["cpu"]), int(values["mem"]), int(values["gres/gpu"])
 
 
+_GPUS_PER_NODE = re.compile(r"(?:^|,)gres/gpu(?::[^:,]+)?:(\d+)(?:,|$)")
+
+
+def gpus_per_node(tres_per_node: str) -> int:
+    """GPUs a job asked for on each node ("gres/gpu:2", "gres/gpu:a100:4"): where Slurm 24.11
+    without slurmdbd tells them, since it refuses to count gres/gpu in the allocated TRES.
+
+    Example:
+        >>> gpus_per_node("gres/gpu:a100:4"), gpus_per_node("gres/gpu:1,gres/nic:1")
+        (4, 1)
+    """
+    match = _GPUS_PER_NODE.search(tres_per_node)
+    return int(match.group(1)) if match else 0
+
+
 def expand_hostlist(text: str) -> tuple[str, ...]:
     """ "n[1-3,5],gpu7" → ("n1", "n2", "n3", "n5", "gpu7") (one bracket group per name)."""
     names: list[str] = []
@@ -176,7 +191,9 @@ def parse_scontrol_job(line: str) -> JobInfo:
     """One `scontrol show job -o <id>` line → JobInfo."""
     fields = dict(_KEY_VALUE.findall(line))
     exit_code, signal = parse_exit_code(fields.get("ExitCode", ""))
-    cpus, memory_mb, gpus = parse_tres(fields.get("TRES", ""))
+    # 22.05 prints the allocation as TRES=, 24.11 as AllocTRES= (beside ReqTRES=)
+    cpus, memory_mb, gpus = parse_tres(fields.get("AllocTRES") or fields.get("TRES", ""))
+    nodes = expand_hostlist(fields.get("NodeList", ""))
     state = fields.get("JobState", "UNKNOWN")
     return JobInfo(
         job_id=fields.get("JobId", ""),
@@ -184,13 +201,13 @@ def parse_scontrol_job(line: str) -> JobInfo:
         reason=fields.get("Reason", ""),
         exit_code=exit_code,
         signal=signal,
-        nodes=expand_hostlist(fields.get("NodeList", "")),
+        nodes=nodes,
         batch_host=fields.get("BatchHost") or None,
         start_time=parse_time(fields.get("StartTime")) if state not in PENDING_STATES else None,
         end_time=parse_time(fields.get("EndTime")),
         restarts=int(fields.get("Restarts", "0") or 0),
         cpus=cpus,
         memory_mb=memory_mb,
-        gpus=gpus,
+        gpus=gpus or gpus_per_node(fields.get("TresPerNode", "")) * len(nodes),
         output_path=fields.get("StdOut") or None,
     )
