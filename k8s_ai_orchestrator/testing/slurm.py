@@ -104,6 +104,9 @@ class LocalSlurmCluster:
         rest: also start slurmrestd with JWT authentication.
         prefix: the install prefix of a Slurm built from source (`scripts/build-slurm.sh`
             prints it): its daemons and commands run instead of the Debian packages' (None).
+        cgroup_memory: enforce a job's memory with the kernel's cgroup v1 memory controller
+            (`TaskPlugin=task/cgroup`, `ConstrainRAMSpace`: the job ends OUT_OF_MEMORY) instead
+            of slurmstepd's sampling (`OverMemoryKill`: FAILED, signal 9).
         startup_timeout_s: how long to wait for every node to become idle.
 
     Example:
@@ -120,6 +123,7 @@ class LocalSlurmCluster:
         *,
         rest: bool = True,
         prefix: Path | None = None,
+        cgroup_memory: bool = False,
         startup_timeout_s: float = 60.0,
     ) -> None:
         if not nodes:
@@ -131,6 +135,7 @@ class LocalSlurmCluster:
         )
         self.rest_enabled = rest
         self.prefix = Path(prefix) if prefix is not None else None
+        self.cgroup_memory = cgroup_memory
         self.startup_timeout_s = startup_timeout_s
         self.ctld_port = _free_port()
         self.rest_port = _free_port()
@@ -285,10 +290,10 @@ class LocalSlurmCluster:
                     os.mknod(device, 0o666 | 0o020000, os.makedev(1, 3))
         _write(self.conf_path, self._slurm_conf())
         _write(self.root / "etc" / "gres.conf", self._gres_conf())
-        if self.prefix is not None:
-            # Slurm 24.11's slurmd loads a cgroup plugin whatever TaskPlugin says; autodetect
-            # fails on a host with both hierarchies mounted.
-            _write(self.root / "etc" / "cgroup.conf", "CgroupPlugin=cgroup/v1\n")
+        if self.prefix is not None or self.cgroup_memory:
+            # 24.11's slurmd reads cgroup.conf whatever TaskPlugin says; this host mounts the
+            # v1 hierarchies (v2 only under /sys/fs/cgroup/unified).
+            _write(self.root / "etc" / "cgroup.conf", self._cgroup_conf())
         _write(self.root / "etc" / "supervise.sh", self._supervisor_script())
 
     def _slurm_conf(self) -> str:
@@ -314,7 +319,7 @@ class LocalSlurmCluster:
             "SlurmctldDebug=info",
             "SlurmdDebug=info",
             "ProctrackType=proctrack/linuxproc",
-            "TaskPlugin=task/none",
+            f"TaskPlugin=task/{'cgroup' if self.cgroup_memory else 'none'}",
             "SelectType=select/cons_tres",
             "SelectTypeParameters=CR_Core_Memory",
             "DefMemPerCPU=256",
@@ -327,7 +332,7 @@ class LocalSlurmCluster:
             f"JobCompLoc={r}/log/jobcomp.txt",
             "JobAcctGatherType=jobacct_gather/linux",
             "JobAcctGatherFrequency=task=1",
-            "JobAcctGatherParams=OverMemoryKill",
+            *([] if self.cgroup_memory else ["JobAcctGatherParams=OverMemoryKill"]),
             "MpiDefault=none",
             "MailProg=/bin/true",
             "KillWait=5",
@@ -348,6 +353,12 @@ class LocalSlurmCluster:
             f"PartitionName={PARTITION} Nodes=ALL Default=YES MaxTime=INFINITE State=UP "
             "OverSubscribe=NO"
         )
+        return "\n".join(lines) + "\n"
+
+    def _cgroup_conf(self) -> str:
+        lines = ["CgroupPlugin=cgroup/v1"]
+        if self.cgroup_memory:
+            lines += ["ConstrainRAMSpace=yes", "ConstrainSwapSpace=yes", "AllowedSwapSpace=0"]
         return "\n".join(lines) + "\n"
 
     def _gres_conf(self) -> str:

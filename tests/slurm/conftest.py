@@ -52,7 +52,8 @@ def slurm_cluster() -> Iterator[LocalSlurmCluster]:
 def slurm_current_cluster() -> Iterator[LocalSlurmCluster]:
     prefix = current_slurm_prefix()
     _require_slurm(prefix)
-    with LocalSlurmCluster(prefix=prefix) as cluster:
+    # The kernel enforces --mem here (OUT_OF_MEMORY), slurmstepd's sampling on 22.05 (FAILED)
+    with LocalSlurmCluster(prefix=prefix, cgroup_memory=True) as cluster:
         yield cluster
 
 

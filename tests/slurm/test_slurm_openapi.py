@@ -156,6 +156,16 @@ def test_a_job_slurm_killed_over_its_memory_reads_as_signal_9_and_ends(version: 
     assert info.end_time is not None and info.end_time >= (info.start_time or 0)
 
 
+def test_a_job_the_cgroup_oom_killer_ended_is_oom_killed_with_slurms_mark_explained() -> None:
+    info = job_info(golden("v0.0.42-job_out_of_memory")["jobs"][0], "1")
+
+    status = to_step_status(info)
+
+    assert (info.state, info.reason, info.signal) == ("OUT_OF_MEMORY", "OutOfMemory", 125)
+    assert (status.reason, status.exit_code) == ("OOMKilled", 0)
+    assert "(signal 125: Slurm's out-of-memory mark)" in status.message
+
+
 def test_a_cancelled_job_still_completing_has_its_base_state_and_no_live_state() -> None:
     row = golden("v0.0.42-job_cancelled")["jobs"][0]
 

@@ -92,7 +92,7 @@ def test_a_failed_job_slurmstepd_killed_over_its_memory_is_oom_killed() -> None:
         "processes may have been killed by the cgroup out-of-memory handler.",  # task/cgroup
         "slurmstepd: error: Detected 2 oom-kill event(s) in step 42.0 cgroup. Some of your "
         "processes may have been killed by the cgroup out-of-memory handler.",  # before 21.08
-        "slurmstepd: error: Detected 1 oom_kill event in StepId=42.batch. Some of the step "
+        "slurmstepd-n1: error: Detected 1 oom_kill event in StepId=42.batch. Some of the step "
         "tasks have been OOM Killed.",  # task/cgroup, Slurm 24.11
     ],
 )

@@ -137,7 +137,7 @@ def test_rest_transport_reports_exit_codes(rest_backend: SlurmBackend) -> None:
 
 
 def test_a_step_slurm_kills_over_its_memory_is_reported_oom_killed(
-    any_backend: SlurmBackend,
+    any_backend: SlurmBackend, cluster: LocalSlurmCluster
 ) -> None:
     hog = "import time; block = bytearray(400 * 2**20); time.sleep(60)"
     handle = any_backend.submit(launch_request([sys.executable, "-c", hog], nodes=1))
@@ -145,8 +145,13 @@ def test_a_step_slurm_kills_over_its_memory_is_reported_oom_killed(
     status = wait_for_status(any_backend, handle, lambda s: s.is_terminal, timeout_s=60)
 
     assert (status.state, status.reason) == (StepState.FAILED, "OOMKilled"), status
-    assert f"StepId={handle.job_id}.batch exceeded memory limit" in status.message
-    assert "> 268435456), being killed" in status.message  # 256Mi, the step's memory
+    if cluster.cgroup_memory:  # 24.11: the kernel's cgroup OOM killer
+        assert f"Slurm job {handle.job_id} ended OUT_OF_MEMORY" in status.message
+        assert "(signal 125: Slurm's out-of-memory mark); reason: OutOfMemory" in status.message
+        assert f"oom_kill event in StepId={handle.job_id}.batch" in any_backend.logs(handle)
+    else:  # 22.05: slurmstepd's sampling (OverMemoryKill)
+        assert f"StepId={handle.job_id}.batch exceeded memory limit" in status.message
+        assert "> 268435456), being killed" in status.message  # 256Mi, the step's memory
 
 
 def test_rest_transport_refuses_oversized_gangs_and_cancels(
