@@ -1,9 +1,11 @@
 """A real Slurm cluster on one machine, for tests: munged, slurmctld, slurmrestd and one slurmd
 per node, all in one PID namespace so that stopping the cluster is one kill.
 
-Needs the Debian packages `slurm-wlm slurmrestd munge slurm-wlm-jwt-plugin`, root (the daemons
-run as root with `SlurmUser=root`) and `unshare`. Every file lives in one temporary directory;
-ports are picked free; `stop()` leaves nothing behind.
+Needs the Debian packages `slurm-wlm slurmrestd munge slurm-wlm-jwt-plugin` (22.05), or with
+`prefix` a Slurm built from source (`scripts/build-slurm.sh`: 24.11, `munge` still Debian's),
+root (the daemons run as root with `SlurmUser=root`) and `unshare`. Every file lives in one
+temporary directory; ports are picked free; `stop()` leaves nothing behind, not even the
+cgroups slurmd made.
 
 Example:
     >>> with LocalSlurmCluster() as cluster:  # doctest: +SKIP

@@ -22,7 +22,9 @@ VERSIONS = ("22.05", "24.11")  # Debian's packages; scripts/build-slurm.sh's bui
 
 def _require_slurm(prefix: Path | None = None) -> None:
     missing = missing_slurm_programs(prefix)
-    require(f"Slurm ({', '.join(missing)})" if missing else "Slurm", not missing, INSTALL_DEPS)
+    what = "Slurm" if prefix is None else f"the Slurm built in {prefix}"
+    hint = INSTALL_DEPS if prefix is None else "run scripts/build-slurm.sh (make slurm-current)"
+    require(f"{what} ({', '.join(missing)})" if missing else what, not missing, hint)
     root = "root (the local Slurm cluster runs its daemons as root)"
     require(root, os.geteuid() == 0, "run the Slurm tests as root")
 
