@@ -142,6 +142,21 @@ def test_slurm_24_11s_out_of_memory_job_is_oom_killed_and_its_mark_explained() -
     )
 
 
+def test_an_out_of_memory_job_names_slurmstepds_line() -> None:
+    line = (
+        "slurmstepd-n1: error: Detected 1 oom_kill event in StepId=9.batch. Some of the step "
+        "tasks have been OOM Killed."
+    )
+    info = JobInfo("9", "OUT_OF_MEMORY", reason="OutOfMemory", exit_code=0, memory_kill=line)
+
+    status = to_step_status(info)
+
+    assert (status.reason, status.message) == (
+        "OOMKilled",
+        f"Slurm job 9 ended OUT_OF_MEMORY with exit code 0; reason: OutOfMemory; {line}",
+    )
+
+
 def test_slurm_24_11s_alloc_tres_and_gpus_per_node_give_the_allocation() -> None:
     """24.11 says AllocTRES=, and without slurmdbd counts no gres/gpu there (slurmctld refuses
     AccountingStorageTRES=gres/gpu): the GPUs come from TresPerNode. A real 24.11 line."""

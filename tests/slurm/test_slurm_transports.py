@@ -148,7 +148,7 @@ def test_a_step_slurm_kills_over_its_memory_is_reported_oom_killed(
     if cluster.cgroup_memory:  # 24.11: the kernel's cgroup OOM killer
         assert f"Slurm job {handle.job_id} ended OUT_OF_MEMORY" in status.message
         assert "(signal 125: Slurm's out-of-memory mark); reason: OutOfMemory" in status.message
-        assert f"oom_kill event in StepId={handle.job_id}.batch" in any_backend.logs(handle)
+        assert f"oom_kill event in StepId={handle.job_id}.batch" in status.message
     else:  # 22.05: slurmstepd's sampling (OverMemoryKill)
         assert f"StepId={handle.job_id}.batch exceeded memory limit" in status.message
         assert "> 268435456), being killed" in status.message  # 256Mi, the step's memory

@@ -40,6 +40,10 @@ FAILURE_REASONS = {
 }
 
 
+# Ended states whose output may hold slurmstepd's memory-kill line (`memory_kill`): FAILED under
+# the sampling enforcement or for a gang's srun step, OUT_OF_MEMORY under the cgroup one.
+MEMORY_KILL_STATES = frozenset({"FAILED", "OUT_OF_MEMORY"})
+
 # What a "signal" in a job's ExitCode means when it is no signal of the kernel's.
 SIGNAL_NOTES = {125: ": Slurm's out-of-memory mark"}
 
@@ -94,6 +98,7 @@ def to_step_status(info: JobInfo) -> StepStatus:
         message += f"; nodes {','.join(info.nodes)}"
     if memory_killed:
         failure = FailureReason.OOM_KILLED
+    if info.memory_kill:
         message += f"; {info.memory_kill}"
     return StepStatus.failed(failure, message, exit_code=info.exit_code, node=node)
 
