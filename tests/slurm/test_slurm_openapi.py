@@ -1,6 +1,7 @@
 """The REST transport's version choice and payload shapes, from answers the real slurmrestd
-gave: Slurm 22.05 (v0.0.38) and 24.11 (v0.0.40-v0.0.42), saved under golden/rest/ (the OpenAPI
-descriptions cut to their path keys). Pure: an injected `HttpCall` serves the saved answers."""
+gave: Slurm 22.05 (v0.0.38) and 24.11 (v0.0.40-v0.0.42), saved under golden/rest/, cut to what
+the transport reads (the OpenAPI descriptions to their path keys; jobs, partitions and nodes to
+their fields that openapi.py names). Pure: an injected `HttpCall` serves the saved answers."""
 
 from __future__ import annotations
 
