@@ -7,12 +7,16 @@ baseline pipes a minimal equivalent script into `sbatch --parsable`. Rounds alte
 the two, after one unmeasured warm-up job. Prints medians and the ratio ours / baseline
 (target ≤ 1.3).
 
-Run: `python -m benchmarks.bench_slurm_dispatch [--rounds N]` (root, Slurm packages installed).
+Run: `python -m benchmarks.bench_slurm_dispatch [--rounds N] [--prefix DIR]` (root, Slurm
+packages installed): both transports, CLI and REST, against the same baseline; `--prefix` runs
+the cluster from a Slurm built from source (`scripts/build-slurm.sh` prints its prefix; 24.11)
+instead of Debian's 22.05.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import subprocess
 import time
@@ -94,34 +98,58 @@ def _raw(cluster: LocalSlurmCluster, markers: Path) -> tuple[float, str]:
     return elapsed, job_id
 
 
+def _backends(cluster: LocalSlurmCluster) -> dict[str, SlurmBackend]:
+    cli = SlurmConfig(workdir=str(cluster.workdir), slurm_conf=str(cluster.conf_path))
+    rest = SlurmConfig(
+        transport="rest",
+        rest_url=cluster.rest_url,
+        rest_user="root",
+        rest_token=cluster.jwt_token(),
+        workdir=str(cluster.workdir),
+        slurm_conf=str(cluster.conf_path),
+    )
+    backends = {"cli": SlurmBackend(cli), "rest": SlurmBackend(rest)}
+    for backend in backends.values():
+        backend.limits()  # queried once per backend, as in a run
+    return backends
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--rounds", type=int, default=5)
-    rounds = parser.parse_args().rounds
-    with LocalSlurmCluster(rest=False) as cluster:
-        config = SlurmConfig(workdir=str(cluster.workdir), slurm_conf=str(cluster.conf_path))
-        backend = SlurmBackend(config)
-        backend.limits()  # queried once per backend, as in a run
+    parser.add_argument("--prefix", type=Path, default=None, help="a Slurm built from source")
+    args = parser.parse_args()
+    rounds = args.rounds
+    with LocalSlurmCluster(prefix=args.prefix) as cluster:
+        os.environ["PATH"] = cluster.env["PATH"]  # sbatch, and the job's srun, of this version
+        version = cluster.run(["sbatch", "--version"]).stdout.strip()
+        backends = _backends(cluster)
         warm_up = cluster.workdir / "bench-warm-up"
         warm_up.mkdir()
         _raw(cluster, warm_up)  # the cluster's first job pays one-off start-up costs
         cluster.wait_until_idle(60)
-        times: dict[str, list[float]] = {"ours": [], "raw": []}
+        times: dict[str, list[float]] = {"raw": [], "cli": [], "rest": []}
         for index in range(rounds):
-            for name in ("raw", "ours") if index % 2 else ("ours", "raw"):
+            order = ("raw", "cli", "rest") if index % 2 else ("rest", "cli", "raw")
+            for name in order:
                 markers = cluster.workdir / f"bench-{name}-{index}"
                 markers.mkdir()
-                if name == "ours":
-                    elapsed, _ = _ours(backend, markers)
-                else:
+                if name == "raw":
                     elapsed, _ = _raw(cluster, markers)
+                else:
+                    elapsed, _ = _ours(backends[name], markers)
                 times[name].append(elapsed)
                 cluster.wait_until_idle(60)
-    ours, raw = statistics.median(times["ours"]), statistics.median(times["raw"])
-    print(f"2-node gang dispatch → all ranks running, median of {rounds} rounds")
-    print(f"  raw sbatch:    {raw:.3f}s  {[round(t, 3) for t in times['raw']]}")
-    print(f"  SlurmBackend:  {ours:.3f}s  {[round(t, 3) for t in times['ours']]}")
-    print(f"  ratio ours / raw sbatch: {ours / raw:.2f} (target ≤ 1.3)")
+    medians = {name: statistics.median(values) for name, values in times.items()}
+    print(f"{version}: 2-node gang dispatch → all ranks running, median of {rounds} rounds")
+    for name, label in (
+        ("raw", "raw sbatch"),
+        ("cli", "SlurmBackend cli"),
+        ("rest", "SlurmBackend rest"),
+    ):
+        print(f"  {label + ':':19} {medians[name]:.3f}s  {[round(t, 3) for t in times[name]]}")
+    for name in ("cli", "rest"):
+        print(f"  ratio {name} / raw sbatch: {medians[name] / medians['raw']:.2f} (target ≤ 1.3)")
 
 
 if __name__ == "__main__":

@@ -109,8 +109,12 @@ main() {
   # Only what we use: no sview/X11, MariaDB (slurmdbd's storage), HDF5, IPMI, Kafka, GPUs,
   # PMIx, UCX. auth/jwt (libjwt), slurmrestd (http-parser, json-c, yaml) and auth/munge are
   # required, so they are asked for by path: configure fails instead of silently leaving them.
+  # --enable-multiple-slurmd, as Debian's packages: the test cluster runs several slurmd on one
+  # host. Without it slurmctld keeps one node per host name, and a node refuses the job
+  # credential that another node on the same munged already decoded (munge's replay check), so
+  # an srun over two nodes fails with "_verify_signature: failed decode".
   ./configure --prefix="$OUT" --sysconfdir="$OUT/etc" --localstatedir=/var \
-    --disable-static --disable-sview --disable-x11 --disable-debug \
+    --disable-static --disable-sview --disable-x11 --disable-debug --enable-multiple-slurmd \
     --with-munge=/usr --with-jwt=/usr --with-json=/usr --with-http-parser=/usr \
     --with-yaml=/usr --with-lz4=/usr --with-hwloc=/usr \
     --without-mysql_config --without-hdf5 --without-rdkafka --without-freeipmi \

@@ -84,15 +84,18 @@ def test_out(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Markers must match the components tests use; tests on the real node or the real vCluster
-    syncer, then on Kueue, run last: `make test` builds them in the background meanwhile."""
+    """Markers must match the components tests use; tests on the real node, the real vCluster
+    syncer or the current Slurm, then on Kueue, run last: `make test` builds them in the
+    background meanwhile."""
     check_markers(items)
 
     def late(item: pytest.Item) -> int:
         names = set(getattr(item, "fixturenames", ()))
         if "kueue_team_a" in names:
             return 2
-        return 1 if names & {"node_bin_dir", "vcluster_bin_dir"} else 0
+        callspec = getattr(item, "callspec", None)
+        current_slurm = callspec is not None and callspec.params.get("versioned_cluster") == "24.11"
+        return 1 if names & {"node_bin_dir", "vcluster_bin_dir"} or current_slurm else 0
 
     items.sort(key=late)
 

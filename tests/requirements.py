@@ -33,6 +33,8 @@ FIXTURE_MARKERS = {
     "node_bin_dir": "realnode",
     "vcluster_bin_dir": "vcluster",
     "slurm_cluster": "slurm",
+    "slurm_current_cluster": "slurm",
+    "versioned_cluster": "slurm",
     "chromium": "browser",
     "daemon_world": "daemon",
 }

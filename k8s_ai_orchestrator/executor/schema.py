@@ -146,7 +146,11 @@ SLURM_SCHEMA = Shape(
         "grace_period_s": _opt(Float, "USR2 this long before the time limit; >= 0 (30)."),
         "slurm_conf": _opt(Noneable(String), "SLURM_CONF for the CLI and the job."),
         "command_timeout_s": _opt(Float, "Bound on every Slurm command or HTTP call; > 0 (30)."),
-        "rest_api_version": _opt(String, "slurmrestd OpenAPI plugin version (v0.0.38)."),
+        "rest_api_version": _opt(
+            String,
+            "slurmrestd data-parser version, e.g. v0.0.42; default: the newest the server "
+            "serves that this library knows (v0.0.38-v0.0.42).",
+        ),
     }
 )
 

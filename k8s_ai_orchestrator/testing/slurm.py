@@ -1,9 +1,11 @@
 """A real Slurm cluster on one machine, for tests: munged, slurmctld, slurmrestd and one slurmd
 per node, all in one PID namespace so that stopping the cluster is one kill.
 
-Needs the Debian packages `slurm-wlm slurmrestd munge slurm-wlm-jwt-plugin`, root (the daemons
-run as root with `SlurmUser=root`) and `unshare`. Every file lives in one temporary directory;
-ports are picked free; `stop()` leaves nothing behind.
+Needs the Debian packages `slurm-wlm slurmrestd munge slurm-wlm-jwt-plugin` (22.05), or with
+`prefix` a Slurm built from source (`scripts/build-slurm.sh`: 24.11, `munge` still Debian's),
+root (the daemons run as root with `SlurmUser=root`) and `unshare`. Every file lives in one
+temporary directory; ports are picked free; `stop()` leaves nothing behind, not even the
+cgroups slurmd made.
 
 Example:
     >>> with LocalSlurmCluster() as cluster:  # doctest: +SKIP
@@ -48,16 +50,45 @@ DEFAULT_NODES = (
 )
 
 
-def missing_slurm_programs() -> list[str]:
-    """The daemons this module needs that are not on PATH (empty when all are installed)."""
+def missing_slurm_programs(prefix: Path | None = None) -> list[str]:
+    """The daemons this module needs that are not on PATH, or not in `prefix/sbin` for a Slurm
+    built from source (empty when all are there)."""
     search = os.environ.get("PATH", "") + ":/usr/sbin:/sbin"
-    return [name for name in DAEMONS if shutil.which(name, path=search) is None]
+    if prefix is not None:
+        search = f"{prefix}/sbin:{prefix}/bin:{search}"
+    found = [name for name in DAEMONS if shutil.which(name, path=search) is not None]
+    if prefix is not None:  # Slurm's own programs from the prefix only
+        found = [n for n in found if n in ("munged", "unshare") or (prefix / "sbin" / n).exists()]
+    return [name for name in DAEMONS if name not in found]
 
 
 def _free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
+
+
+def _slurm_cgroups() -> set[Path]:
+    """The cgroup v1 directories slurmd makes (/sys/fs/cgroup/memory/slurm_n1, ...)."""
+    return set(Path("/sys/fs/cgroup").glob("*/slurm*"))
+
+
+def _remove_cgroups(directories: set[Path], timeout_s: float = 10.0) -> None:
+    """Remove cgroup directories, innermost first, once their killed processes have left
+    (best effort: one still busy after `timeout_s` is left)."""
+    deadline = time.monotonic() + timeout_s
+    for top in directories:
+        for path in sorted((p for p in top.rglob("*") if p.is_dir()), reverse=True) + [top]:
+            while True:
+                try:
+                    path.rmdir()
+                    break
+                except FileNotFoundError:
+                    break
+                except OSError:
+                    if time.monotonic() > deadline:
+                        break
+                    time.sleep(0.1)
 
 
 def _write(path: Path, text: str, mode: int = 0o644) -> None:
@@ -73,6 +104,11 @@ class LocalSlurmCluster:
         root: directory for config, state, logs and the shared workdir; a fresh temporary
             directory (removed on stop) when None.
         rest: also start slurmrestd with JWT authentication.
+        prefix: the install prefix of a Slurm built from source (`scripts/build-slurm.sh`
+            prints it): its daemons and commands run instead of the Debian packages' (None).
+        cgroup_memory: enforce a job's memory with the kernel's cgroup v1 memory controller
+            (`TaskPlugin=task/cgroup`, `ConstrainRAMSpace`: the job ends OUT_OF_MEMORY) instead
+            of slurmstepd's sampling (`OverMemoryKill`: FAILED, signal 9).
         startup_timeout_s: how long to wait for every node to become idle.
 
     Example:
@@ -88,6 +124,8 @@ class LocalSlurmCluster:
         root: Path | None = None,
         *,
         rest: bool = True,
+        prefix: Path | None = None,
+        cgroup_memory: bool = False,
         startup_timeout_s: float = 60.0,
     ) -> None:
         if not nodes:
@@ -98,11 +136,14 @@ class LocalSlurmCluster:
             Path(root) if root is not None else Path(tempfile.mkdtemp(prefix="k8sai-slurm-"))
         )
         self.rest_enabled = rest
+        self.prefix = Path(prefix) if prefix is not None else None
+        self.cgroup_memory = cgroup_memory
         self.startup_timeout_s = startup_timeout_s
         self.ctld_port = _free_port()
         self.rest_port = _free_port()
         self.node_ports = {node.name: _free_port() for node in self.nodes}
         self._supervisor: subprocess.Popen[bytes] | None = None
+        self._cgroups_before: set[Path] | None = None  # slurm cgroups there before start
 
     # -- paths and environment -------------------------------------------------------------
 
@@ -125,19 +166,22 @@ class LocalSlurmCluster:
         env = dict(os.environ)
         env["SLURM_CONF"] = str(self.conf_path)
         env["PATH"] = env.get("PATH", "") + ":/usr/sbin:/sbin"
+        if self.prefix is not None:
+            env["PATH"] = f"{self.prefix}/bin:{self.prefix}/sbin:{env['PATH']}"
         return env
 
     # -- lifecycle -------------------------------------------------------------------------
 
     def start(self) -> LocalSlurmCluster:
         """Write the configuration, start the daemons and wait until every node is idle."""
-        missing = missing_slurm_programs()
+        missing = missing_slurm_programs(self.prefix)
         if missing:
             raise BackendError(
                 f"cannot start a local Slurm cluster: {', '.join(missing)} not installed; "
                 "run scripts/install-system-deps.sh (Debian: slurm-wlm slurmrestd munge)"
             )
         self._write_files()
+        self._cgroups_before = _slurm_cgroups()
         log = open(self.root / "log" / "supervisor.log", "wb")  # noqa: SIM115
         with log:
             self._supervisor = subprocess.Popen(
@@ -164,6 +208,9 @@ class LocalSlurmCluster:
             # daemon and job process is killed by the kernel.
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait(timeout=30)
+        if self._cgroups_before is not None:
+            _remove_cgroups(_slurm_cgroups() - self._cgroups_before)
+            self._cgroups_before = None
         if self._own_root:
             shutil.rmtree(self.root, ignore_errors=True)
 
@@ -245,6 +292,10 @@ class LocalSlurmCluster:
                     os.mknod(device, 0o666 | 0o020000, os.makedev(1, 3))
         _write(self.conf_path, self._slurm_conf())
         _write(self.root / "etc" / "gres.conf", self._gres_conf())
+        if self.prefix is not None or self.cgroup_memory:
+            # 24.11's slurmd reads cgroup.conf whatever TaskPlugin says; this host mounts the
+            # v1 hierarchies (v2 only under /sys/fs/cgroup/unified).
+            _write(self.root / "etc" / "cgroup.conf", self._cgroup_conf())
         _write(self.root / "etc" / "supervise.sh", self._supervisor_script())
 
     def _slurm_conf(self) -> str:
@@ -270,7 +321,7 @@ class LocalSlurmCluster:
             "SlurmctldDebug=info",
             "SlurmdDebug=info",
             "ProctrackType=proctrack/linuxproc",
-            "TaskPlugin=task/none",
+            f"TaskPlugin=task/{'cgroup' if self.cgroup_memory else 'none'}",
             "SelectType=select/cons_tres",
             "SelectTypeParameters=CR_Core_Memory",
             "DefMemPerCPU=256",
@@ -283,8 +334,7 @@ class LocalSlurmCluster:
             f"JobCompLoc={r}/log/jobcomp.txt",
             "JobAcctGatherType=jobacct_gather/linux",
             "JobAcctGatherFrequency=task=1",
-            "JobAcctGatherParams=OverMemoryKill",
-            "AccountingStorageType=accounting_storage/none",
+            *([] if self.cgroup_memory else ["JobAcctGatherParams=OverMemoryKill"]),
             "MpiDefault=none",
             "MailProg=/bin/true",
             "KillWait=5",
@@ -307,6 +357,12 @@ class LocalSlurmCluster:
         )
         return "\n".join(lines) + "\n"
 
+    def _cgroup_conf(self) -> str:
+        lines = ["CgroupPlugin=cgroup/v1"]
+        if self.cgroup_memory:
+            lines += ["ConstrainRAMSpace=yes", "ConstrainSwapSpace=yes", "AllowedSwapSpace=0"]
+        return "\n".join(lines) + "\n"
+
     def _gres_conf(self) -> str:
         lines = []
         for node in self.nodes:
@@ -315,6 +371,12 @@ class LocalSlurmCluster:
                 files = f"{self.root}/dev/{node.name}-gpu[0-{last}]"
                 lines.append(f"NodeName={node.name} Name=gpu File={files}")
         return "\n".join(lines) + "\n"
+
+    @property
+    def _rest_plugins(self) -> str:
+        """22.05 has one plugin per OpenAPI version; 24.11 one for slurmctld, serving every
+        data parser it was built with (v0.0.40-v0.0.42)."""
+        return "openapi/v0.0.38" if self.prefix is None else "openapi/slurmctld"
 
     def _supervisor_script(self) -> str:
         r = self.root
@@ -337,7 +399,7 @@ class LocalSlurmCluster:
         if self.rest_enabled:
             lines.append(
                 "SLURMRESTD_SECURITY=disable_user_check SLURM_JWT=daemon "
-                f"slurmrestd -f {conf} -a rest_auth/jwt -s openapi/v0.0.38 "
+                f"slurmrestd -f {conf} -a rest_auth/jwt -s {self._rest_plugins} "
                 f"127.0.0.1:{self.rest_port} "
                 f">{log}/slurmrestd.out 2>&1 &"
             )

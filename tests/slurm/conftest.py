@@ -1,36 +1,92 @@
-"""A real Slurm cluster (3 nodes, two with 2 fake GPUs) for the whole test session."""
+"""Real Slurm clusters (3 nodes, two with 2 fake GPUs) for the whole test session: Debian's
+22.05 packages (`slurm_cluster`) and a current Slurm built from source beside them
+(`slurm_current_cluster`, scripts/build-slurm.sh); `versioned_cluster` runs a test on both."""
 
 from __future__ import annotations
 
 import os
+import subprocess
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
 from k8s_ai_orchestrator.backends.slurm import SlurmBackend, SlurmConfig
 from k8s_ai_orchestrator.testing.slurm import LocalSlurmCluster, missing_slurm_programs
-from tests.requirements import INSTALL_DEPS, require
+from tests.requirements import INSTALL_DEPS, in_ci, require
+
+BUILD_SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "build-slurm.sh"
+PREFIX_ENV = "K8S_AI_SLURM_PREFIX"  # a current Slurm's prefix, instead of the script's cache
+VERSIONS = ("22.05", "24.11")  # Debian's packages; scripts/build-slurm.sh's build
+
+
+def _require_slurm(prefix: Path | None = None) -> None:
+    missing = missing_slurm_programs(prefix)
+    what = "Slurm" if prefix is None else f"the Slurm built in {prefix}"
+    hint = INSTALL_DEPS if prefix is None else "run scripts/build-slurm.sh (make slurm-current)"
+    require(f"{what} ({', '.join(missing)})" if missing else what, not missing, hint)
+    root = "root (the local Slurm cluster runs its daemons as root)"
+    require(root, os.geteuid() == 0, "run the Slurm tests as root")
+
+
+def current_slurm_prefix() -> Path:
+    """The prefix of the current Slurm: `$K8S_AI_SLURM_PREFIX`, else scripts/build-slurm.sh's
+    cache, which it builds (minutes) only under CI=true; without one the test skips, or fails
+    under CI (tests/requirements.py)."""
+    if os.environ.get(PREFIX_ENV):
+        return Path(os.environ[PREFIX_ENV])
+    argv = ["bash", str(BUILD_SCRIPT)] + ([] if in_ci() else ["--check"])
+    done = subprocess.run(argv, capture_output=True, text=True, check=False)
+    lines = done.stdout.strip().splitlines()
+    hint = f"run scripts/build-slurm.sh (make slurm-current): {done.stderr.strip()[-300:]}"
+    require("a current Slurm (24.11)", done.returncode == 0 and bool(lines), hint)
+    return Path(lines[-1])
 
 
 @pytest.fixture(scope="session")
 def slurm_cluster() -> Iterator[LocalSlurmCluster]:
-    missing = missing_slurm_programs()
-    require(f"Slurm ({', '.join(missing)})" if missing else "Slurm", not missing, INSTALL_DEPS)
-    root = "root (the local Slurm cluster runs its daemons as root)"
-    require(root, os.geteuid() == 0, "run the Slurm tests as root")
+    _require_slurm()
     with LocalSlurmCluster() as cluster:
         yield cluster
 
 
+@pytest.fixture(scope="session")
+def slurm_current_cluster() -> Iterator[LocalSlurmCluster]:
+    prefix = current_slurm_prefix()
+    _require_slurm(prefix)
+    # The kernel enforces --mem here (OUT_OF_MEMORY), slurmstepd's sampling on 22.05 (FAILED)
+    with LocalSlurmCluster(prefix=prefix, cgroup_memory=True) as cluster:
+        yield cluster
+
+
+def _fresh(session_cluster: LocalSlurmCluster) -> Iterator[LocalSlurmCluster]:
+    """A session cluster, checked idle before a test and cleared of jobs after it."""
+    session_cluster.wait_until_idle(60)
+    yield session_cluster
+    session_cluster.run(["scancel", "--full", "--user=root"])
+    for name in (node.name for node in session_cluster.nodes):
+        if session_cluster.node_states().get(name, "").startswith(("down", "drain")):
+            session_cluster.set_node_state(name, "resume")
+
+
 @pytest.fixture
 def cluster(slurm_cluster: LocalSlurmCluster) -> Iterator[LocalSlurmCluster]:
-    """The session cluster, checked idle before each test and cleared of jobs after it."""
-    slurm_cluster.wait_until_idle(60)
-    yield slurm_cluster
-    slurm_cluster.run(["scancel", "--full", "--user=root"])
-    for name in (node.name for node in slurm_cluster.nodes):
-        if slurm_cluster.node_states().get(name, "").startswith(("down", "drain")):
-            slurm_cluster.set_node_state(name, "resume")
+    """The 22.05 session cluster, idle before each test and cleared of jobs after it."""
+    yield from _fresh(slurm_cluster)
+
+
+@pytest.fixture(params=VERSIONS)
+def versioned_cluster(
+    request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[LocalSlurmCluster]:
+    """The session cluster of each Slurm version in turn, idle before each test and cleared of
+    jobs after it. Its commands come first on PATH: the CLI transport's sbatch, and the job's
+    srun (a job inherits the submitter's PATH), are that version's."""
+    name = "slurm_cluster" if request.param == VERSIONS[0] else "slurm_current_cluster"
+    session_cluster: LocalSlurmCluster = request.getfixturevalue(name)
+    if session_cluster.prefix is not None:
+        monkeypatch.setenv("PATH", session_cluster.env["PATH"])
+    yield from _fresh(session_cluster)
 
 
 @pytest.fixture

@@ -1,5 +1,6 @@
-"""A step's life on a real Slurm: pending with Slurm's reason, failures, node loss, USR2
-checkpoint-and-requeue, cancellation and accounting."""
+"""A step's life on a real Slurm, each version (conftest.py's `versioned_cluster`): pending
+with Slurm's reason, failures, node loss, USR2 checkpoint-and-requeue, cancellation and
+accounting."""
 
 from __future__ import annotations
 
@@ -16,6 +17,11 @@ from k8s_ai_orchestrator.testing.slurm import LocalSlurmCluster
 pytestmark = [pytest.mark.slurm, pytest.mark.timeout(240)]
 
 SLEEP = ["sleep", "300"]
+
+
+@pytest.fixture
+def cluster(versioned_cluster: LocalSlurmCluster) -> LocalSlurmCluster:
+    return versioned_cluster
 
 
 def running(status: StepStatus) -> bool:

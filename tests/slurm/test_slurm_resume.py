@@ -21,6 +21,12 @@ from k8s_ai_orchestrator.testing.slurm import LocalSlurmCluster
 pytestmark = [pytest.mark.slurm, pytest.mark.timeout(300)]
 
 
+@pytest.fixture
+def cluster(versioned_cluster: LocalSlurmCluster) -> LocalSlurmCluster:
+    """Every run here goes to each Slurm version (conftest.py's `versioned_cluster`)."""
+    return versioned_cluster
+
+
 def slurm(cluster: LocalSlurmCluster, transport: str) -> dict[str, Any]:
     config = {"workdir": str(cluster.workdir), "slurm_conf": str(cluster.conf_path)}
     if transport == "rest":

@@ -92,6 +92,8 @@ def test_a_failed_job_slurmstepd_killed_over_its_memory_is_oom_killed() -> None:
         "processes may have been killed by the cgroup out-of-memory handler.",  # task/cgroup
         "slurmstepd: error: Detected 2 oom-kill event(s) in step 42.0 cgroup. Some of your "
         "processes may have been killed by the cgroup out-of-memory handler.",  # before 21.08
+        "slurmstepd-n1: error: Detected 1 oom_kill event in StepId=42.batch. Some of the step "
+        "tasks have been OOM Killed.",  # task/cgroup, Slurm 24.11
     ],
 )
 def test_slurmstepds_memory_kill_is_found_in_the_job_output(line: str) -> None:
@@ -122,6 +124,51 @@ def test_scontrol_job_line_is_parsed() -> None:
     assert info.end_time is not None and info.start_time is not None
     assert info.end_time - info.start_time == 1800
     assert (info.cpus, info.memory_mb, info.gpus, info.restarts) == (16, 65536, 8, 1)
+
+
+def test_slurm_24_11s_out_of_memory_job_is_oom_killed_and_its_mark_explained() -> None:
+    line = (
+        "JobId=9 JobName=k8sai.x JobState=OUT_OF_MEMORY Reason=OutOfMemory Dependency=(null) "
+        "Requeue=0 Restarts=0 BatchFlag=1 Reboot=0 ExitCode=0:125 RunTime=00:00:02 "
+        "NodeList=n1 BatchHost=n1 TRES=cpu=1,mem=256M,node=1,billing=1"
+    )
+
+    status = to_step_status(parse_scontrol_job(line))
+
+    assert (status.state, status.reason, status.exit_code) == (StepState.FAILED, "OOMKilled", 0)
+    assert status.message == (
+        "Slurm job 9 ended OUT_OF_MEMORY with exit code 0 (signal 125: Slurm's out-of-memory "
+        "mark); reason: OutOfMemory; nodes n1"
+    )
+
+
+def test_an_out_of_memory_job_names_slurmstepds_line() -> None:
+    line = (
+        "slurmstepd-n1: error: Detected 1 oom_kill event in StepId=9.batch. Some of the step "
+        "tasks have been OOM Killed."
+    )
+    info = JobInfo("9", "OUT_OF_MEMORY", reason="OutOfMemory", exit_code=0, memory_kill=line)
+
+    status = to_step_status(info)
+
+    assert (status.reason, status.message) == (
+        "OOMKilled",
+        f"Slurm job 9 ended OUT_OF_MEMORY with exit code 0; reason: OutOfMemory; {line}",
+    )
+
+
+def test_slurm_24_11s_alloc_tres_and_gpus_per_node_give_the_allocation() -> None:
+    """24.11 says AllocTRES=, and without slurmdbd counts no gres/gpu there (slurmctld refuses
+    AccountingStorageTRES=gres/gpu): the GPUs come from TresPerNode. A real 24.11 line."""
+    line = (
+        "JobId=17 JobState=COMPLETED Reason=None ExitCode=0:0 NodeList=n[1-2] BatchHost=n1 "
+        "ReqTRES=cpu=2,mem=512M,node=2,billing=2 "
+        "AllocTRES=cpu=2,mem=512M,node=2,billing=2 TresPerNode=gres/gpu:1"
+    )
+
+    info = parse_scontrol_job(line)
+
+    assert (info.cpus, info.memory_mb, info.gpus, info.nodes) == (2, 512, 2, ("n1", "n2"))
 
 
 def test_hostlists_and_tres_strings_expand() -> None:

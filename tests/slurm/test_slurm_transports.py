@@ -1,10 +1,14 @@
-"""The CLI and REST transports against the real daemons, including hostile names and values:
-quotes, `$()`, `;` and newlines reach the step verbatim and never run."""
+"""The CLI and REST transports against the real daemons of each Slurm version (Debian's 22.05,
+whose slurmrestd serves v0.0.38, and 24.11 built from source, v0.0.40-v0.0.42), including
+hostile names and values: quotes, `$()`, `;` and newlines reach the step verbatim and never
+run."""
 
 from __future__ import annotations
 
 import dataclasses
 import json
+import os
+import subprocess
 import sys
 from pathlib import Path
 from urllib.parse import unquote
@@ -14,6 +18,7 @@ from slurm_support import launch_request, program, wait_for_status
 
 from k8s_ai_orchestrator.backends.base import FailureReason, StepState
 from k8s_ai_orchestrator.backends.slurm import SlurmBackend, SlurmConfig
+from k8s_ai_orchestrator.backends.slurm.rest import RestTransport
 from k8s_ai_orchestrator.errors import SubmitError
 from k8s_ai_orchestrator.testing.slurm import LocalSlurmCluster
 
@@ -23,6 +28,12 @@ pytestmark = [pytest.mark.slurm, pytest.mark.timeout(240)]
 def hostile(marker: Path) -> str:
     """A value that creates `marker` if it is ever interpreted by a shell."""
     return f"x'\"; touch {marker}; $(touch {marker}) `touch {marker}`\ntouch {marker} #"
+
+
+@pytest.fixture
+def cluster(versioned_cluster: LocalSlurmCluster) -> LocalSlurmCluster:
+    """Every test here runs on each Slurm version (conftest.py's `versioned_cluster`)."""
+    return versioned_cluster
 
 
 @pytest.fixture
@@ -43,6 +54,24 @@ def any_backend(
     request: pytest.FixtureRequest, backend: SlurmBackend, rest_backend: SlurmBackend
 ) -> SlurmBackend:
     return backend if request.param == "cli" else rest_backend
+
+
+# Each version's commands (what the CLI transport runs) and the REST API version chosen.
+EXPECTED = {"22.05": ("22.05.", "v0.0.38"), "24.11": ("24.11.5", "v0.0.42")}
+
+
+def test_each_version_runs_its_own_daemons_commands_and_rest_api(
+    request: pytest.FixtureRequest, cluster: LocalSlurmCluster, rest_backend: SlurmBackend
+) -> None:
+    release, api = EXPECTED[request.node.callspec.params["versioned_cluster"]]
+    env = {**os.environ, "SLURM_CONF": str(cluster.conf_path)}  # PATH as the transports see it
+    version = subprocess.run(["sbatch", "--version"], env=env, capture_output=True, text=True)
+    config = cluster.run(["scontrol", "show", "config"]).stdout
+    daemons = next(line for line in config.splitlines() if line.startswith("SLURM_VERSION"))
+
+    assert version.stdout.split()[-1].startswith(release), version
+    assert daemons.split("=")[1].strip().startswith(release)
+    assert RestTransport(rest_backend.config).version == api
 
 
 def test_hostile_step_key_run_id_env_and_arguments_run_nothing(
@@ -108,7 +137,7 @@ def test_rest_transport_reports_exit_codes(rest_backend: SlurmBackend) -> None:
 
 
 def test_a_step_slurm_kills_over_its_memory_is_reported_oom_killed(
-    any_backend: SlurmBackend,
+    any_backend: SlurmBackend, cluster: LocalSlurmCluster
 ) -> None:
     hog = "import time; block = bytearray(400 * 2**20); time.sleep(60)"
     handle = any_backend.submit(launch_request([sys.executable, "-c", hog], nodes=1))
@@ -116,8 +145,13 @@ def test_a_step_slurm_kills_over_its_memory_is_reported_oom_killed(
     status = wait_for_status(any_backend, handle, lambda s: s.is_terminal, timeout_s=60)
 
     assert (status.state, status.reason) == (StepState.FAILED, "OOMKilled"), status
-    assert f"StepId={handle.job_id}.batch exceeded memory limit" in status.message
-    assert "> 268435456), being killed" in status.message  # 256Mi, the step's memory
+    if cluster.cgroup_memory:  # 24.11: the kernel's cgroup OOM killer
+        assert f"Slurm job {handle.job_id} ended OUT_OF_MEMORY" in status.message
+        assert "(signal 125: Slurm's out-of-memory mark); reason: OutOfMemory" in status.message
+        assert f"oom_kill event in StepId={handle.job_id}.batch" in status.message
+    else:  # 22.05: slurmstepd's sampling (OverMemoryKill)
+        assert f"StepId={handle.job_id}.batch exceeded memory limit" in status.message
+        assert "> 268435456), being killed" in status.message  # 256Mi, the step's memory
 
 
 def test_rest_transport_refuses_oversized_gangs_and_cancels(

@@ -23,7 +23,7 @@ from .cli import CliTransport, NodeLimits, Runner
 from .config import SlurmConfig
 from .rest import HttpCall, RestTransport
 from .script import BatchJob, batch_job, render_script
-from .states import RUNNING_STATES, JobInfo, memory_kill, to_step_status
+from .states import MEMORY_KILL_STATES, RUNNING_STATES, JobInfo, memory_kill, to_step_status
 
 # How much of a failed job's output is searched for slurmstepd's memory kill: the line comes
 # last when the step process itself was killed, before the step process's own failure report
@@ -168,7 +168,7 @@ class SlurmBackend:
         if attempt is not None:
             attempt.last_info = info
             self._sample_rss(handle.job_id, attempt, info)
-        if info.state.upper() == "FAILED":
+        if info.state.upper() in MEMORY_KILL_STATES:
             info = replace(info, memory_kill=self._memory_kill(info, attempt))
         return to_step_status(info)
 

@@ -51,7 +51,8 @@ class SlurmConfig:
     grace_period_s: int = 30  # USR2 this long before the time limit: checkpoint (and requeue)
     slurm_conf: str | None = None  # SLURM_CONF for the CLI and the job; None = Slurm's default
     command_timeout_s: float = 30.0  # bound on every sbatch/squeue/scontrol/HTTP call
-    rest_api_version: str = "v0.0.38"  # slurmrestd OpenAPI plugin version
+    # slurmrestd data-parser version ("v0.0.42"); None: the newest the server and we both know
+    rest_api_version: str | None = None
 
     def __post_init__(self) -> None:
         if self.transport not in TRANSPORTS:

@@ -1,13 +1,18 @@
-"""The `rest` transport: slurmrestd's OpenAPI (v0.0.38) with JWT authentication.
+"""The `rest` transport: slurmrestd's OpenAPI with JWT authentication.
 
-HTTP goes through an `HttpCall` passed in by the caller; the default uses `urllib`. A job gets
-the same environment as with the CLI transport (`config.job_environment`).
+The first call reads the server's OpenAPI description (`/openapi/v3`) and uses the newest
+data-parser version both it and this library know (`openapi.py`: v0.0.38 of Slurm 22.05 up to
+v0.0.42 of Slurm 24.11); `slurm.rest_api_version` pins one, refused with a `ConfigError` when
+the server does not serve it. HTTP goes through an `HttpCall` passed in by the caller; the
+default uses `urllib`. A job gets the same environment as with the CLI transport
+(`config.job_environment`).
 
 Example:
     >>> config = SlurmConfig(transport="rest", rest_url="http://h:6820", rest_user="u",
-    ...                      rest_token="t")
-    >>> RestTransport(config).url("job/7")
-    'http://h:6820/slurm/v0.0.38/job/7'
+    ...                      rest_token="t", rest_api_version="v0.0.42")
+    >>> description = b'{"paths": {"/slurm/v0.0.42/job/{job_id}": {}}}'
+    >>> RestTransport(config, lambda *call: (200, description)).url("job/7")
+    'http://h:6820/slurm/v0.0.42/job/7'
 """
 
 from __future__ import annotations
@@ -20,10 +25,11 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from ...errors import BackendError, SubmitError
+from . import openapi
 from .cli import NodeLimits, _gpus, matching_job, of_run
 from .config import SlurmConfig, job_environment
 from .script import BatchJob, rest_job_properties
-from .states import JobInfo, expand_hostlist, parse_tres
+from .states import JobInfo
 
 # (method, url, headers, body or None, timeout seconds) → (HTTP status, response body)
 HttpCall = Callable[[str, str, Mapping[str, str], bytes | None, float], tuple[int, bytes]]
@@ -50,12 +56,34 @@ class RestTransport:
     def __init__(self, config: SlurmConfig, http: HttpCall | None = None) -> None:
         self.config = config
         self._http = http or urllib_http
+        self._version: str | None = None
+
+    @property
+    def version(self) -> str:
+        """The data-parser version in use, found from the server's OpenAPI description once."""
+        if self._version is None:
+            status, data = self._call("GET", "openapi/v3", path_url=self._base() + "/openapi/v3")
+            if status != 200:
+                raise BackendError(
+                    f"slurmrestd at {self.config.rest_url} did not give its OpenAPI description "
+                    f"(/openapi/v3: HTTP {status})",
+                    transient=status in TRANSIENT_STATUSES,
+                )
+            served = openapi.served_versions(data)
+            self._version = openapi.choose_version(
+                served, self.config.rest_api_version, self._base()
+            )
+        return self._version
+
+    def _base(self) -> str:
+        return (self.config.rest_url or "").rstrip("/")
 
     def url(self, path: str) -> str:
-        base = (self.config.rest_url or "").rstrip("/")
-        return f"{base}/slurm/{self.config.rest_api_version}/{path}"
+        return f"{self._base()}/slurm/{self.version}/{path}"
 
-    def _call(self, method: str, path: str, payload: Any = None) -> tuple[int, dict[str, Any]]:
+    def _call(
+        self, method: str, path: str, payload: Any = None, *, path_url: str | None = None
+    ) -> tuple[int, dict[str, Any]]:
         headers = {
             "X-SLURM-USER-NAME": self.config.rest_user or "",
             "X-SLURM-USER-TOKEN": self.config.rest_token or "",
@@ -65,7 +93,7 @@ class RestTransport:
         body = json.dumps(payload).encode() if payload is not None else None
         try:
             status, raw = self._http(
-                method, self.url(path), headers, body, self.config.command_timeout_s
+                method, path_url or self.url(path), headers, body, self.config.command_timeout_s
             )
         except OSError as exc:
             raise BackendError(
@@ -93,7 +121,7 @@ class RestTransport:
         env.setdefault("PATH", "/usr/bin:/bin")
         if self.config.slurm_conf:
             env["SLURM_CONF"] = self.config.slurm_conf
-        payload = {"script": script, "job": rest_job_properties(job, env)}
+        payload = openapi.submit_body(self.version, rest_job_properties(job, env), script)
         status, data = self._call("POST", "job/submit", payload)
         if status != 200 or data.get("errors") or "job_id" not in data:
             raise SubmitError(
@@ -108,7 +136,8 @@ class RestTransport:
 
     def run_jobs(self, run_id: str) -> list[str]:
         """The ids of the pending and running jobs of `run_id` (their comment names it)."""
-        return of_run(self._rows(lambda row: _state(row) in LIVE_STATES), run_id)
+        live = openapi.LIVE_STATES
+        return of_run(self._rows(lambda row: openapi.job_state(row) in live), run_id)
 
     def _rows(self, keep: Callable[[Mapping[str, Any]], bool]) -> list[str]:
         """`id|comment` of the jobs slurmctld knows that `keep` keeps (as `squeue` prints)."""
@@ -116,7 +145,9 @@ class RestTransport:
         if status != 200:
             raise BackendError(f"slurmrestd jobs: {_errors(data)}", transient=True)
         return [
-            f"{row.get('job_id')}|{_comment(row)}" for row in data.get("jobs") or [] if keep(row)
+            f"{row.get('job_id')}|{openapi.job_comment(row)}"
+            for row in data.get("jobs") or []
+            if keep(row)
         ]
 
     def job_info(self, job_id: str) -> JobInfo | None:
@@ -126,27 +157,7 @@ class RestTransport:
             if status == 200 or "Invalid job id" in _errors(data):
                 return None
             raise BackendError(f"slurmrestd job/{job_id}: {_errors(data)}", transient=True)
-        job = jobs[0]
-        cpus, memory_mb, gpus = parse_tres(str(job.get("tres_alloc_str") or ""))
-        started = int(job.get("start_time") or 0)
-        ended = int(job.get("end_time") or 0)
-        state = str(job.get("job_state", "UNKNOWN"))
-        running_or_pending = state in ("PENDING", "RUNNING", "REQUEUED", "COMPLETING")
-        return JobInfo(
-            job_id=str(job.get("job_id", job_id)),
-            state=state,
-            reason=str(job.get("state_reason") or ""),
-            exit_code=_exit_code(job.get("exit_code")),
-            nodes=expand_hostlist(str(job.get("nodes") or "")),
-            batch_host=job.get("batch_host") or None,
-            start_time=float(started) if started and state != "PENDING" else None,
-            end_time=float(ended) if ended and not running_or_pending else None,
-            restarts=int(job.get("restart_cnt") or 0),
-            cpus=cpus,
-            memory_mb=memory_mb,
-            gpus=gpus,
-            output_path=job.get("standard_output") or None,
-        )
+        return openapi.job_info(jobs[0], job_id)
 
     def cancel(self, job_id: str) -> None:
         status, data = self._call("DELETE", f"job/{job_id}")
@@ -161,13 +172,13 @@ class RestTransport:
         _, data = self._call("GET", f"partition/{partition}" if partition else "partitions")
         rows = data.get("partitions") or []
         if partition is None:
-            rows = [row for row in rows if "default" in (row.get("flags") or [])] or rows[:1]
+            rows = [row for row in rows if openapi.is_default_partition(row)] or rows[:1]
         if not rows:
             raise SubmitError(
                 f"Slurm partition {partition or '(default)'} not found: {_errors(data)}; "
                 "set slurm.partition to one listed by `sinfo -s`"
             )
-        names = expand_hostlist(str(rows[0].get("nodes") or ""))
+        names = openapi.partition_nodes(rows[0])
         _, nodes = self._call("GET", "nodes")
         node_rows = [row for row in nodes.get("nodes") or [] if row.get("name") in names]
         return NodeLimits(
@@ -183,30 +194,8 @@ class RestTransport:
         )
 
 
-LIVE_STATES = ("PENDING", "RUNNING", "SUSPENDED", "REQUEUED", "CONFIGURING", "COMPLETING")
-
-
-def _state(row: Mapping[str, Any]) -> str:
-    """A job's state as slurmrestd gives it (a string, or a list of flags in newer versions)."""
-    state = row.get("job_state")
-    return str(state[0] if isinstance(state, list) and state else state or "")
-
-
-def _comment(row: Mapping[str, Any]) -> str:
-    """A job's comment as slurmrestd gives it (a string, or {job, administrator, system})."""
-    comment = row.get("comment")
-    return str(comment.get("job") or "") if isinstance(comment, Mapping) else str(comment or "")
-
-
 def _errors(data: Mapping[str, Any]) -> str:
     errors = data.get("errors") or []
     return (
         "; ".join(str(e.get("error") or e.get("description") or e) for e in errors) or "no detail"
     )
-
-
-def _exit_code(value: Any) -> int | None:
-    """slurmrestd v0.0.38 reports the raw wait status: exit code in the high byte."""
-    if isinstance(value, int):
-        return value >> 8 if value > 255 else value
-    return None

@@ -40,6 +40,14 @@ FAILURE_REASONS = {
 }
 
 
+# Ended states whose output may hold slurmstepd's memory-kill line (`memory_kill`): FAILED under
+# the sampling enforcement or for a gang's srun step, OUT_OF_MEMORY under the cgroup one.
+MEMORY_KILL_STATES = frozenset({"FAILED", "OUT_OF_MEMORY"})
+
+# What a "signal" in a job's ExitCode means when it is no signal of the kernel's.
+SIGNAL_NOTES = {125: ": Slurm's out-of-memory mark"}
+
+
 @dataclass(frozen=True)
 class JobInfo:
     """What Slurm says about one job, whichever transport asked."""
@@ -83,24 +91,26 @@ def to_step_status(info: JobInfo) -> StepStatus:
     if info.exit_code is not None:
         message += f" with exit code {info.exit_code}"
     if info.signal:
-        message += f" (signal {info.signal})"
+        message += f" (signal {info.signal}{SIGNAL_NOTES.get(info.signal, '')})"
     if info.reason and info.reason != "None" and not memory_killed:
         message += f"; reason: {info.reason}"
     if info.nodes:
         message += f"; nodes {','.join(info.nodes)}"
     if memory_killed:
         failure = FailureReason.OOM_KILLED
+    if info.memory_kill:
         message += f"; {info.memory_kill}"
     return StepStatus.failed(failure, message, exit_code=info.exit_code, node=node)
 
 
 # What slurmstepd writes to a job's output when it kills one of the job's steps over its
 # memory: the sampling enforcement (JobAcctGatherParams=OverMemoryKill) and the cgroup OOM
-# killer (TaskPlugin=task/cgroup with ConstrainRAMSpace=yes), old and new wording.
+# killer (TaskPlugin=task/cgroup with ConstrainRAMSpace=yes), in 22.05's wording ("Detected 1
+# oom-kill event(s) in StepId=7.0.") and 24.11's ("Detected 1 oom_kill event in StepId=7.0.").
 _MEMORY_KILL = re.compile(
     r"slurmstepd[^\s:]*: error: (?:"
     r"StepId=(?P<sampled>\d+)\.\S+ exceeded memory limit \(\d+ > \d+\), being killed"
-    r"|Detected \d+ oom-kill event\(s\) in (?:StepId=|step )(?P<cgroup>\d+)\.[^\n]*)"
+    r"|Detected \d+ oom[-_]kill events?(?:\(s\))? in (?:StepId=|step )(?P<cgroup>\d+)\.[^\n]*)"
 )
 
 
@@ -152,6 +162,21 @@ def parse_tres(text: str) -> tuple[int, int, int]:
     return int(values["cpu"]), int(values["mem"]), int(values["gres/gpu"])
 
 
+_GPUS_PER_NODE = re.compile(r"(?:^|,)gres/gpu(?::[^:,]+)?:(\d+)(?:,|$)")
+
+
+def gpus_per_node(tres_per_node: str) -> int:
+    """GPUs a job asked for on each node ("gres/gpu:2", "gres/gpu:a100:4"): where Slurm 24.11
+    without slurmdbd tells them, since it refuses to count gres/gpu in the allocated TRES.
+
+    Example:
+        >>> gpus_per_node("gres/gpu:a100:4"), gpus_per_node("gres/gpu:1,gres/nic:1")
+        (4, 1)
+    """
+    match = _GPUS_PER_NODE.search(tres_per_node)
+    return int(match.group(1)) if match else 0
+
+
 def expand_hostlist(text: str) -> tuple[str, ...]:
     """ "n[1-3,5],gpu7" → ("n1", "n2", "n3", "n5", "gpu7") (one bracket group per name)."""
     names: list[str] = []
@@ -171,7 +196,9 @@ def parse_scontrol_job(line: str) -> JobInfo:
     """One `scontrol show job -o <id>` line → JobInfo."""
     fields = dict(_KEY_VALUE.findall(line))
     exit_code, signal = parse_exit_code(fields.get("ExitCode", ""))
-    cpus, memory_mb, gpus = parse_tres(fields.get("TRES", ""))
+    # 22.05 prints the allocation as TRES=, 24.11 as AllocTRES= (beside ReqTRES=)
+    cpus, memory_mb, gpus = parse_tres(fields.get("AllocTRES") or fields.get("TRES", ""))
+    nodes = expand_hostlist(fields.get("NodeList", ""))
     state = fields.get("JobState", "UNKNOWN")
     return JobInfo(
         job_id=fields.get("JobId", ""),
@@ -179,13 +206,13 @@ def parse_scontrol_job(line: str) -> JobInfo:
         reason=fields.get("Reason", ""),
         exit_code=exit_code,
         signal=signal,
-        nodes=expand_hostlist(fields.get("NodeList", "")),
+        nodes=nodes,
         batch_host=fields.get("BatchHost") or None,
         start_time=parse_time(fields.get("StartTime")) if state not in PENDING_STATES else None,
         end_time=parse_time(fields.get("EndTime")),
         restarts=int(fields.get("Restarts", "0") or 0),
         cpus=cpus,
         memory_mb=memory_mb,
-        gpus=gpus,
+        gpus=gpus or gpus_per_node(fields.get("TresPerNode", "")) * len(nodes),
         output_path=fields.get("StdOut") or None,
     )
