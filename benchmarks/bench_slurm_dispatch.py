@@ -25,7 +25,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from k8s_ai_orchestrator.backends.base import LaunchRequest, StepState
-from k8s_ai_orchestrator.backends.slurm import SlurmBackend, SlurmConfig
+from k8s_ai_orchestrator.backends.slurm import SlurmBackend
 from k8s_ai_orchestrator.spec import ComputeSpec, MiB
 from k8s_ai_orchestrator.testing.slurm import LocalSlurmCluster
 
@@ -99,16 +99,7 @@ def _raw(cluster: LocalSlurmCluster, markers: Path) -> tuple[float, str]:
 
 
 def _backends(cluster: LocalSlurmCluster) -> dict[str, SlurmBackend]:
-    cli = SlurmConfig(workdir=str(cluster.workdir), slurm_conf=str(cluster.conf_path))
-    rest = SlurmConfig(
-        transport="rest",
-        rest_url=cluster.rest_url,
-        rest_user="root",
-        rest_token=cluster.jwt_token(),
-        workdir=str(cluster.workdir),
-        slurm_conf=str(cluster.conf_path),
-    )
-    backends = {"cli": SlurmBackend(cli), "rest": SlurmBackend(rest)}
+    backends = {t: SlurmBackend(cluster.backend_config(t)) for t in ("cli", "rest")}
     for backend in backends.values():
         backend.limits()  # queried once per backend, as in a run
     return backends

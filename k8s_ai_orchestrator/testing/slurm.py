@@ -26,7 +26,9 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
+from ..backends.slurm.config import SlurmConfig
 from ..errors import BackendError
 
 DAEMONS = ("munged", "slurmctld", "slurmd", "slurmrestd", "unshare")
@@ -276,6 +278,19 @@ class LocalSlurmCluster:
         """A JWT for slurmrestd (`scontrol token`)."""
         out = self.run(["scontrol", "token", f"username={user}", f"lifespan={lifespan_s}"]).stdout
         return out.strip().split("=", 1)[1]
+
+    def backend_config(self, transport: str = "cli", **more: Any) -> SlurmConfig:
+        """The Slurm backend's config for this cluster over `transport` ("cli", or "rest" with
+        a fresh token for root); `more`: its other fields."""
+        if transport == "rest":
+            rest = {"rest_url": self.rest_url, "rest_user": "root", "rest_token": self.jwt_token()}
+            more = {**rest, **more}
+        return SlurmConfig(
+            transport=transport,
+            workdir=str(self.workdir),
+            slurm_conf=str(self.conf_path),
+            **more,
+        )
 
     # -- configuration files ---------------------------------------------------------------
 

@@ -38,15 +38,7 @@ def cluster(versioned_cluster: LocalSlurmCluster) -> LocalSlurmCluster:
 
 @pytest.fixture
 def rest_backend(cluster: LocalSlurmCluster) -> SlurmBackend:
-    config = SlurmConfig(
-        transport="rest",
-        rest_url=cluster.rest_url,
-        rest_user="root",
-        rest_token=cluster.jwt_token(),
-        workdir=str(cluster.workdir),
-        slurm_conf=str(cluster.conf_path),
-    )
-    return SlurmBackend(config)
+    return SlurmBackend(cluster.backend_config("rest"))
 
 
 @pytest.fixture(params=["cli", "rest"])
@@ -171,13 +163,8 @@ def test_rest_transport_refuses_oversized_gangs_and_cancels(
 def test_rest_jobs_get_usr2_before_their_time_limit_then_requeue_and_resume(
     cluster: LocalSlurmCluster, tmp_path: Path
 ) -> None:
-    config = SlurmConfig(
-        transport="rest",
-        rest_url=cluster.rest_url,
-        rest_user="root",
-        rest_token=cluster.jwt_token(),
-        workdir=str(cluster.workdir),
-        slurm_conf=str(cluster.conf_path),
+    config = cluster.backend_config(
+        "rest",
         time_limit=1,
         grace_period_s=57,  # USR2 three seconds into the one-minute limit
     )
