@@ -84,16 +84,27 @@ def test_a_secret_in_the_environment_of_a_failing_local_run_is_stored_nowhere(
 # -- Slurm: the REST token comes from an environment variable ---------------------------------
 
 
+# what a real 22.05 slurmrestd answers at /openapi/v3 (the transport reads it first)
+SLURMRESTD_OPENAPI = (
+    Path(__file__).parents[1] / "slurm/golden/rest/openapi-22.05.json"
+).read_bytes()
+
+
 class RecordingSlurmRest:
-    """A slurmrestd that accepts every job and keeps each request (headers and body)."""
+    """A slurmrestd that accepts every job and keeps each request (headers and body) but the
+    OpenAPI description's, whose headers it keeps apart."""
 
     def __init__(self, status: int = 200) -> None:
         self.status = status
         self.requests: list[tuple[Mapping[str, str], bytes]] = []
+        self.description_headers: list[Mapping[str, str]] = []
 
     def __call__(
         self, method: str, url: str, headers: Mapping[str, str], body: bytes | None, timeout: float
     ) -> tuple[int, bytes]:
+        if self.status == 200 and url.endswith("/openapi/v3"):
+            self.description_headers.append(dict(headers))
+            return 200, SLURMRESTD_OPENAPI
         self.requests.append((dict(headers), body or b""))
         return self.status, json.dumps({"job_id": 7} if self.status == 200 else {}).encode()
 
@@ -144,6 +155,7 @@ def test_the_slurm_rest_token_is_read_from_its_env_var_and_sent_only_as_a_header
 
     ((headers, body),) = http.requests
     assert headers["X-SLURM-USER-TOKEN"] == secret
+    assert [h["X-SLURM-USER-TOKEN"] for h in http.description_headers] == [secret]
     assert secret not in body.decode() and secret not in script
     environment = json.loads(body)["job"]["environment"]
     assert "SLURM_JWT" not in environment and "HF_TOKEN" not in environment
