@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 
 import pytest
 from slurm_support import launch_request
@@ -25,8 +26,12 @@ REST = SlurmConfig(
 )
 
 
+OPENAPI_22_05 = (Path(__file__).parent / "golden" / "rest" / "openapi-22.05.json").read_bytes()
+
+
 class FakeSlurmRest:
-    """Answers slurmrestd paths from a table and keeps every request it received."""
+    """Answers slurmrestd paths from a table (the OpenAPI description as a real 22.05 server
+    does) and keeps every request it received but that one."""
 
     def __init__(self, answers: Mapping[str, tuple[int, object]]) -> None:
         self.answers = answers
@@ -35,6 +40,8 @@ class FakeSlurmRest:
     def __call__(
         self, method: str, url: str, headers: Mapping[str, str], body: bytes | None, timeout: float
     ) -> tuple[int, bytes]:
+        if url.endswith("/openapi/v3"):  # read first, as from a real 22.05 slurmrestd
+            return 200, OPENAPI_22_05
         path = url.split("/v0.0.38/", 1)[1]
         self.requests.append((method, path, json.loads(body) if body else None))
         status, answer = self.answers[f"{method} {path}"]
