@@ -33,7 +33,7 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from ...errors import ConfigError
-from .states import PENDING_STATES, JobInfo, expand_hostlist, gpus_per_node, parse_tres
+from .states import PENDING_STATES, JobInfo, expand_hostlist, job_gpus, parse_tres
 
 # The data-parser versions this library speaks, oldest first: v0.0.38 is Slurm 22.05's,
 # v0.0.40-v0.0.42 are Slurm 24.11's (23.02's v0.0.39 is not tested here, so not chosen).
@@ -213,7 +213,7 @@ def job_info(row: Mapping[str, Any], job_id: str) -> JobInfo:
         restarts=int(row.get("restart_cnt") or 0),
         cpus=cpus,
         memory_mb=memory_mb,
-        gpus=gpus or gpus_per_node(str(row.get("tres_per_node") or "")) * len(nodes),
+        gpus=job_gpus(gpus, str(row.get("tres_per_node") or ""), len(nodes)),
         output_path=row.get("standard_output") or None,
     )
 

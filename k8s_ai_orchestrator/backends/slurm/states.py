@@ -177,6 +177,17 @@ def gpus_per_node(tres_per_node: str) -> int:
     return int(match.group(1)) if match else 0
 
 
+def job_gpus(allocated: int, tres_per_node: str, nodes: int) -> int:
+    """A job's GPUs: the allocated TRES's, else those asked per node times its nodes (24.11
+    without slurmdbd), whichever transport read them.
+
+    Example:
+        >>> job_gpus(4, "", 2), job_gpus(0, "gres/gpu:2", 2)
+        (4, 4)
+    """
+    return allocated or gpus_per_node(tres_per_node) * nodes
+
+
 def expand_hostlist(text: str) -> tuple[str, ...]:
     """ "n[1-3,5],gpu7" → ("n1", "n2", "n3", "n5", "gpu7") (one bracket group per name)."""
     names: list[str] = []
@@ -213,6 +224,6 @@ def parse_scontrol_job(line: str) -> JobInfo:
         restarts=int(fields.get("Restarts", "0") or 0),
         cpus=cpus,
         memory_mb=memory_mb,
-        gpus=gpus or gpus_per_node(fields.get("TresPerNode", "")) * len(nodes),
+        gpus=job_gpus(gpus, fields.get("TresPerNode", ""), len(nodes)),
         output_path=fields.get("StdOut") or None,
     )
