@@ -91,9 +91,7 @@ def versioned_cluster(
 
 @pytest.fixture
 def cli_config(cluster: LocalSlurmCluster) -> SlurmConfig:
-    return SlurmConfig(
-        transport="cli", workdir=str(cluster.workdir), slurm_conf=str(cluster.conf_path)
-    )
+    return cluster.backend_config("cli")
 
 
 @pytest.fixture
