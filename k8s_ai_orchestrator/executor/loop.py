@@ -149,6 +149,7 @@ class StepLoop:
                         self._handle(event)
                 list(self._active.plan_events_iterator(self._plan_context))
                 busy = self._check_due() or busy
+                self._handler.tails.forward()
                 list(self._active.concurrency_event_iterator(self._plan_context))
                 busy = self._launch_ready() or busy
                 if busy:
@@ -156,6 +157,7 @@ class StepLoop:
                 self._handler.attention.wait(
                     min(self._pace.next_wait(), self._handler.attention.next_due_in())
                 )
+            self._handler.tails.finish()
         except Exception:
             self._terminate_after_error()
             raise

@@ -249,13 +249,28 @@ LOG_FORWARD_MAX_CHARS = 8000  # of new log lines in one engine event
 def forward_logs(
     live: StepAttempts, logs: StreamsLogs | None, ctx: IStepContext, now: float, final: bool
 ) -> None:
-    """Write the live attempt's new log lines (`new_log_text`) to the run's event log, with
-    the job and how far its log was read (where a resumed run worker goes on from)."""
-    attempt = live.attempt
+    """Write the live attempt's new log lines to the run's event log (`forward_attempt_logs`)."""
+    if live.attempt is not None:
+        key = live.history.step_key
+        forward_attempt_logs(ctx, live.backend, key, live.attempt, logs, now, final=final)
+
+
+def forward_attempt_logs(
+    ctx: IStepContext,
+    backend: str,
+    key: str,
+    attempt: Attempt,
+    logs: StreamsLogs | None,
+    now: float,
+    *,
+    final: bool,
+) -> None:
+    """Write an attempt's new log lines (`new_log_text`) to the run's event log, with the job
+    and how far its log was read (where a resumed run worker goes on from)."""
     text = new_log_text(logs, attempt, now, ctx.run_id, final=final)
-    if text and attempt is not None:
+    if text:
         where = {"job": attempt.handle.job_id, "log_offset": attempt.log_offset}
-        engine_event(ctx, f"[{live.backend} log] {live.history.step_key}:\n{text}", where)
+        engine_event(ctx, f"[{backend} log] {key}:\n{text}", where)
 
 
 def new_log_text(

@@ -1,8 +1,8 @@
 """The one StepHandler behind `ai_executor`: resolve a step's spec, route it, watch it.
 
-Per step a `StepAttempts`; what a status means is decided by its observer (`launch.lifecycle`),
-relaunches by `Relaunches`; this module turns their notes into engine events and their verdicts
-into Dagster's health results. Backend capabilities are found once per backend."""
+Per step a `StepAttempts`: its observer (`launch.lifecycle`) says what a status means,
+`Relaunches` decides relaunches, this module turns notes into engine events and verdicts into
+Dagster's health results (a step's last log lines: `LogTails`); capabilities found once."""
 
 from __future__ import annotations
 
@@ -24,6 +24,7 @@ from ..launch.lifecycle import Attempt, Verdict, launch_note, read_status
 from ..launch.plan import PlannedStep
 from ..launch.settings import ExecutorSettings
 from .attention import Attention
+from .log_tails import LogTails
 from .reattach import reattach
 from .relaunching import Relaunches, without_relaunches
 from .right_sizing import size_first_attempt
@@ -57,6 +58,7 @@ class AIStepHandler:
         self.attention = Attention(clock)  # the backends' change feeds, the steps' timers
         self._requests = StepRequests(settings)
         self._recorded: RecordedSteps | None = None  # a resumed run worker's (`resume`)
+        self.tails = LogTails(clock)  # ended steps' attempts whose log is read on
 
     def bind(self, plan_context: PlanOrchestrationContext, plan: ExecutionPlan) -> RunCheck:
         """Plan and validate every step before anything is submitted; what was refused."""
@@ -181,8 +183,7 @@ class AIStepHandler:
         self, key: str, error: SerializableErrorInfo | None, failure: DagsterEvent | None
     ) -> DagsterEvent | None:
         """A retry event when the attempt failed for an infrastructure reason and may relaunch."""
-        live = self._live.get(key)
-        if live is None:
+        if (live := self._live.get(key)) is None:
             return None
         caps = self._backend(live.backend)[1]
         return self._relaunches.after_failure(live, caps, self._step_context(key), error, failure)
@@ -204,10 +205,9 @@ class AIStepHandler:
         live = self._live.get(key)
         if live is None or live.attempt is None:
             return
-        backend, caps = self._backend(live.backend)
-        step_context = self._step_context(key)
-        self._observe(live, step_context)  # an ended attempt's last log read waits for it
-        forward_logs(live, caps.logs, step_context, self._clock(), True)
+        (backend, caps), step_context = self._backend(live.backend), self._step_context(key)
+        status = self._observe(live, step_context)[0]  # an ended one's last read waits for it
+        self.tails.after_final(live, status, (backend, caps), step_context)
         gone = live.attempt.vanished
         live.usage.append(ResourceUsage() if gone else backend.usage(live.attempt.handle))
         self.attention.ended(live.attempt.handle.job_id)

@@ -1,5 +1,6 @@
 """Small Dagster jobs the end-to-end tests run on the emulated cluster through `ai_executor`."""
 
+import atexit
 import os
 import time
 from pathlib import Path
@@ -92,8 +93,26 @@ def eviction_job() -> None:
     long_tile()
 
 
+@op(tags=compute(cpu=0.5, memory="256Mi"))
+def syncs_at_exit() -> int:
+    """Prints its last line when its process exits, after Dagster wrote STEP_SUCCESS (as an
+    experiment tracker's final "synced" summary does)."""
+
+    def synced() -> None:
+        time.sleep(1.0)
+        print("syncs_at_exit: run synced at exit", flush=True)
+
+    atexit.register(synced)
+    return 1
+
+
+@job(executor_def=ai_executor)
+def late_print_job() -> None:
+    syncs_at_exit()
+
+
 defs = Definitions(
-    jobs=[oom_job, eviction_job, growing_job, auto_job],
+    jobs=[oom_job, eviction_job, growing_job, auto_job, late_print_job],
     resources={
         "checkpoints": CheckpointStore(root=os.environ.get("CHECKPOINT_ROOT", "memory://k8s-e2e"))
     },

@@ -16,7 +16,7 @@ from dagster import DagsterInstance, execute_job
 from dagster._core.definitions.reconstruct import ReconstructableRepository
 from k8s_support import NAMESPACE, TENANTS
 
-from tests.plane_fixtures import TENANT_TARGETS
+from tests.plane_fixtures import KUBE_TARGETS, TENANT_TARGETS
 from tests.support import engine_messages
 
 # emulator or controlplane: each target parameter carries its marker (tests/plane_fixtures.py)
@@ -111,6 +111,30 @@ def test_oom_killed_step_is_relaunched_with_double_memory(cluster: Any) -> None:
         for j in cluster.jobs("team-a", NAMESPACE)
     )
     assert limits == ["256Mi", "512Mi"]
+
+
+@pytest.mark.parametrize("cluster", KUBE_TARGETS, indirect=True)
+def test_a_line_the_step_prints_after_its_success_still_reaches_the_run(cluster: Any) -> None:
+    """The step's process prints at exit, after STEP_SUCCESS is in the run's event log: the
+    run worker reads its log on until the pod ended (`executor.log_tails`)."""
+    repo = ReconstructableRepository.for_module(
+        "k8s_pipelines", "defs", working_directory=str(HERE)
+    )
+    with DagsterInstance.get() as instance:
+        result = execute_job(
+            repo.get_reconstructable_job("late_print_job"),
+            instance=instance,
+            run_config={"execution": {"config": executor_config(cluster)}},
+        )
+        assert result.success
+        records = instance.all_logs(result.run_id)
+    kinds = [r.dagster_event.event_type_value for r in records if r.dagster_event]
+    messages = [(r.dagster_event.message or "") if r.dagster_event else "" for r in records]
+    late = [i for i, m in enumerate(messages) if "run synced at exit" in m]
+    assert late and all(
+        m.startswith("[kubernetes log] syncs_at_exit:") for m in map(messages.__getitem__, late)
+    )
+    assert kinds.index("STEP_SUCCESS") < late[0]  # it came after the step's success
 
 
 @pytest.mark.parametrize("cluster", TENANT_TARGETS, indirect=True)
