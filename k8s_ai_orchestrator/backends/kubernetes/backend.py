@@ -96,7 +96,7 @@ class KubernetesBackend:
         self._retry = ApiRetry(
             retries=config.api_retries, sleep=sleep, server_of=self._tenants.server
         )
-        self._jobs = JobApi(self._tenants, self._retry)
+        self._jobs = JobApi(self._tenants, self._retry, config)
         self._growth = PodGrowth(growth, self._retry, clock, log)
         self._logs = LogStreams()
         self._attempts = AttemptBook()

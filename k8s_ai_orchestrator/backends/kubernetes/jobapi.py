@@ -23,6 +23,8 @@ from kubernetes.client.exceptions import ApiException
 from ...errors import SubmitError
 from ..base import LaunchRequest
 from .api import ApiRetry, api_message
+from .config import KubernetesConfig
+from .dra import claims_gpus, create_claim_template
 from .jobs import run_selector
 from .tenants import TenantConnections
 
@@ -30,13 +32,40 @@ from .tenants import TenantConnections
 class JobApi:
     """The create, find and delete calls of the backend's Jobs."""
 
-    def __init__(self, tenants: TenantConnections, retry: ApiRetry) -> None:
+    def __init__(
+        self, tenants: TenantConnections, retry: ApiRetry, config: KubernetesConfig
+    ) -> None:
         self._tenants = tenants
         self._retry = retry
+        self._config = config
         self._runs: dict[tuple[str, str, str], dict[str, dict[str, Any]]] = {}
 
     def create(self, request: LaunchRequest, namespace: str, manifest: dict[str, Any]) -> None:
-        """Create the attempt's Job; `SubmitError` if the tenant refuses it."""
+        """Create the attempt's Job, then the ResourceClaimTemplate its pod claims GPUs from
+        when they come through DRA (owned by the Job: a refused template deletes the Job);
+        `SubmitError` if the tenant refuses either."""
+        self._create_job(request, namespace, manifest)
+        tenant, name = str(request.tenant), manifest["metadata"]["name"]
+        gpus = self._config.gpus_of(self._config.tenant(tenant))
+        if not claims_gpus(request.spec, gpus):
+            return
+        api_client = self._tenants.client(tenant, request.step_key)
+        try:
+            create_claim_template(
+                request.step_key,
+                tenant,
+                namespace,
+                name,
+                request.spec,
+                gpus,
+                api_client,
+                self._retry,
+            )
+        except SubmitError:
+            self.delete(tenant, namespace, name, request.step_key)
+            raise
+
+    def _create_job(self, request: LaunchRequest, namespace: str, manifest: dict[str, Any]) -> None:
         batch = BatchV1Api(self._tenants.client(str(request.tenant), request.step_key))
 
         def create() -> None:

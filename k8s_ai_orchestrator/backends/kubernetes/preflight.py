@@ -20,6 +20,7 @@ Example:
 from __future__ import annotations
 
 import logging
+from dataclasses import replace
 from decimal import Decimal
 from typing import Any
 
@@ -41,6 +42,7 @@ from .capacity import (
     step_needs,
 )
 from .config import KubernetesConfig, TenantConfig
+from .dra import claims_gpus
 
 _LOG = logging.getLogger(__name__)
 
@@ -54,8 +56,11 @@ class Preflight:
         self._checked: set[tuple[Any, ...]] = set()
 
     def run(self, request: LaunchRequest, tenant: TenantConfig, api_client: ApiClient) -> None:
-        """Raise `SubmitError` if the step can never run in the tenant."""
+        """Raise `SubmitError` if the step can never run in the tenant. A step claiming its
+        GPUs through DRA is checked without them: nodes and quotas hold no nvidia.com/gpu."""
         spec = request.spec
+        if claims_gpus(spec, self._config.gpus_of(tenant)):
+            spec = replace(spec, gpu=0, gpu_type=None)
         access_key = (tenant.name, tenant.namespace)
         if access_key not in self._checked:
             self._check_access(request.step_key, tenant, api_client)
