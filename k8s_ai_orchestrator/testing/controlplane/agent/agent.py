@@ -30,6 +30,7 @@ from ...kube.kubelet import Kubelet
 from ...kube.nodes import NodeSpec
 from ...kube.store import ClusterState
 from .. import pki
+from .dra import ClaimPreparer, DraGpus, publish
 from .logserver import LogServer
 from .nodes import NodeHeartbeat, node_address, node_object
 from .remote import RemoteStore
@@ -49,6 +50,7 @@ class NodeAgent:
         client_ca: serve only clients with a certificate this CA signed (the apiservers'
             `--kubelet-client-certificate`); None serves anyone.
         address: the nodes' InternalIP, where their servers listen (`node_address()`).
+        dra_gpus: fake GPUs published as DRA devices (`dra.py`: the agent plays their driver).
     """
 
     def __init__(
@@ -58,6 +60,7 @@ class NodeAgent:
         workdir: Path,
         client_ca: Path | None = None,
         address: str | None = None,
+        dra_gpus: Sequence[DraGpus] = (),
     ) -> None:
         if not nodes or len({n.name for n in nodes}) != len(nodes):
             names = [n.name for n in nodes]
@@ -73,7 +76,9 @@ class NodeAgent:
         state.stores[self.store.name] = self.store
         self._nodes_view = state.new_store("nodes")  # what the kubelet checks for Ready
         del state.stores["nodes"]
-        self.kubelet = Kubelet(state, self._nodes_view, self.workdir / "pods", self._wake)
+        self.dra_gpus = tuple(dra_gpus)
+        claims = ClaimPreparer(self.api_client, self.dra_gpus).prepare if dra_gpus else None
+        self.kubelet = Kubelet(state, self._nodes_view, self.workdir / "pods", self._wake, claims)
         ca = pki.write_ca(self.workdir / "pki", "k8s-ai-node-agent")
         self.address = address or node_address()
         hosts = list(dict.fromkeys([self.address, "127.0.0.1", "localhost"]))
@@ -106,6 +111,8 @@ class NodeAgent:
         for node in self.node_objects:
             self._nodes_view.put("nodes", node)
         self.heartbeat.register()
+        if self.dra_gpus:
+            publish(self.api_client, self.dra_gpus)
         self.store.start()
         self._loop.start()
         return self
