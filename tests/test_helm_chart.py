@@ -108,6 +108,22 @@ def test_by_default_the_executor_lists_nodes_but_gets_no_node_proxy() -> None:
     assert node_grants(render()) == {("nodes", "list")}  # the pre-flight node-size check
 
 
+def test_the_pre_flight_reads_of_dra_devices_come_with_list_nodes_and_are_read_only() -> None:
+    grants = {
+        (group, resource): set(rule["verbs"])
+        for document in by_kind(render(), "ClusterRole")
+        for rule in document["rules"]
+        for group in rule["apiGroups"]
+        for resource in rule["resources"]
+        if group == "resource.k8s.io"
+    }
+    assert grants == {
+        ("resource.k8s.io", "deviceclasses"): {"get"},
+        ("resource.k8s.io", "resourceslices"): {"list"},
+    }
+    assert not by_kind(render({"rbac": {"listNodes": False}}), "ClusterRole")
+
+
 def test_node_proxy_is_granted_only_with_its_own_opt_in() -> None:
     assert ("nodes/proxy", "get") in node_grants(render({"rbac": {"nodeProxy": True}}))
     only_proxy = render({"rbac": {"listNodes": False, "nodeProxy": True}})

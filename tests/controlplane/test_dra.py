@@ -11,6 +11,7 @@ from __future__ import annotations
 import shutil
 import sys
 import tempfile
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -19,13 +20,15 @@ import pytest
 from dagster import DagsterInstance, execute_job, reconstructable
 from kubernetes import client
 
+from k8s_ai_orchestrator.backends.kubernetes.dra import GpuRequest, model_selector
 from k8s_ai_orchestrator.testing.controlplane import start_control_plane
 from k8s_ai_orchestrator.testing.controlplane.agent.dra import DRIVER, DraGpus
 from k8s_ai_orchestrator.testing.controlplane.kube import RealKube
 from k8s_ai_orchestrator.testing.kube.emulator import wait_until
 from k8s_ai_orchestrator.testing.kube.nodes import NodeSpec
 from k8s_ai_orchestrator.testing.priorityclasses import install_priority_classes
-from tests.controlplane.dra_pipelines import two_h100_job
+from tests.controlplane.dra_pipelines import one_b200_job, two_h100_job
+from tests.plane_fixtures import record_version
 from tests.support import engine_messages
 
 pytestmark = [pytest.mark.controlplane, pytest.mark.timeout(300)]
@@ -40,7 +43,6 @@ DRA_GPUS = [
     DraGpus("dra-a100", count=4, product="NVIDIA A100-SXM4-80GB", architecture="Ampere"),
     DraGpus("dra-h100", count=4, product="NVIDIA H100 80GB HBM3"),
 ]
-NAMESPACE = "dra-steps"
 RESOURCE = ("resource.k8s.io", "v1")
 
 
@@ -48,15 +50,23 @@ RESOURCE = ("resource.k8s.io", "v1")
 def dra_kube(kubeplane_bin_dir: Path) -> Iterator[RealKube]:
     run_dir = Path(tempfile.mkdtemp(prefix="k8sai-draplane-"))
     with start_control_plane(kubeplane_bin_dir, run_dir) as plane:
+        record_version(plane)
         with RealKube(plane, NODES, run_dir / "nodes", dra_gpus=DRA_GPUS) as kube:
             api = kube.host.api_client()
             install_priority_classes(api)
-            client.CoreV1Api(api).create_namespace({"metadata": {"name": NAMESPACE}})
             yield kube
     shutil.rmtree(run_dir, ignore_errors=True)
 
 
-def executor_config(kube: RealKube) -> dict[str, Any]:
+@pytest.fixture
+def namespace(dra_kube: RealKube) -> str:
+    """A fresh namespace of the test's own on the DRA plane."""
+    name = f"dra-{uuid.uuid4().hex[:8]}"
+    client.CoreV1Api(dra_kube.host.api_client()).create_namespace({"metadata": {"name": name}})
+    return name
+
+
+def executor_config(kube: RealKube, namespace: str) -> dict[str, Any]:
     return {
         "backend": "kubernetes",
         "default_tenant": "gpus",
@@ -66,22 +76,22 @@ def executor_config(kube: RealKube) -> dict[str, Any]:
             "command_prefix": [sys.executable, "-m", "dagster"],
             "gpus": {"request": "dra", "device_class": DRIVER},
             "tenants": {
-                "gpus": {"kubeconfig": str(kube.plane.host.kubeconfig), "namespace": NAMESPACE}
+                "gpus": {"kubeconfig": str(kube.plane.host.kubeconfig), "namespace": namespace}
             },
         },
     }
 
 
-def listed(kube: RealKube, plural: str) -> list[dict[str, Any]]:
+def listed(kube: RealKube, namespace: str, plural: str) -> list[dict[str, Any]]:
     custom = client.CustomObjectsApi(kube.host.api_client())
-    found = custom.list_namespaced_custom_object(*RESOURCE, NAMESPACE, plural)
+    found = custom.list_namespaced_custom_object(*RESOURCE, namespace, plural)
     return list(found["items"])
 
 
 def test_a_two_gpu_step_gets_two_devices_of_its_model_on_one_node_and_leaves_no_claim(
-    dra_kube: RealKube, dagster_home: Path
+    dra_kube: RealKube, namespace: str, dagster_home: Path
 ) -> None:
-    run_config = {"execution": {"config": executor_config(dra_kube)}}
+    run_config = {"execution": {"config": executor_config(dra_kube, namespace)}}
     with (
         DagsterInstance.get() as instance,
         execute_job(
@@ -98,15 +108,92 @@ def test_a_two_gpu_step_gets_two_devices_of_its_model_on_one_node_and_leaves_no_
     assert len(visible["CUDA_VISIBLE_DEVICES"].split(",")) == 2
     batch = client.BatchV1Api(dra_kube.host.api_client())
     core = client.CoreV1Api(dra_kube.host.api_client())
-    (pod,) = core.list_namespaced_pod(NAMESPACE).items
+    (pod,) = core.list_namespaced_pod(namespace).items
     assert pod.spec.node_name == "dra-h100"
     assert "nvidia.com/gpu" not in (pod.spec.containers[0].resources.limits or {})
     # the claim the controller made from the template goes once its pod is done
-    assert wait_until(lambda: not listed(dra_kube, "resourceclaims"), 60, 0.5), listed(
-        dra_kube, "resourceclaims"
+    assert wait_until(lambda: not listed(dra_kube, namespace, "resourceclaims"), 60, 0.5), listed(
+        dra_kube, namespace, "resourceclaims"
     )
-    (job,) = batch.list_namespaced_job(NAMESPACE).items
-    (template,) = listed(dra_kube, "resourceclaimtemplates")
+    (job,) = batch.list_namespaced_job(namespace).items
+    (template,) = listed(dra_kube, namespace, "resourceclaimtemplates")
     assert template["metadata"]["ownerReferences"][0]["uid"] == job.metadata.uid
-    batch.delete_namespaced_job(job.metadata.name, NAMESPACE, propagation_policy="Background")
-    assert wait_until(lambda: not listed(dra_kube, "resourceclaimtemplates"), 60, 0.5)
+    batch.delete_namespaced_job(job.metadata.name, namespace, propagation_policy="Background")
+    assert wait_until(lambda: not listed(dra_kube, namespace, "resourceclaimtemplates"), 60, 0.5)
+
+
+def test_a_step_asking_for_a_model_nobody_has_is_refused_before_anything_is_created(
+    dra_kube: RealKube, namespace: str, dagster_home: Path
+) -> None:
+    run_config = {"execution": {"config": executor_config(dra_kube, namespace)}}
+    with (
+        DagsterInstance.get() as instance,
+        execute_job(
+            reconstructable(one_b200_job),
+            instance=instance,
+            run_config=run_config,
+            raise_on_error=False,
+        ) as result,
+    ):
+        assert not result.success
+        failure = str(result.failure_data_for_node("one_b200") or result.dagster_run)
+        messages = "\n".join(engine_messages(instance, result.run_id))
+    said = failure + messages
+    assert "no device of model nvidia-b200" in said, said
+    assert "dra-h100: 4 × nvidia-h100-80gb-hbm3" in said, said
+    api = dra_kube.host.api_client()
+    assert not client.BatchV1Api(api).list_namespaced_job(namespace).items
+    assert not client.CoreV1Api(api).list_namespaced_pod(namespace).items
+    assert not listed(dra_kube, namespace, "resourceclaimtemplates")
+    assert not listed(dra_kube, namespace, "resourceclaims")
+
+
+def test_the_real_scheduler_applies_the_model_selector_and_says_why_a_claim_waits(
+    dra_kube: RealKube, namespace: str
+) -> None:
+    """The product's selector on a claim of our own, past the pre-flight: the kube-scheduler
+    finds no device of the model and says so in its own words."""
+    gpus = GpuRequest.from_dict({"request": "dra", "device_class": DRIVER}, "g")
+    exactly = {
+        "deviceClassName": DRIVER,
+        "allocationMode": "ExactCount",
+        "count": 1,
+        "selectors": [{"cel": {"expression": model_selector(gpus, "nvidia-b200")}}],
+    }
+    claim = {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaim",
+        "metadata": {"name": "b200"},
+        "spec": {"devices": {"requests": [{"name": "gpus", "exactly": exactly}]}},
+    }
+    api = dra_kube.host.api_client()
+    client.CustomObjectsApi(api).create_namespaced_custom_object(
+        *RESOURCE, namespace, "resourceclaims", claim
+    )
+    pod = {
+        "metadata": {"name": "waits"},
+        "spec": {
+            "containers": [
+                {
+                    "name": "c",
+                    "image": "x",
+                    "command": ["true"],
+                    "resources": {"claims": [{"name": "gpus"}]},
+                }
+            ],
+            "resourceClaims": [{"name": "gpus", "resourceClaimName": "b200"}],
+            "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists"}],
+        },
+    }
+    core = client.CoreV1Api(api)
+    core.create_namespaced_pod(namespace, pod)
+
+    def scheduler_said() -> str:
+        events = core.list_namespaced_event(namespace).items
+        return " ".join(e.message or "" for e in events if e.reason == "FailedScheduling")
+
+    assert wait_until(lambda: "cannot allocate all claims" in scheduler_said(), 60, 0.5), (
+        scheduler_said()
+    )
+    assert core.read_namespaced_pod("waits", namespace).spec.node_name is None
+    core.delete_namespaced_pod("waits", namespace, grace_period_seconds=0)

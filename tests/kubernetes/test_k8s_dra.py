@@ -16,6 +16,8 @@ from k8s_ai_orchestrator.backends.kubernetes.dra import (
     GpuRequest,
     claim_template,
     model_selector,
+    offer_problem,
+    pool_offer,
     template_name,
 )
 from k8s_ai_orchestrator.backends.kubernetes.jobs import build_job, job_name
@@ -128,8 +130,7 @@ def test_template_without_gpu_type_has_no_selector() -> None:
         (
             "gpu.example.com/model",
             "A100",
-            'device.attributes["gpu.example.com"].model.lowerAscii().replace(" ", "-") '
-            '== "a100"',
+            'device.attributes["gpu.example.com"].model.lowerAscii().replace(" ", "-") == "a100"',
         ),
     ],
 )
@@ -196,3 +197,57 @@ def test_dra_on_a_vcluster_tenant_is_refused_for_gpu_steps_only() -> None:
     build_job(request({"size": "xs"}), conf.tenant("team-a"), conf)
     with pytest.raises(ConfigError, match="not supported on vCluster 'a' yet"):
         build_job(request({"gpu": 1}), conf.tenant("team-a"), conf)
+
+
+def slice_of(node: str, *products: str, driver: str = "gpu.nvidia.com") -> dict[str, Any]:
+    devices = [
+        {"name": f"gpu-{i}", "attributes": {"productName": {"string": p}}}
+        for i, p in enumerate(products)
+    ]
+    return {"spec": {"driver": driver, "nodeName": node, "devices": devices}}
+
+
+def test_pool_offer_counts_devices_per_node_and_label_style_model() -> None:
+    gpus = GpuRequest.from_dict(DRA, "g")
+    slices = [
+        slice_of("n1", "NVIDIA H100 80GB HBM3", "NVIDIA H100 80GB HBM3"),
+        slice_of("n2", "NVIDIA A100-SXM4-80GB"),
+        slice_of("n3", "Other", driver="other.example.com"),  # not the model's driver
+    ]
+    assert pool_offer(gpus, slices) == {
+        "n1": {"nvidia-h100-80gb-hbm3": 2},
+        "n2": {"nvidia-a100-sxm4-80gb": 1},
+    }
+
+
+def test_a_qualified_attribute_is_read_whatever_the_driver() -> None:
+    gpus = GpuRequest.from_dict({**DRA, "model_attribute": "gpu.example.com/model"}, "g")
+    device = {"attributes": {"gpu.example.com/model": {"string": "X 1"}}}
+    item = {"spec": {"driver": "d", "nodeName": "n", "devices": [device]}}
+    assert pool_offer(gpus, [item]) == {"n": {"x-1": 1}}
+
+
+@pytest.mark.parametrize(
+    ("fields", "problem"),
+    [
+        ({"gpu": 2, "gpu_type": "nvidia-h100"}, None),
+        ({"gpu": 3}, None),  # any model: n1 has 3
+        (
+            {"gpu": 1, "gpu_type": "nvidia-b200"},
+            "no device of model nvidia-b200 (the pool offers n1: 1 × nvidia-a100, "
+            "2 × nvidia-h100; n2: 1 × nvidia-h100)",
+        ),
+        ({"gpu": 3, "gpu_type": "nvidia-h100"}, "3 devices of model nvidia-h100 on one node, "),
+        ({"gpu": 4}, "4 devices on one node, and no node has more than 3 (the pool offers"),
+    ],
+)
+def test_offer_problem_names_what_no_node_can_give(
+    fields: dict[str, object], problem: str | None
+) -> None:
+    offer = {"n1": {"nvidia-h100": 2, "nvidia-a100": 1}, "n2": {"nvidia-h100": 1}}
+    found = offer_problem(resolve_spec(fields), offer)
+    assert found is None if problem is None else problem in (found or "")
+
+
+def test_an_empty_pool_offers_nothing() -> None:
+    assert offer_problem(resolve_spec({"gpu": 1}), {}) == ("no device (the pool offers no devices)")

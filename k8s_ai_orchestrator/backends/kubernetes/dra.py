@@ -239,19 +239,6 @@ def create_claim_template(
         ) from None
 
 
-__all__ = [
-    "claims_gpus",
-    "create_claim_template",
-    "CLAIM",
-    "GpuRequest",
-    "claim_devices",
-    "claim_template",
-    "dra_problem",
-    "model_selector",
-    "template_name",
-]
-
-
 def refuse_dra_problem(gpus: GpuRequest, tenant: Any) -> None:
     """`ConfigError` when `tenant` (a `TenantConfig`) cannot request GPUs through DRA yet."""
     problem = _tenant_problem(gpus, tenant.name, tenant.vcluster, tenant.gang_admission.kueue)
@@ -278,3 +265,81 @@ def _tenant_problem(gpus: GpuRequest, tenant: str, vcluster: str | None, kueue: 
             "gpus.request: device_plugin on this tenant"
         )
     return None
+
+
+def model_of(gpus: GpuRequest, device: Mapping[str, Any], driver: str) -> str | None:
+    """The label-style model of a ResourceSlice device (as `model_selector` compares it)."""
+    match = _ATTRIBUTE.fullmatch(gpus.model_attribute)
+    assert match is not None  # checked by GpuRequest.from_dict
+    attributes = device.get("attributes") or {}
+    value = (attributes.get(f"{match['domain']}/{match['name']}") or {}).get("string")
+    if value is None and driver == match["domain"]:  # unqualified: the driver's own domain
+        value = (attributes.get(match["name"]) or {}).get("string")
+    return None if value is None else str(value).lower().replace(" ", "-")
+
+
+def pool_offer(gpus: GpuRequest, slices: list[Mapping[str, Any]]) -> dict[str, dict[str, int]]:
+    """Devices per node (or pool) and model, from the ResourceSlices of the model's driver.
+
+    Example:
+        >>> gpus = GpuRequest(request="dra", device_class="gpu.nvidia.com")
+        >>> one = {"attributes": {"productName": {"string": "NVIDIA H100"}}}
+        >>> pool_offer(gpus, [{"spec": {"driver": "gpu.nvidia.com", "nodeName": "n1",
+        ...                             "pool": {"name": "n1"}, "devices": [one, one]}}])
+        {'n1': {'nvidia-h100': 2}}
+    """
+    offer: dict[str, dict[str, int]] = {}
+    for item in slices:
+        spec = item.get("spec") or {}
+        where = spec.get("nodeName") or (spec.get("pool") or {}).get("name", "?")
+        for device in spec.get("devices") or []:
+            model = model_of(gpus, device, str(spec.get("driver")))
+            if model is not None:
+                models = offer.setdefault(where, {})
+                models[model] = models.get(model, 0) + 1
+    return offer
+
+
+def offer_problem(spec: ComputeSpec, offer: Mapping[str, Mapping[str, int]]) -> str | None:
+    """Why no node's devices could ever satisfy the step's claim, or None (pre-flight).
+
+    Example:
+        >>> from k8s_ai_orchestrator.spec import resolve_spec
+        >>> offer_problem(resolve_spec({"gpu": 1, "gpu_type": "b200"}), {"n1": {"h100": 4}})
+        'no device of model b200 (the pool offers n1: 4 × h100)'
+    """
+    wanted = spec.gpu_type.lower() if spec.gpu_type else None
+    counts = {
+        node: sum(n for model, n in models.items() if wanted in (None, model))
+        for node, models in offer.items()
+    }
+    most = max(counts.values(), default=0)
+    if most >= spec.gpu:
+        return None
+    pool = "; ".join(
+        f"{node}: " + ", ".join(f"{n} × {model}" for model, n in sorted(models.items()))
+        for node, models in sorted(offer.items())
+    )
+    of_model = f" of model {wanted}" if wanted else ""
+    if most == 0:
+        return f"no device{of_model} (the pool offers {pool or 'no devices'})"
+    return (
+        f"{spec.gpu} devices{of_model} on one node, and no node has more than {most} (the "
+        f"pool offers {pool})"
+    )
+
+
+__all__ = [
+    "claims_gpus",
+    "create_claim_template",
+    "CLAIM",
+    "GpuRequest",
+    "claim_devices",
+    "claim_template",
+    "dra_problem",
+    "model_of",
+    "model_selector",
+    "offer_problem",
+    "pool_offer",
+    "template_name",
+]

@@ -24,7 +24,13 @@ from dataclasses import replace
 from decimal import Decimal
 from typing import Any
 
-from kubernetes.client import ApiClient, AuthorizationV1Api, CoreV1Api, SchedulingV1Api
+from kubernetes.client import (
+    ApiClient,
+    AuthorizationV1Api,
+    CoreV1Api,
+    CustomObjectsApi,
+    SchedulingV1Api,
+)
 from kubernetes.client.exceptions import ApiException
 
 from ...errors import SubmitError
@@ -42,7 +48,7 @@ from .capacity import (
     step_needs,
 )
 from .config import KubernetesConfig, TenantConfig
-from .dra import claims_gpus
+from .dra import GROUP, VERSION, GpuRequest, claims_gpus, offer_problem, pool_offer
 
 _LOG = logging.getLogger(__name__)
 
@@ -58,9 +64,8 @@ class Preflight:
     def run(self, request: LaunchRequest, tenant: TenantConfig, api_client: ApiClient) -> None:
         """Raise `SubmitError` if the step can never run in the tenant. A step claiming its
         GPUs through DRA is checked without them: nodes and quotas hold no nvidia.com/gpu."""
-        spec = request.spec
-        if claims_gpus(spec, self._config.gpus_of(tenant)):
-            spec = replace(spec, gpu=0, gpu_type=None)
+        spec, gpus = request.spec, self._config.gpus_of(tenant)
+        dra = claims_gpus(spec, gpus)
         access_key = (tenant.name, tenant.namespace)
         if access_key not in self._checked:
             self._check_access(request.step_key, tenant, api_client)
@@ -79,9 +84,64 @@ class Preflight:
             spec.tasks_per_node,
         )
         if fit_key not in self._checked:
-            self._check_quota(request.step_key, spec, tenant, api_client)
-            self._check_nodes(request.step_key, spec, tenant, api_client)
+            fit = replace(spec, gpu=0, gpu_type=None) if dra else spec
+            self._check_quota(request.step_key, fit, tenant, api_client)
+            self._check_nodes(request.step_key, fit, tenant, api_client)
+            if dra:
+                self._check_devices(request.step_key, spec, tenant, gpus, api_client)
             self._checked.add(fit_key)
+
+    def _check_devices(
+        self,
+        step: str,
+        spec: ComputeSpec,
+        tenant: TenantConfig,
+        gpus: GpuRequest,
+        api_client: ApiClient,
+    ) -> None:
+        """DRA: the DeviceClass exists, and some node's ResourceSlices hold `gpu` devices of
+        the step's model (read as `model_selector` matches them)."""
+        custom = CustomObjectsApi(api_client)
+        refused = f"step '{step}' ({spec.describe()}) can never run in tenant '{tenant.name}'"
+        try:
+            self._retry.call(
+                "read DeviceClass",
+                tenant.name,
+                lambda: custom.get_cluster_custom_object(
+                    GROUP, VERSION, "deviceclasses", gpus.device_class
+                ),
+            )
+            slices = self._retry.call(
+                "list ResourceSlices",
+                tenant.name,
+                lambda: custom.list_cluster_custom_object(GROUP, VERSION, "resourceslices"),
+            )["items"]
+        except ApiException as error:
+            if error.status == 404:
+                raise SubmitError(
+                    f"{refused}: DeviceClass '{gpus.device_class}' does not exist there (or "
+                    f"{GROUP}/{VERSION} is not served: Kubernetes 1.34+); install the GPU's DRA "
+                    "driver, or set gpus.device_class to a class `kubectl get deviceclasses` "
+                    "lists"
+                ) from None
+            if error.status not in (401, 403):
+                raise
+            _warn_unchecked(
+                step,
+                spec,
+                tenant,
+                f"the executor may not read DeviceClasses and ResourceSlices ({error.status})",
+                "grant it get on deviceclasses and list on resourceslices (resource.k8s.io; "
+                "helm chart: rbac.listNodes=true)",
+            )
+            return
+        problem = offer_problem(spec, pool_offer(gpus, slices))
+        if problem is not None:
+            raise SubmitError(
+                f"{refused}: its ResourceClaim (DeviceClass {gpus.device_class}) asks for "
+                f"{problem}; pick a gpu_type and a gpu count one node's devices offer, or add "
+                "such devices to the cluster"
+            )
 
     def _check_access(self, step: str, tenant: TenantConfig, api_client: ApiClient) -> None:
         body = {
