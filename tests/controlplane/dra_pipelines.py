@@ -1,6 +1,7 @@
 """Jobs the DRA tests run: GPU steps that report the devices their pod was given."""
 
 import os
+import time
 
 from dagster import job, op
 
@@ -29,3 +30,28 @@ def two_h100_job() -> None:
 @job(executor_def=ai_executor)
 def one_b200_job() -> None:
     one_b200()
+
+
+FOUR_H100 = compute(cpu=0.5, memory="512Mi", gpu=4, gpu_type=H100)  # a node's whole pool
+
+
+def _holds_four() -> str:
+    """Holds its four GPUs a few seconds; the devices it was given."""
+    time.sleep(3)
+    return os.environ.get("NVIDIA_VISIBLE_DEVICES", "")
+
+
+@op(tags=FOUR_H100)
+def four_h100_a() -> str:
+    return _holds_four()
+
+
+@op(tags=FOUR_H100)
+def four_h100_b() -> str:
+    return _holds_four()
+
+
+@job(executor_def=ai_executor)
+def two_full_nodes_job() -> None:
+    four_h100_a()
+    four_h100_b()

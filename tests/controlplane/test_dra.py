@@ -27,7 +27,7 @@ from k8s_ai_orchestrator.testing.controlplane.kube import RealKube
 from k8s_ai_orchestrator.testing.kube.emulator import wait_until
 from k8s_ai_orchestrator.testing.kube.nodes import NodeSpec
 from k8s_ai_orchestrator.testing.priorityclasses import install_priority_classes
-from tests.controlplane.dra_pipelines import one_b200_job, two_h100_job
+from tests.controlplane.dra_pipelines import one_b200_job, two_full_nodes_job, two_h100_job
 from tests.plane_fixtures import record_version
 from tests.support import engine_messages
 
@@ -146,6 +146,27 @@ def test_a_step_asking_for_a_model_nobody_has_is_refused_before_anything_is_crea
     assert not client.CoreV1Api(api).list_namespaced_pod(namespace).items
     assert not listed(dra_kube, namespace, "resourceclaimtemplates")
     assert not listed(dra_kube, namespace, "resourceclaims")
+
+
+def test_a_step_waiting_for_devices_is_pending_in_the_schedulers_words(
+    dra_kube: RealKube, namespace: str, dagster_home: Path
+) -> None:
+    """Two steps that each claim the H100 node's four devices: one waits for the other."""
+    run_config = {"execution": {"config": executor_config(dra_kube, namespace)}}
+    job = reconstructable(two_full_nodes_job)
+    with (
+        DagsterInstance.get() as instance,
+        execute_job(job, instance=instance, run_config=run_config) as result,
+    ):
+        messages = engine_messages(instance, result.run_id)
+        assert result.success, messages
+        held = [result.output_for_node(name) for name in ("four_h100_a", "four_h100_b")]
+    pending = [m for m in messages if " is Pending: " in m]
+    assert any("cannot allocate all claims" in m for m in pending), messages
+    h100 = DRA_GPUS[1]
+    every = {h100.uuid(i) for i in range(h100.count)}
+    assert [set(h.split(",")) for h in held] == [every, every]
+    assert wait_until(lambda: not listed(dra_kube, namespace, "resourceclaims"), 60, 0.5)
 
 
 def test_the_real_scheduler_applies_the_model_selector_and_says_why_a_claim_waits(
