@@ -66,6 +66,13 @@ class NodeAgent:
             names = [n.name for n in nodes]
             raise ValueError(f"a node agent needs distinct node names, got {names}")
         self.node_names = tuple(n.name for n in nodes)
+        by_name = {n.name: n for n in nodes}
+        for gpus in dra_gpus:
+            if by_name.get(gpus.node, NodeSpec(gpus.node, gpus=1)).gpus:
+                raise ValueError(
+                    f"DRA GPUs of node {gpus.node!r} need a node of this agent with gpus=0 (a "
+                    "node offers its GPUs through the device plugin or a DRA driver, not both)"
+                )
         self.workdir = Path(workdir)
         self.api_client = config.new_client_from_config(config_file=str(kubeconfig))
         self._wake = threading.Event()
