@@ -20,7 +20,10 @@ import pytest
 from dagster import DagsterInstance, execute_job, reconstructable
 from kubernetes import client
 
+from k8s_ai_orchestrator.backends.base import LaunchRequest, StepState
+from k8s_ai_orchestrator.backends.kubernetes import KubernetesBackend, KubernetesConfig
 from k8s_ai_orchestrator.backends.kubernetes.dra import GpuRequest, model_selector
+from k8s_ai_orchestrator.spec import resolve_spec
 from k8s_ai_orchestrator.testing.controlplane import start_control_plane
 from k8s_ai_orchestrator.testing.controlplane.agent.dra import DRIVER, DraGpus
 from k8s_ai_orchestrator.testing.controlplane.kube import RealKube
@@ -167,6 +170,42 @@ def test_a_step_waiting_for_devices_is_pending_in_the_schedulers_words(
     every = {h100.uuid(i) for i in range(h100.count)}
     assert [set(h.split(",")) for h in held] == [every, every]
     assert wait_until(lambda: not listed(dra_kube, namespace, "resourceclaims"), 60, 0.5)
+
+
+def test_a_cancelled_dra_step_leaves_no_job_pod_claim_or_template(
+    dra_kube: RealKube, namespace: str
+) -> None:
+    config = KubernetesConfig.from_dict(executor_config(dra_kube, namespace)["kubernetes"])
+    backend = KubernetesBackend(config, default_tenant="gpus")
+    code = "import time; print('holding', flush=True); time.sleep(120)"
+    spec = resolve_spec(
+        {"cpu": 0.5, "memory": "256Mi", "gpu": 1, "gpu_type": "nvidia-a100-sxm4-80gb"}
+    )
+    request = LaunchRequest("run-cancel", "hold", 0, [sys.executable, "-c", code], {}, spec)
+    try:
+        handle = backend.submit(request)
+        running = wait_until(lambda: backend.status(handle).state == StepState.RUNNING, 60, 0.2)
+        assert running, backend.status(handle)
+        assert listed(dra_kube, namespace, "resourceclaims")  # allocated while it runs
+        backend.cancel(handle)
+    finally:
+        backend.close()
+    api = dra_kube.host.api_client()
+
+    def left() -> list[str]:
+        jobs = client.BatchV1Api(api).list_namespaced_job(namespace).items
+        pods = client.CoreV1Api(api).list_namespaced_pod(namespace).items
+        return (
+            [j.metadata.name for j in jobs]
+            + [p.metadata.name for p in pods]
+            + [
+                o["metadata"]["name"]
+                for plural in ("resourceclaims", "resourceclaimtemplates")
+                for o in listed(dra_kube, namespace, plural)
+            ]
+        )
+
+    assert wait_until(lambda: not left(), 60, 0.5), left()
 
 
 def test_the_real_scheduler_applies_the_model_selector_and_says_why_a_claim_waits(
