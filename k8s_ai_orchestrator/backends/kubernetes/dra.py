@@ -17,6 +17,10 @@ tenant's own) picks the request:
 `productName` as "NVIDIA H100 80GB HBM3": the selector compares the attribute lower-cased with
 spaces as '-', which is how NVIDIA's GPU feature discovery writes the same name as a label.
 
+Pre-flight (`preflight.py`) reads the cluster's ResourceSlices through `pool_offer` and refuses
+a step no node's devices could ever satisfy (`offer_problem`). DeviceClass selectors are CEL
+that only the scheduler evaluates; the count here reads the model attribute alone.
+
 Example:
     >>> gpus = GpuRequest.from_dict({"request": "dra", "device_class": "gpu.nvidia.com"}, "k")
     >>> model_selector(gpus, "nvidia-h100")  # doctest: +ELLIPSIS
@@ -330,12 +334,12 @@ def offer_problem(spec: ComputeSpec, offer: Mapping[str, Mapping[str, int]]) -> 
 
 
 __all__ = [
-    "claims_gpus",
-    "create_claim_template",
     "CLAIM",
     "GpuRequest",
     "claim_devices",
     "claim_template",
+    "claims_gpus",
+    "create_claim_template",
     "dra_problem",
     "model_of",
     "model_selector",

@@ -2,9 +2,9 @@
 
 dagster-k8s supplies image, env, secrets, service account, volumes and the `dagster-k8s/config`
 tag (for users migrating from `k8s_job_executor`); this module lays the step's `ComputeSpec`
-over it: requests and memory limit, GPUs and their node placement, the priority class, a
-pod failure policy that surfaces disruptions, the grace period for the checkpoint save, labels
-and a restricted security context.
+over it: requests and memory limit, GPUs (a count and a node selector, or a DRA claim:
+`dra.py`), the priority class, a pod failure policy that surfaces disruptions, the grace
+period for the checkpoint save, labels and a restricted security context.
 
 Example:
     >>> from k8s_ai_orchestrator.spec import resolve_spec

@@ -50,7 +50,7 @@ _PATH = os.pathsep.join([os.path.dirname(sys.executable), os.environ.get("PATH",
 
 
 # Prepares a pod's allocated DRA devices on its node: their environment, or why not yet.
-ClaimPreparer = Callable[[Obj, str], "dict[str, str] | str"]
+PrepareClaims = Callable[[Obj, str], "dict[str, str] | str"]
 NO_DRA_DRIVER = "no DRA driver is registered on this node (resource claims are not emulated)"
 
 
@@ -67,7 +67,7 @@ class Kubelet:
         host: Store,
         workdir: Path,
         wake: threading.Event | None = None,
-        claims: ClaimPreparer | None = None,
+        claims: PrepareClaims | None = None,
     ) -> None:
         self.wake = wake  # set when a container exits, so the control loop runs at once
         self.claims = claims

@@ -35,7 +35,7 @@ from kubernetes.client.rest import ApiException
 
 DRIVER = "gpu.nvidia.com"
 GROUP, VERSION = "resource.k8s.io", "v1"
-_DEVICE = tuple[str, str]  # (pool, device name)
+Device = tuple[str, str]  # (pool, device name) of an allocated device
 
 
 @dataclass(frozen=True)
@@ -135,7 +135,7 @@ class ClaimPreparer:
             s["name"]: s.get("resourceClaimName")
             for s in (pod.get("status") or {}).get("resourceClaimStatuses") or []
         }
-        devices: list[_DEVICE] = []
+        devices: list[Device] = []
         for claim_ref in pod["spec"].get("resourceClaims") or []:
             name = claim_ref.get("resourceClaimName") or statuses.get(claim_ref["name"])
             if not name:
@@ -146,7 +146,7 @@ class ClaimPreparer:
             devices += found
         return self._environment(devices, node)
 
-    def _claim_devices(self, namespace: str, name: str, pod_uid: str) -> list[_DEVICE] | str:
+    def _claim_devices(self, namespace: str, name: str, pod_uid: str) -> list[Device] | str:
         try:
             claim = self._custom.get_namespaced_custom_object(
                 GROUP, VERSION, namespace, "resourceclaims", name
@@ -164,7 +164,7 @@ class ClaimPreparer:
                 return f"DRA driver {result.get('driver')} is not registered on this node"
         return [(r["pool"], r["device"]) for r in results]
 
-    def _environment(self, devices: list[_DEVICE], node: str) -> dict[str, str] | str:
+    def _environment(self, devices: list[Device], node: str) -> dict[str, str] | str:
         gpus = self._gpus.get(node)
         indexes = []
         for pool, device in devices:
