@@ -103,8 +103,8 @@ class GpuRequest:
         if device_class is None:
             raise ConfigError(
                 f"{where}: request: dra needs device_class, the DeviceClass whose devices GPU "
-                "steps claim (NVIDIA's DRA driver installs gpu.nvidia.com; `kubectl get "
-                "deviceclasses` lists the cluster's)"
+                "steps claim: set device_class: gpu.nvidia.com for NVIDIA's DRA driver, or a "
+                "name `kubectl get deviceclasses` lists"
             )
         allowed = DNS_SUBDOMAIN.problem(device_class)
         if allowed:
