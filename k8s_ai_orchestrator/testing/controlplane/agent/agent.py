@@ -68,7 +68,8 @@ class NodeAgent:
         self.node_names = tuple(n.name for n in nodes)
         by_name = {n.name: n for n in nodes}
         for gpus in dra_gpus:
-            if by_name.get(gpus.node, NodeSpec(gpus.node, gpus=1)).gpus:
+            spec = by_name.get(gpus.node)
+            if spec is None or spec.gpus:
                 raise ValueError(
                     f"DRA GPUs of node {gpus.node!r} need a node of this agent with gpus=0 (a "
                     "node offers its GPUs through the device plugin or a DRA driver, not both)"

@@ -121,6 +121,30 @@ def _create(call: Any) -> None:
             raise
 
 
+def visible_devices(gpus: DraGpus | None, devices: list[Device], node: str) -> dict[str, str] | str:
+    """The environment that shows a container the allocated `devices`, or why they cannot be
+    prepared on `node` (whose GPUs are `gpus`): a device of another pool, or none of its own.
+
+    Example:
+        >>> visible_devices(DraGpus("n1", count=4), [("n1", "gpu-2")], "n1")["CUDA_VISIBLE_DEVICES"]
+        '2'
+        >>> visible_devices(DraGpus("n1", count=4), [("n2", "gpu-0")], "n1")
+        'device n2/gpu-0 is not a device of node n1'
+    """
+    indexes = []
+    for pool, device in devices:
+        index = int(device.removeprefix("gpu-")) if device.startswith("gpu-") else -1
+        if gpus is None or pool != node or not 0 <= index < gpus.count:
+            return f"device {pool}/{device} is not a device of node {node}"
+        indexes.append(index)
+    if gpus is None or not indexes:
+        return {}
+    return {
+        "NVIDIA_VISIBLE_DEVICES": ",".join(gpus.uuid(i) for i in indexes),
+        "CUDA_VISIBLE_DEVICES": ",".join(str(i) for i in indexes),
+    }
+
+
 class ClaimPreparer:
     """The kubelet-plugin half: the environment of a pod's allocated devices (see above)."""
 
@@ -144,7 +168,7 @@ class ClaimPreparer:
             if isinstance(found, str):
                 return found
             devices += found
-        return self._environment(devices, node)
+        return visible_devices(self._gpus.get(node), devices, node)
 
     def _claim_devices(self, namespace: str, name: str, pod_uid: str) -> list[Device] | str:
         try:
@@ -164,21 +188,13 @@ class ClaimPreparer:
                 return f"DRA driver {result.get('driver')} is not registered on this node"
         return [(r["pool"], r["device"]) for r in results]
 
-    def _environment(self, devices: list[Device], node: str) -> dict[str, str] | str:
-        gpus = self._gpus.get(node)
-        indexes = []
-        for pool, device in devices:
-            index = int(device.removeprefix("gpu-")) if device.startswith("gpu-") else -1
-            if gpus is None or pool != node or not 0 <= index < gpus.count:
-                return f"device {pool}/{device} is not a device of node {node}"
-            indexes.append(index)
-        if not indexes:
-            return {}
-        uuids = ",".join(gpus.uuid(i) for i in indexes) if gpus else ""
-        return {
-            "NVIDIA_VISIBLE_DEVICES": uuids,
-            "CUDA_VISIBLE_DEVICES": ",".join(str(i) for i in indexes),
-        }
 
-
-__all__ = ["DRIVER", "ClaimPreparer", "DraGpus", "device_class", "publish", "resource_slice"]
+__all__ = [
+    "DRIVER",
+    "ClaimPreparer",
+    "DraGpus",
+    "device_class",
+    "publish",
+    "resource_slice",
+    "visible_devices",
+]
