@@ -23,6 +23,7 @@ from kubernetes import client
 from k8s_ai_orchestrator.backends.base import LaunchRequest, StepState
 from k8s_ai_orchestrator.backends.kubernetes import KubernetesBackend, KubernetesConfig
 from k8s_ai_orchestrator.backends.kubernetes.dra import GpuRequest, model_selector
+from k8s_ai_orchestrator.backends.kubernetes.jobs import build_job
 from k8s_ai_orchestrator.spec import resolve_spec
 from k8s_ai_orchestrator.testing.controlplane import start_control_plane
 from k8s_ai_orchestrator.testing.controlplane.agent.dra import DRIVER, DraGpus
@@ -206,6 +207,36 @@ def test_a_cancelled_dra_step_leaves_no_job_pod_claim_or_template(
         )
 
     assert wait_until(lambda: not left(), 60, 0.5), left()
+
+
+def test_an_adopted_dra_job_whose_creator_died_before_its_template_gets_it_and_runs(
+    dra_kube: RealKube, namespace: str
+) -> None:
+    """A run worker killed between the Job's create and its template's: the resumed worker
+    adopts the Job, creates the template, and the step runs."""
+    raw = executor_config(dra_kube, namespace)["kubernetes"]
+    config = KubernetesConfig.from_dict(raw)
+    spec = resolve_spec({"cpu": 0.5, "memory": "256Mi", "gpu": 1})
+    code = "import os; print(os.environ['NVIDIA_VISIBLE_DEVICES'], flush=True)"
+    request = LaunchRequest(
+        "run-adopt", "late", 0, [sys.executable, "-c", code], {}, spec, tenant="gpus"
+    )
+    api = dra_kube.host.api_client()
+    manifest = build_job(request, config.tenant("gpus"), config)
+    client.BatchV1Api(api).create_namespaced_job(namespace, manifest)  # and no template
+    backend = KubernetesBackend(config, default_tenant="gpus")
+    try:
+        handle = backend.adopt(request)
+        assert handle is not None
+        ended = wait_until(
+            lambda: backend.status(handle).state in (StepState.SUCCEEDED, StepState.FAILED),
+            60,
+            0.2,
+        )
+        assert ended and backend.status(handle).state == StepState.SUCCEEDED
+        assert backend.logs(handle).strip().startswith("GPU-")
+    finally:
+        backend.close()
 
 
 def test_the_real_scheduler_applies_the_model_selector_and_says_why_a_claim_waits(

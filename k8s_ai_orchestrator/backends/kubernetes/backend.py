@@ -157,6 +157,8 @@ class KubernetesBackend:
         attempt.adopted, attempt.ended_unseen = not create, job_status(found or {})
         if create:
             prepared.admission.submit(job, prepared.manifest, prepared.api_client)
+        elif attempt.ended_unseen is None:  # alive: a crash may have left it no claim template
+            self._jobs.ensure_claim_template(request, namespace, name)
         self._attempts.add(attempt)
         return JobHandle(self.name, name, request.step_key, tenant, namespace)
 

@@ -41,11 +41,17 @@ class JobApi:
         self._runs: dict[tuple[str, str, str], dict[str, dict[str, Any]]] = {}
 
     def create(self, request: LaunchRequest, namespace: str, manifest: dict[str, Any]) -> None:
-        """Create the attempt's Job, then the ResourceClaimTemplate its pod claims GPUs from
-        when they come through DRA (owned by the Job: a refused template deletes the Job);
-        `SubmitError` if the tenant refuses either."""
+        """Create the attempt's Job, then (`ensure_claim_template`) the ResourceClaimTemplate
+        its pod claims GPUs from when they come through DRA; `SubmitError` if the tenant
+        refuses either."""
         self._create_job(request, namespace, manifest)
-        tenant, name = str(request.tenant), manifest["metadata"]["name"]
+        self.ensure_claim_template(request, namespace, manifest["metadata"]["name"])
+
+    def ensure_claim_template(self, request: LaunchRequest, namespace: str, name: str) -> None:
+        """The DRA claim template of Job `name`, owned by it (one that exists is taken: a
+        resumed run worker calls this for a Job whose creator may have died before it); a
+        refused template deletes the Job, whose pod could never start. Nothing without DRA."""
+        tenant = str(request.tenant)
         gpus = self._config.gpus_of(self._config.tenant(tenant))
         if not claims_gpus(request.spec, gpus):
             return
