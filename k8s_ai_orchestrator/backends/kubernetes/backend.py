@@ -146,7 +146,7 @@ class KubernetesBackend:
         prepared = self._preparer.prepare(request)
         request, namespace = prepared.request, prepared.settings.namespace
         tenant, name = str(request.tenant), job_name(prepared.request)
-        found = None if create else self._jobs.find(tenant, namespace, name, request)
+        found = None if create else self._jobs.adopt(tenant, namespace, name, request)
         if not (create or found):
             return None
         core = CoreV1Api(prepared.api_client)
@@ -157,8 +157,6 @@ class KubernetesBackend:
         attempt.adopted, attempt.ended_unseen = not create, job_status(found or {})
         if create:
             prepared.admission.submit(job, prepared.manifest, prepared.api_client)
-        elif attempt.ended_unseen is None:  # alive: a crash may have left it no claim template
-            self._jobs.ensure_claim_template(request, namespace, name)
         self._attempts.add(attempt)
         return JobHandle(self.name, name, request.step_key, tenant, namespace)
 
