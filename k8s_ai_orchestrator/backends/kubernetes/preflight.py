@@ -3,8 +3,10 @@
 Three questions, each answered once per tenant (permission) or per tenant and size (fit):
 a SelfSubjectAccessReview for `create jobs.batch` in the namespace; the step's requests
 against every ResourceQuota's hard limits; and the requests against the largest visible node's
-allocatable resources (the arithmetic is `capacity.py`'s, shared with the gang guard). A
-failure is a `SubmitError` that names step, tenant, limit and fix.
+allocatable resources (the arithmetic is `capacity.py`'s, shared with the gang guard). A step
+claiming its GPUs through DRA (`dra.py`) is held to those without its GPUs, and its claim to
+the DeviceClass and the devices its ResourceSlices offer per node. A failure is a
+`SubmitError` that names step, tenant, limit and fix.
 A tenant that lists no nodes (a vCluster without `sync.fromHost.nodes`), or may not list
 them, skips the node check with a warning that says so and how to enable it.
 
