@@ -97,7 +97,7 @@ def control_plane(kubeplane_bin_dir: Path) -> Iterator[ControlPlane]:
     # Not under pytest's basetemp: concurrent pytest sessions rotate it away under a live plane.
     run_dir = Path(tempfile.mkdtemp(prefix="k8sai-controlplane-"))
     with start_control_plane(kubeplane_bin_dir, run_dir, tenants=list(TENANTS)) as plane:
-        _record_version(plane)
+        record_version(plane)
         yield plane
     shutil.rmtree(run_dir, ignore_errors=True)  # kept (logs) when startup failed
 
@@ -163,7 +163,7 @@ def gang_plane(kubeplane_bin_dir: Path) -> Iterator[RealKube]:
     with start_control_plane(
         kubeplane_bin_dir, run_dir, tenants=list(TENANTS), gates=gates
     ) as plane:
-        _record_version(plane)
+        record_version(plane)
         with RealKube(plane, GANG_NODES, run_dir / "nodes") as kube:
             _prepare_tenants(kube, len(GANG_NODES))
             yield kube
@@ -200,7 +200,7 @@ def vcluster_plane(kubeplane_bin_dir: Path, vcluster_bin_dir: Path) -> Iterator[
     ):
         assert vcluster.front is not None
         kube.fronts[TENANT] = vcluster.front  # team-a's users reach it through the syncer
-        _record_version(plane)
+        record_version(plane)
         _prepare_tenants(kube, len(PLANE_NODES))
         yield kube
     shutil.rmtree(run_dir, ignore_errors=True)  # kept (logs) when startup failed
@@ -282,7 +282,7 @@ def real_kube(plane_with_nodes: RealKube) -> RealKube:
     return plane_with_nodes.fresh()
 
 
-def _record_version(plane: ControlPlane) -> None:
+def record_version(plane: ControlPlane) -> None:
     """Note the version the started plane's kube-apiserver reports, for `summary_line`."""
     assert plane.host is not None
     with config.new_client_from_config(config_file=str(plane.host.kubeconfig)) as api:

@@ -83,6 +83,7 @@ def test_executor_role_grants_exactly_what_the_backend_calls() -> None:
     assert grants[("", "pods/log")] == {"get"}
     assert grants[("", "pods/resize")] == {"patch"}  # in-place growth, nothing else
     assert grants[("scheduling.k8s.io", "podgroups")] == {"create", "get"}  # workload gangs
+    assert grants[("resource.k8s.io", "resourceclaimtemplates")] == {"create"}  # gpus: dra
     assert grants[("", "events")] >= {"list"}
     assert grants[("", "resourcequotas")] >= {"list"}
     assert "secrets" not in {resource for _, resource in grants}
@@ -105,6 +106,22 @@ def node_grants(documents: list[dict[str, Any]]) -> set[tuple[str, str]]:
 def test_by_default_the_executor_lists_nodes_but_gets_no_node_proxy() -> None:
     """`get nodes/proxy` is exec-equivalent (the kubelet's /exec through the API server)."""
     assert node_grants(render()) == {("nodes", "list")}  # the pre-flight node-size check
+
+
+def test_the_pre_flight_reads_of_dra_devices_come_with_list_nodes_and_are_read_only() -> None:
+    grants = {
+        (group, resource): set(rule["verbs"])
+        for document in by_kind(render(), "ClusterRole")
+        for rule in document["rules"]
+        for group in rule["apiGroups"]
+        for resource in rule["resources"]
+        if group == "resource.k8s.io"
+    }
+    assert grants == {
+        ("resource.k8s.io", "deviceclasses"): {"get"},
+        ("resource.k8s.io", "resourceslices"): {"list"},
+    }
+    assert not by_kind(render({"rbac": {"listNodes": False}}), "ClusterRole")
 
 
 def test_node_proxy_is_granted_only_with_its_own_opt_in() -> None:

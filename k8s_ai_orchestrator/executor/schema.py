@@ -40,6 +40,21 @@ def _enum(name: str, *values: str) -> Enum:
     return Enum(name, [EnumValue(value) for value in values])
 
 
+GPUS_SCHEMA = _opt(
+    Shape(
+        {
+            "request": _opt(
+                String, "device_plugin (nvidia.com/gpu limits, default) or dra (a claim)."
+            ),
+            "device_class": _opt(String, "dra: the DeviceClass GPU steps claim devices of."),
+            "model_attribute": _opt(
+                String, "dra: <domain>/<name> gpu_type matches (gpu.nvidia.com/productName)."
+            ),
+        }
+    ),
+    "How GPU steps request GPUs: the device plugin, or Dynamic Resource Allocation.",
+)
+
 TENANT_SCHEMA = Shape(
     {
         "kubeconfig": _opt(String, "Path of a kubeconfig file for the tenant's API."),
@@ -72,6 +87,7 @@ TENANT_SCHEMA = Shape(
             ),
             "All-or-nothing admission of multi-node steps.",
         ),
+        "gpus": GPUS_SCHEMA,
     },
     description="Exactly one of kubeconfig, or vcluster + host_namespace.",
 )
@@ -107,6 +123,7 @@ KUBERNETES_SCHEMA = Shape(
         ),
         "gpu_type_label": _opt(String, "Node label gpu_type matches (nvidia.com/gpu.product)."),
         "gpu_tolerations": _opt(Array(Permissive()), "Tolerations of GPU steps."),
+        "gpus": GPUS_SCHEMA,
         "command_prefix": _opt(Array(String), "Replaces `python -m dagster` in step argv."),
         "python": _opt(String, "Replaces argv[0] of other step commands (default python)."),
         "watch_reconnect_backoff_s": _opt(Float, "First wait after a watch error; > 0 (1.0)."),

@@ -221,3 +221,48 @@ def test_a_pod_past_its_active_deadline_is_killed_with_deadline_exceeded(
     pod = core.read_namespaced_pod("overdue", ns)
     assert pod.status.reason == "DeadlineExceeded"
     assert terminated(pod).exit_code == 143
+
+
+def test_a_pod_with_a_resource_claim_is_never_bound_no_device_being_emulated(
+    emu: KubeEmulator, core: client.CoreV1Api, ns: str
+) -> None:
+    """No DRA driver is emulated, so no node has a device: the scheduler says so in the real
+    one's words, and the pod never runs."""
+    pod = python_pod("claims", "print('ran')")
+    pod.spec.resource_claims = [
+        client.V1PodResourceClaim(name="gpus", resource_claim_template_name="t")
+    ]
+    core.create_namespaced_pod(ns, pod)
+
+    def unschedulable() -> str | None:
+        for condition in core.read_namespaced_pod("claims", ns).status.conditions or []:
+            if condition.type == "PodScheduled" and condition.status == "False":
+                return str(condition.message)
+        return None
+
+    assert "cannot allocate all claims" in emu.wait_for(unschedulable)
+    placed = core.read_namespaced_pod("claims", ns)
+    assert placed.spec.node_name is None and placed.status.phase == "Pending"
+
+
+def test_a_pod_bound_with_a_resource_claim_waits_for_a_driver_the_node_lacks(
+    emu: KubeEmulator, core: client.CoreV1Api, ns: str
+) -> None:
+    """Bound by name past the scheduler, the pod still never runs: the kubelet has no DRA
+    driver to prepare its claim (a real kubelet keeps it ContainerCreating, and warns)."""
+    pod = python_pod("bound-claims", "print('ran')", node_name="node-a")
+    pod.spec.resource_claims = [
+        client.V1PodResourceClaim(name="gpus", resource_claim_template_name="t")
+    ]
+    core.create_namespaced_pod(ns, pod)
+
+    def warned() -> list[str]:
+        selector = "involvedObject.name=bound-claims"
+        events = core.list_namespaced_event(ns, field_selector=selector).items
+        return [e.message for e in events if e.reason == "FailedPrepareDynamicResources"]
+
+    assert "no DRA driver is registered on this node" in " ".join(emu.wait_for(warned))
+    placed = core.read_namespaced_pod("bound-claims", ns)
+    (status,) = placed.status.container_statuses
+    assert status.state.waiting.reason == "ContainerCreating"
+    assert placed.status.phase == "Pending"

@@ -71,6 +71,12 @@ SCHEMA_CASES = [
         ["kubeconfg"],
     ),
     ("kubernetes-labels-not-text", {"kubernetes": {"labels": {"team": 3}}}, ["labels"]),
+    ("kubernetes-gpus-unknown-key", {"kubernetes": {"gpus": {"count": 2}}}, ["count"]),
+    (
+        "kubernetes-tenant-gpus-unknown-key",
+        {"kubernetes": {"tenants": {"a": {**TENANT, "gpus": {"mode": "dra"}}}}},
+        ["mode"],
+    ),
     ("slurm-transport-unknown", {"slurm": {"transport": "ssh"}}, ["transport", "ssh"]),
     ("slurm-unknown-key", {"slurm": {"partitions": "gpu"}}, ["partitions"]),
     (
@@ -98,6 +104,16 @@ def test_wrong_types_and_unknown_keys_are_refused_by_the_schema_at_launch(
 
 # (id, executor config, parts of the message)
 VALUE_CASES = [
+    (
+        "kubernetes-gpus-dra-without-device-class",
+        {"kubernetes": {"gpus": {"request": "dra"}}},
+        ["kubernetes.gpus", "device_class"],
+    ),
+    (
+        "kubernetes-gpus-request-unknown",
+        {"kubernetes": {"tenants": {"a": {**TENANT, "gpus": {"request": "cdi"}}}}},
+        ["kubernetes.tenants.a.gpus.request='cdi'"],
+    ),
     ("oom-factor-nan", {"oom_escalation": {"factor": math.nan}}, ["oom_escalation.factor=nan"]),
     ("oom-factor-inf", {"oom_escalation": {"factor": math.inf}}, ["oom_escalation.factor=inf"]),
     ("oom-factor-minus-inf", {"oom_escalation": {"factor": -math.inf}}, ["factor=-inf"]),

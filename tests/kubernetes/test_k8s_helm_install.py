@@ -190,6 +190,7 @@ def test_the_charts_executor_role_grants_nothing_the_executor_does_not_need(
         ("get", "pods/log"),
         ("patch", "pods/resize"),
         ("create", "scheduling.k8s.io/podgroups"),
+        ("create", "resource.k8s.io/resourceclaimtemplates"),
         ("list", "events"),
         ("list", "resourcequotas"),
     ]
@@ -201,6 +202,8 @@ def test_the_charts_executor_role_grants_nothing_the_executor_does_not_need(
         ("create", "secrets"),
         ("update", "batch/jobs"),
         ("create", "rbac.authorization.k8s.io/roles"),
+        ("create", "resource.k8s.io/resourceclaims"),  # the claim controller makes them
+        ("delete", "resource.k8s.io/resourceclaimtemplates"),  # they go with their Jobs
     ]
     assert all(_allowed(api, verb, what, NAMESPACE) for verb, what in needed)
     granted = [(verb, what) for verb, what in not_needed if _allowed(api, verb, what, NAMESPACE)]
@@ -215,6 +218,10 @@ def test_by_default_the_executor_lists_nodes_but_cannot_reach_their_kubelets(
     api = config.new_client_from_config(config_file=str(installed))
     assert _allowed(api, "list", "nodes", "")  # the pre-flight node-size check
     assert not _allowed(api, "get", "nodes/proxy", "")
+    # the pre-flight of gpus.request: dra steps, read only
+    assert _allowed(api, "get", "resource.k8s.io/deviceclasses", "")
+    assert _allowed(api, "list", "resource.k8s.io/resourceslices", "")
+    assert not _allowed(api, "create", "resource.k8s.io/resourceslices", "")
 
 
 def test_the_host_install_lets_the_executor_read_only_its_vcluster_secret(

@@ -96,7 +96,7 @@ class KubernetesBackend:
         self._retry = ApiRetry(
             retries=config.api_retries, sleep=sleep, server_of=self._tenants.server
         )
-        self._jobs = JobApi(self._tenants, self._retry)
+        self._jobs = JobApi(self._tenants, self._retry, config)
         self._growth = PodGrowth(growth, self._retry, clock, log)
         self._logs = LogStreams()
         self._attempts = AttemptBook()
@@ -146,7 +146,7 @@ class KubernetesBackend:
         prepared = self._preparer.prepare(request)
         request, namespace = prepared.request, prepared.settings.namespace
         tenant, name = str(request.tenant), job_name(prepared.request)
-        found = None if create else self._jobs.find(tenant, namespace, name, request)
+        found = None if create else self._jobs.adopt(tenant, namespace, name, request)
         if not (create or found):
             return None
         core = CoreV1Api(prepared.api_client)

@@ -25,6 +25,7 @@ from dagster_k8s.job import USER_DEFINED_K8S_CONFIG_KEY, get_user_defined_k8s_co
 
 from ...errors import ConfigError, config_number
 from .api_values import security_context
+from .dra import GpuRequest
 from .names import DNS_SUBDOMAIN, label_key_problem
 
 DEFAULT_SECURITY_CONTEXT: Mapping[str, Any] = {
@@ -166,6 +167,7 @@ class TenantConfig:
     service_account: str | None = None  # overrides the backend-wide service account
     allowed_sizes: tuple[str, ...] | None = None  # size classes this tenant accepts
     gang_admission: GangAdmission = field(default_factory=GangAdmission)  # multi-node steps
+    gpus: GpuRequest | None = None  # how GPUs are requested here; None = kubernetes.gpus
 
     @classmethod
     def from_dict(cls, name: str, raw: Mapping[str, Any]) -> TenantConfig:
@@ -202,6 +204,7 @@ class TenantConfig:
             service_account=_opt_str(raw, "service_account", where),
             allowed_sizes=tuple(_str_list(sizes, f"{where}.allowed_sizes")) if sizes else None,
             gang_admission=gangs,
+            gpus=GpuRequest.from_dict(raw["gpus"], f"{where}.gpus") if "gpus" in raw else None,
         )
 
 
@@ -225,6 +228,7 @@ class KubernetesConfig:
     gpu_node_selectors: Mapping[str, Mapping[str, str]] = field(default_factory=dict)  # per size
     gpu_type_label: str = "nvidia.com/gpu.product"  # node label `gpu_type` is matched against
     gpu_tolerations: tuple[Mapping[str, Any], ...] = DEFAULT_GPU_TOLERATIONS
+    gpus: GpuRequest = field(default_factory=GpuRequest)  # device plugin or DRA (`dra.py`)
     command_prefix: tuple[str, ...] = ("dagster",)  # replaces `python -m dagster` in step argv
     python: str = "python"  # replaces argv[0] of any other step command
     watch_reconnect_backoff_s: float = 1.0  # first wait after a watch error (doubles, max 30)
@@ -255,6 +259,7 @@ class KubernetesConfig:
         defaults = cls()
         return cls(
             tenants={name: TenantConfig.from_dict(name, t) for name, t in tenants_raw.items()},
+            gpus=GpuRequest.from_dict(raw.get("gpus"), "kubernetes.gpus"),
             image=_opt_str(raw, "image", "kubernetes"),
             image_pull_policy=_opt_str(raw, "image_pull_policy", "kubernetes")
             or defaults.image_pull_policy,
@@ -286,6 +291,10 @@ class KubernetesConfig:
             step_k8s_config=_step_k8s_config(raw.get("step_k8s_config")),
             **_numbers(raw, defaults),
         )
+
+    def gpus_of(self, tenant: TenantConfig) -> GpuRequest:
+        """How GPU steps of `tenant` request their GPUs: its own `gpus`, else the backend's."""
+        return tenant.gpus or self.gpus
 
     def tenant(self, name: str) -> TenantConfig:
         """The named tenant's settings; `ConfigError` listing the configured ones if absent."""

@@ -1,12 +1,13 @@
-"""Creating and deleting a step's Job in its tenant, with the backend's retries.
+"""Creating, adopting and deleting a step's Job in its tenant (and its DRA claim template), with
+the backend's retries.
 
 A 409 on a retried create means an earlier try was applied (the Job exists); a 404 on delete
 means it is already gone. A resumed run worker finds the Jobs to adopt in one list of the
-run's Jobs (`find`), not one read per step. A refused create is a `SubmitError` naming step,
+run's Jobs (`adopt`), not one read per step. A refused create is a `SubmitError` naming step,
 tenant, Job, namespace and the fix.
 
 Example:
-    >>> jobs = JobApi(connections, retry)  # doctest: +SKIP
+    >>> jobs = JobApi(connections, retry, config)  # doctest: +SKIP
     >>> jobs.create(request, "default", manifest)  # doctest: +SKIP
     >>> jobs.delete("team-a", "default", "k8s-ai-…-0", "tiles")  # doctest: +SKIP
 """
@@ -23,20 +24,56 @@ from kubernetes.client.exceptions import ApiException
 from ...errors import SubmitError
 from ..base import LaunchRequest
 from .api import ApiRetry, api_message
+from .config import KubernetesConfig
+from .dra import claims_gpus, create_claim_template
 from .jobs import run_selector
+from .status import job_status
 from .tenants import TenantConnections
 
 
 class JobApi:
-    """The create, find and delete calls of the backend's Jobs."""
+    """The create, adopt and delete calls of the backend's Jobs."""
 
-    def __init__(self, tenants: TenantConnections, retry: ApiRetry) -> None:
+    def __init__(
+        self, tenants: TenantConnections, retry: ApiRetry, config: KubernetesConfig
+    ) -> None:
         self._tenants = tenants
         self._retry = retry
+        self._config = config
         self._runs: dict[tuple[str, str, str], dict[str, dict[str, Any]]] = {}
 
     def create(self, request: LaunchRequest, namespace: str, manifest: dict[str, Any]) -> None:
-        """Create the attempt's Job; `SubmitError` if the tenant refuses it."""
+        """Create the attempt's Job, then (`ensure_claim_template`) the ResourceClaimTemplate
+        its pod claims GPUs from when they come through DRA; `SubmitError` if the tenant
+        refuses either."""
+        self._create_job(request, namespace, manifest)
+        self.ensure_claim_template(request, namespace, manifest["metadata"]["name"])
+
+    def ensure_claim_template(self, request: LaunchRequest, namespace: str, name: str) -> None:
+        """The DRA claim template of Job `name`, owned by it (one that exists is taken: a
+        resumed run worker calls this for a Job whose creator may have died before it); a
+        refused template deletes the Job, whose pod could never start. Nothing without DRA."""
+        tenant = str(request.tenant)
+        gpus = self._config.gpus_of(self._config.tenant(tenant))
+        if not claims_gpus(request.spec, gpus):
+            return
+        api_client = self._tenants.client(tenant, request.step_key)
+        try:
+            create_claim_template(
+                request.step_key,
+                tenant,
+                namespace,
+                name,
+                request.spec,
+                gpus,
+                api_client,
+                self._retry,
+            )
+        except SubmitError:
+            self.delete(tenant, namespace, name, request.step_key)
+            raise
+
+    def _create_job(self, request: LaunchRequest, namespace: str, manifest: dict[str, Any]) -> None:
         batch = BatchV1Api(self._tenants.client(str(request.tenant), request.step_key))
 
         def create() -> None:
@@ -63,18 +100,23 @@ class JobApi:
                 f"{manifest['metadata']['name']} in namespace '{namespace}' ({message}); {fix}"
             ) from None
 
-    def find(
+    def adopt(
         self, tenant: str, namespace: str, name: str, request: LaunchRequest
     ) -> dict[str, Any] | None:
         """The Job `name` of the request's run as the API server has it, or None. The run's
         Jobs are listed once (one request for every step a resumed run worker adopts, not one
         each) and each is handed out once. A Job created after that list is not found;
-        creating it then takes it (a 409 means it exists)."""
+        creating it then takes it (a 409 means it exists). A live Job gets its DRA claim
+        template if it has none (`ensure_claim_template`: its creator may have died between
+        the two creates)."""
         key = (tenant, namespace, request.run_id)
         if key not in self._runs:
             listing = partial(self._run_jobs, tenant, namespace, request.run_id, request.step_key)
             self._runs[key] = self._retry.call("list Jobs", tenant, listing)
-        return self._runs[key].pop(name, None)
+        found = self._runs[key].pop(name, None)
+        if found is not None and job_status(found) is None:
+            self.ensure_claim_template(request, namespace, name)
+        return found
 
     def _run_jobs(
         self, tenant: str, namespace: str, run_id: str, step: str

@@ -2,9 +2,9 @@
 
 dagster-k8s supplies image, env, secrets, service account, volumes and the `dagster-k8s/config`
 tag (for users migrating from `k8s_job_executor`); this module lays the step's `ComputeSpec`
-over it: requests and memory limit, GPUs and their node placement, the priority class, a
-pod failure policy that surfaces disruptions, the grace period for the checkpoint save, labels
-and a restricted security context.
+over it: requests and memory limit, GPUs (a count and a node selector, or a DRA claim:
+`dra.py`), the priority class, a pod failure policy that surfaces disruptions, the grace
+period for the checkpoint save, labels and a restricted security context.
 
 Example:
     >>> from k8s_ai_orchestrator.spec import resolve_spec
@@ -41,6 +41,7 @@ from ...errors import ConfigError, SubmitError
 from ...stepenv import GANG_DIR, NODE_NAME, POD_IP
 from ..base import LaunchRequest, cpu_quantity
 from .config import KubernetesConfig, TenantConfig
+from .dra import claim_devices, claims_gpus, dra_problem
 from .kueue import queue_job
 from .names import (
     DNS_LABEL,
@@ -206,10 +207,12 @@ def _apply_spec(
     requests.update({"cpu": cpu_quantity(pod_cpu), "memory": spec.memory_quantity})
     limits["memory"] = spec.memory_quantity
     limits.pop("cpu", None)
-    if spec.gpu:
+    if claims_gpus(spec, config.gpus_of(tenant)):
+        _claim_gpus(pod, request, tenant, config)
+    elif spec.gpu:
         limits[GPU_RESOURCE] = str(spec.gpu)
         requests[GPU_RESOURCE] = str(spec.gpu)
-        _place_on_gpus(pod, request, config)
+        _place_on_gpus(pod, request, config, by_label=True)
     resources["requests"], resources["limits"] = requests, limits
     if spec.is_gang:
         _lay_out_gang(manifest, request, config, tenant.gang_admission.podgroups)
@@ -260,11 +263,28 @@ def _lay_out_gang(
     )
 
 
-def _place_on_gpus(pod: dict[str, Any], request: LaunchRequest, config: KubernetesConfig) -> None:
+def _claim_gpus(
+    pod: dict[str, Any], request: LaunchRequest, tenant: TenantConfig, config: KubernetesConfig
+) -> None:
+    """DRA: the pod claims its GPUs from the Job's ResourceClaimTemplate (`dra.py`, created
+    after the Job by `JobApi.create`); no nvidia.com/gpu limit, the model in the claim."""
+    kueue = tenant.gang_admission.kueue
+    problem = dra_problem(request.spec, tenant.name, tenant.vcluster, kueue)
+    if problem is not None:
+        raise ConfigError(f"step '{request.step_key}' ({request.spec.describe()}): {problem}")
+    claim_devices(pod, job_name(request))
+    _place_on_gpus(pod, request, config, by_label=False)
+
+
+def _place_on_gpus(
+    pod: dict[str, Any], request: LaunchRequest, config: KubernetesConfig, *, by_label: bool
+) -> None:
+    """The size's GPU node selector and the GPU tolerations; with `by_label`, the model as
+    a node selector on `gpu_type_label` (DRA matches it in the claim instead)."""
     spec = request.spec
     selector = dict(pod.get("nodeSelector") or {})
     selector.update(config.gpu_node_selectors.get(spec.size or "", {}))
-    if spec.gpu_type:
+    if spec.gpu_type and by_label:
         selector[config.gpu_type_label] = spec.gpu_type
     if selector:
         pod["nodeSelector"] = selector

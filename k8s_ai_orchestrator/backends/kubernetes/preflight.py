@@ -3,8 +3,10 @@
 Three questions, each answered once per tenant (permission) or per tenant and size (fit):
 a SelfSubjectAccessReview for `create jobs.batch` in the namespace; the step's requests
 against every ResourceQuota's hard limits; and the requests against the largest visible node's
-allocatable resources (the arithmetic is `capacity.py`'s, shared with the gang guard). A
-failure is a `SubmitError` that names step, tenant, limit and fix.
+allocatable resources (the arithmetic is `capacity.py`'s, shared with the gang guard). A step
+claiming its GPUs through DRA (`dra.py`) is held to those without its GPUs, and its claim to
+the DeviceClass and the devices its ResourceSlices offer per node. A failure is a
+`SubmitError` that names step, tenant, limit and fix.
 A tenant that lists no nodes (a vCluster without `sync.fromHost.nodes`), or may not list
 them, skips the node check with a warning that says so and how to enable it.
 
@@ -20,10 +22,17 @@ Example:
 from __future__ import annotations
 
 import logging
+from dataclasses import replace
 from decimal import Decimal
 from typing import Any
 
-from kubernetes.client import ApiClient, AuthorizationV1Api, CoreV1Api, SchedulingV1Api
+from kubernetes.client import (
+    ApiClient,
+    AuthorizationV1Api,
+    CoreV1Api,
+    CustomObjectsApi,
+    SchedulingV1Api,
+)
 from kubernetes.client.exceptions import ApiException
 
 from ...errors import SubmitError
@@ -41,6 +50,7 @@ from .capacity import (
     step_needs,
 )
 from .config import KubernetesConfig, TenantConfig
+from .dra import GROUP, VERSION, GpuRequest, claims_gpus, offer_problem, pool_offer
 
 _LOG = logging.getLogger(__name__)
 
@@ -54,8 +64,10 @@ class Preflight:
         self._checked: set[tuple[Any, ...]] = set()
 
     def run(self, request: LaunchRequest, tenant: TenantConfig, api_client: ApiClient) -> None:
-        """Raise `SubmitError` if the step can never run in the tenant."""
-        spec = request.spec
+        """Raise `SubmitError` if the step can never run in the tenant. A step claiming its
+        GPUs through DRA is checked without them: nodes and quotas hold no nvidia.com/gpu."""
+        spec, gpus = request.spec, self._config.gpus_of(tenant)
+        dra = claims_gpus(spec, gpus)
         access_key = (tenant.name, tenant.namespace)
         if access_key not in self._checked:
             self._check_access(request.step_key, tenant, api_client)
@@ -74,9 +86,64 @@ class Preflight:
             spec.tasks_per_node,
         )
         if fit_key not in self._checked:
-            self._check_quota(request.step_key, spec, tenant, api_client)
-            self._check_nodes(request.step_key, spec, tenant, api_client)
+            fit = replace(spec, gpu=0, gpu_type=None) if dra else spec
+            self._check_quota(request.step_key, fit, tenant, api_client)
+            self._check_nodes(request.step_key, fit, tenant, api_client)
+            if dra:
+                self._check_devices(request.step_key, spec, tenant, gpus, api_client)
             self._checked.add(fit_key)
+
+    def _check_devices(
+        self,
+        step: str,
+        spec: ComputeSpec,
+        tenant: TenantConfig,
+        gpus: GpuRequest,
+        api_client: ApiClient,
+    ) -> None:
+        """DRA: the DeviceClass exists, and some node's ResourceSlices hold `gpu` devices of
+        the step's model (read as `model_selector` matches them)."""
+        custom = CustomObjectsApi(api_client)
+        refused = f"step '{step}' ({spec.describe()}) can never run in tenant '{tenant.name}'"
+        try:
+            self._retry.call(
+                "read DeviceClass",
+                tenant.name,
+                lambda: custom.get_cluster_custom_object(
+                    GROUP, VERSION, "deviceclasses", gpus.device_class
+                ),
+            )
+            slices = self._retry.call(
+                "list ResourceSlices",
+                tenant.name,
+                lambda: custom.list_cluster_custom_object(GROUP, VERSION, "resourceslices"),
+            )["items"]
+        except ApiException as error:
+            if error.status == 404:
+                raise SubmitError(
+                    f"{refused}: DeviceClass '{gpus.device_class}' does not exist there (or "
+                    f"{GROUP}/{VERSION} is not served: Kubernetes 1.34+); install the GPU's DRA "
+                    "driver, or set gpus.device_class to a class `kubectl get deviceclasses` "
+                    "lists"
+                ) from None
+            if error.status not in (401, 403):
+                raise
+            _warn_unchecked(
+                step,
+                spec,
+                tenant,
+                f"the executor may not read DeviceClasses and ResourceSlices ({error.status})",
+                "grant it get on deviceclasses and list on resourceslices (resource.k8s.io; "
+                "helm chart: rbac.listNodes=true)",
+            )
+            return
+        problem = offer_problem(spec, pool_offer(gpus, slices))
+        if problem is not None:
+            raise SubmitError(
+                f"{refused}: its ResourceClaim (DeviceClass {gpus.device_class}) asks for "
+                f"{problem}; pick a gpu_type and a gpu count one node's devices offer, or add "
+                "such devices to the cluster"
+            )
 
     def _check_access(self, step: str, tenant: TenantConfig, api_client: ApiClient) -> None:
         body = {

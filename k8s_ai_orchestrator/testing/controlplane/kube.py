@@ -31,6 +31,7 @@ from kubernetes import client, config
 from ..kube.emulator import wait_until
 from ..kube.nodes import NodeSpec
 from .agent import NodeAgent
+from .agent.dra import DraGpus
 from .cluster import ApiServer, ControlPlane
 from .syncer import TenantSyncer, translate
 
@@ -73,6 +74,7 @@ class RealKube:
     # syncer's front proxy (`VClusterSyncer.front`), as a user of a real vCluster reaches it
     fronts: dict[str, ApiServer] = field(default_factory=dict)
     _clients: dict[str, client.ApiClient] = field(default_factory=dict)
+    dra_gpus: Sequence[DraGpus] = ()  # fake GPUs the node agent publishes as DRA devices
 
     # -- lifecycle -----------------------------------------------------------------------------
 
@@ -84,6 +86,7 @@ class RealKube:
             self.nodes,
             self.workdir / "agent",
             client_ca=self.plane.host.ca_file,
+            dra_gpus=self.dra_gpus,
         )
         self.agent.start()
         for name, server in self.plane.tenants.items():

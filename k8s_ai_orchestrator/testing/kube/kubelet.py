@@ -19,6 +19,7 @@ import signal
 import sys
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -48,13 +49,28 @@ from .store import ClusterState, Obj, Store, now_rfc3339, parse_rfc3339
 _PATH = os.pathsep.join([os.path.dirname(sys.executable), os.environ.get("PATH", "")])
 
 
+# Prepares a pod's allocated DRA devices on its node: their environment, or why not yet.
+PrepareClaims = Callable[[Obj, str], "dict[str, str] | str"]
+NO_DRA_DRIVER = "no DRA driver is registered on this node (resource claims are not emulated)"
+
+
 class Kubelet:
-    """Runs the containers of every pod bound to a node of this emulator."""
+    """Runs the containers of every pod bound to a node of this emulator.
+
+    A pod with `resourceClaims` starts only when `claims` (a DRA driver's kubelet plugin)
+    prepares its devices; without one it waits, as on a kubelet with no such driver.
+    """
 
     def __init__(
-        self, cluster: ClusterState, host: Store, workdir: Path, wake: threading.Event | None = None
+        self,
+        cluster: ClusterState,
+        host: Store,
+        workdir: Path,
+        wake: threading.Event | None = None,
+        claims: PrepareClaims | None = None,
     ) -> None:
         self.wake = wake  # set when a container exits, so the control loop runs at once
+        self.claims = claims
         self.cluster = cluster
         self.host = host
         self.workdir = workdir
@@ -118,6 +134,9 @@ class Kubelet:
         return run
 
     def _try_start(self, run: PodRun, pod: Obj) -> None:
+        devices = self._prepare_claims(run, pod)
+        if devices is None:
+            return
         waiting: dict[str, tuple[str, str]] = {}
         envs: dict[str, dict[str, str]] = {}
         for container in pod["spec"]["containers"]:
@@ -126,7 +145,11 @@ class Kubelet:
                 waiting[name] = self._pull_failure(run, pod, name, image)
                 continue
             try:
-                envs[name] = resolve_env(run.store, pod, container)
+                claimed = (container.get("resources") or {}).get("claims")
+                envs[name] = {
+                    **resolve_env(run.store, pod, container),
+                    **(devices if claimed else {}),
+                }
             except ContainerConfigError as error:
                 if run.waiting.get(name) != ("CreateContainerConfigError", str(error)):
                     record_event(run.store, pod, "Failed", f"Error: {error}", "Warning")
@@ -137,6 +160,21 @@ class Kubelet:
         for container in pod["spec"]["containers"]:
             self._spawn(run, pod, container, envs[container["name"]])
         run.started = True
+
+    def _prepare_claims(self, run: PodRun, pod: Obj) -> dict[str, str] | None:
+        """The environment of the pod's prepared DRA devices ({} without claims), or None
+        while they cannot be prepared (one `FailedPrepareDynamicResources` event per reason)."""
+        if not pod["spec"].get("resourceClaims"):
+            return {}
+        prepared = NO_DRA_DRIVER if self.claims is None else self.claims(pod, run.node)
+        if isinstance(prepared, dict):
+            return prepared
+        waiting = {c["name"]: ("ContainerCreating", prepared) for c in pod["spec"]["containers"]}
+        if run.waiting != waiting:
+            message = f"Failed to prepare dynamic resources: {prepared}"
+            record_event(run.store, pod, "FailedPrepareDynamicResources", message, "Warning")
+        run.waiting = waiting
+        return None
 
     def _pull_failure(self, run: PodRun, pod: Obj, name: str, image: str) -> tuple[str, str]:
         """ErrImagePull the first time, ImagePullBackOff after; one event per transition."""

@@ -71,6 +71,8 @@ def tolerates(tolerations: list[Obj], taint: Obj) -> bool:
 def hard_reason(pod: Obj, node: Obj) -> str | None:
     """The first failing non-resource filter (unresolvable by preemption), if any."""
     spec = pod.get("spec") or {}
+    if spec.get("resourceClaims"):  # no DRA driver is emulated: no node has any device
+        return "cannot allocate all claims"
     if (node.get("spec") or {}).get("unschedulable"):
         return "node(s) were unschedulable"
     for taint in (node.get("spec") or {}).get("taints") or []:

@@ -30,6 +30,7 @@ from ...kube.kubelet import Kubelet
 from ...kube.nodes import NodeSpec
 from ...kube.store import ClusterState
 from .. import pki
+from .dra import ClaimPreparer, DraGpus, publish
 from .logserver import LogServer
 from .nodes import NodeHeartbeat, node_address, node_object
 from .remote import RemoteStore
@@ -49,6 +50,7 @@ class NodeAgent:
         client_ca: serve only clients with a certificate this CA signed (the apiservers'
             `--kubelet-client-certificate`); None serves anyone.
         address: the nodes' InternalIP, where their servers listen (`node_address()`).
+        dra_gpus: fake GPUs published as DRA devices (`dra.py`: the agent plays their driver).
     """
 
     def __init__(
@@ -58,11 +60,20 @@ class NodeAgent:
         workdir: Path,
         client_ca: Path | None = None,
         address: str | None = None,
+        dra_gpus: Sequence[DraGpus] = (),
     ) -> None:
         if not nodes or len({n.name for n in nodes}) != len(nodes):
             names = [n.name for n in nodes]
             raise ValueError(f"a node agent needs distinct node names, got {names}")
         self.node_names = tuple(n.name for n in nodes)
+        by_name = {n.name: n for n in nodes}
+        for gpus in dra_gpus:
+            spec = by_name.get(gpus.node)
+            if spec is None or spec.gpus:
+                raise ValueError(
+                    f"DRA GPUs of node {gpus.node!r} need a node of this agent with gpus=0 (a "
+                    "node offers its GPUs through the device plugin or a DRA driver, not both)"
+                )
         self.workdir = Path(workdir)
         self.api_client = config.new_client_from_config(config_file=str(kubeconfig))
         self._wake = threading.Event()
@@ -73,7 +84,9 @@ class NodeAgent:
         state.stores[self.store.name] = self.store
         self._nodes_view = state.new_store("nodes")  # what the kubelet checks for Ready
         del state.stores["nodes"]
-        self.kubelet = Kubelet(state, self._nodes_view, self.workdir / "pods", self._wake)
+        self.dra_gpus = tuple(dra_gpus)
+        claims = ClaimPreparer(self.api_client, self.dra_gpus).prepare if dra_gpus else None
+        self.kubelet = Kubelet(state, self._nodes_view, self.workdir / "pods", self._wake, claims)
         ca = pki.write_ca(self.workdir / "pki", "k8s-ai-node-agent")
         self.address = address or node_address()
         hosts = list(dict.fromkeys([self.address, "127.0.0.1", "localhost"]))
@@ -106,6 +119,8 @@ class NodeAgent:
         for node in self.node_objects:
             self._nodes_view.put("nodes", node)
         self.heartbeat.register()
+        if self.dra_gpus:
+            publish(self.api_client, self.dra_gpus)
         self.store.start()
         self._loop.start()
         return self

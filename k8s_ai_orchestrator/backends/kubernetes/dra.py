@@ -1,0 +1,349 @@
+"""How GPU steps ask for GPUs: the device plugin's count, or a Dynamic Resource Allocation claim.
+
+`compute(gpu=N, gpu_type=...)` means the same either way; the backend's `gpus` config (or a
+tenant's own) picks the request:
+
+- `device_plugin` (the default): the container's `nvidia.com/gpu: N` limit, the model as a
+  node selector on `gpu_type_label` (`jobs.py`).
+- `dra`: Kubernetes' Dynamic Resource Allocation (`resource.k8s.io/v1`, GA since 1.34). The
+  step's pod gets a ResourceClaimTemplate named `<job>-gpus`, created right after its Job and
+  owned by it (so it goes with the Job), asking for exactly N devices of `device_class`, the
+  model as a CEL selector on the driver's `model_attribute`; the pod's `resourceClaims` names
+  the template, the container's `resources.claims` the claim, and no `nvidia.com/gpu` limit
+  is set. The kube-scheduler picks the devices (every one on the pod's node) and writes them
+  into the claim's status; the driver's kubelet plugin hands them to the container.
+
+`gpu_type` is a label-style name ("nvidia-h100-80gb-hbm3"), and NVIDIA's driver publishes
+`productName` as "NVIDIA H100 80GB HBM3": the selector compares the attribute lower-cased with
+spaces as '-', which is how NVIDIA's GPU feature discovery writes the same name as a label.
+
+Pre-flight (`preflight.py`) reads the cluster's ResourceSlices through `pool_offer` and refuses
+a step no node's devices could ever satisfy (`offer_problem`). DeviceClass selectors are CEL
+that only the scheduler evaluates; the count here reads the model attribute alone.
+
+Example:
+    >>> gpus = GpuRequest.from_dict({"request": "dra", "device_class": "gpu.nvidia.com"}, "k")
+    >>> model_selector(gpus, "nvidia-h100")  # doctest: +ELLIPSIS
+    'device.attributes["gpu.nvidia.com"].productName.lowerAscii().replace(" ", "-") == ...'
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from kubernetes.client import ApiClient, BatchV1Api, CustomObjectsApi
+from kubernetes.client.exceptions import ApiException
+
+from ...errors import ConfigError, SubmitError
+from ...spec import ComputeSpec
+from .api import ApiRetry, api_message
+from .names import DNS_SUBDOMAIN
+
+GROUP, VERSION, PLURAL = "resource.k8s.io", "v1", "resourceclaimtemplates"
+CLAIM = "gpus"  # the name of the claim in the pod and of the request in the claim
+REQUESTS = ("device_plugin", "dra")
+DEFAULT_MODEL_ATTRIBUTE = "gpu.nvidia.com/productName"  # NVIDIA's DRA driver's model name
+# A fully qualified device attribute: `<driver domain>/<C identifier of at most 32 characters>`.
+_ATTRIBUTE = re.compile(r"(?P<domain>[a-z0-9][-a-z0-9.]*[a-z0-9])/(?P<name>[A-Za-z_]\w{0,31})")
+_KEYS = frozenset({"request", "device_class", "model_attribute"})
+
+
+@dataclass(frozen=True)
+class GpuRequest:
+    """How a GPU step's pod asks for its GPUs (`kubernetes.gpus`, or a tenant's `gpus`).
+
+    Example:
+        >>> GpuRequest.from_dict(None, "kubernetes.gpus").dra
+        False
+        >>> GpuRequest.from_dict({"request": "dra"}, "kubernetes.gpus")  # doctest: +ELLIPSIS
+        Traceback (most recent call last):
+        k8s_ai_orchestrator.errors.ConfigError: kubernetes.gpus: request: dra needs ...
+    """
+
+    request: str = "device_plugin"  # device_plugin | dra
+    device_class: str | None = None  # dra: the DeviceClass the claim asks devices of
+    model_attribute: str = DEFAULT_MODEL_ATTRIBUTE  # dra: `<domain>/<name>` gpu_type matches
+
+    @property
+    def dra(self) -> bool:
+        """Whether GPUs are requested through a ResourceClaim."""
+        return self.request == "dra"
+
+    @classmethod
+    def from_dict(cls, raw: Mapping[str, Any] | None, where: str) -> GpuRequest:
+        """The checked section; `ConfigError` naming the key, the value and what is allowed."""
+        if raw is None:
+            return cls()
+        if not isinstance(raw, Mapping):
+            raise ConfigError(f"{where} must be a mapping, got {type(raw).__name__}")
+        unknown = sorted(set(raw) - _KEYS)
+        if unknown:
+            raise ConfigError(
+                f"{where}: unknown key(s) {unknown}; allowed: {', '.join(sorted(_KEYS))}"
+            )
+        request = raw.get("request", "device_plugin")
+        if request not in REQUESTS:
+            raise ConfigError(
+                f"{where}.request={request!r} is not one of {', '.join(REQUESTS)}; use "
+                "device_plugin (nvidia.com/gpu limits) or dra (a ResourceClaim per step)"
+            )
+        device_class, attribute = raw.get("device_class"), raw.get("model_attribute")
+        if request != "dra":
+            given = [key for key in ("device_class", "model_attribute") if key in raw]
+            if given:
+                raise ConfigError(
+                    f"{where}: {', '.join(given)} is only read with request: dra (request is "
+                    f"{request!r}); remove it or set request: dra"
+                )
+            return cls()
+        if device_class is None:
+            raise ConfigError(
+                f"{where}: request: dra needs device_class, the DeviceClass whose devices GPU "
+                "steps claim: set device_class: gpu.nvidia.com for NVIDIA's DRA driver, or a "
+                "name `kubectl get deviceclasses` lists"
+            )
+        allowed = DNS_SUBDOMAIN.problem(device_class)
+        if allowed:
+            raise ConfigError(
+                f"{where}.device_class={device_class!r} is not {allowed}; give the name of a "
+                "DeviceClass (`kubectl get deviceclasses`)"
+            )
+        attribute = DEFAULT_MODEL_ATTRIBUTE if attribute is None else attribute
+        if not isinstance(attribute, str) or not _ATTRIBUTE.fullmatch(attribute):
+            raise ConfigError(
+                f"{where}.model_attribute={attribute!r} is not a qualified device attribute "
+                "(<driver domain>/<name>, the name a C identifier of at most 32 characters); "
+                f"give the attribute that holds the GPU model, e.g. {DEFAULT_MODEL_ATTRIBUTE}"
+            )
+        return cls(request="dra", device_class=device_class, model_attribute=attribute)
+
+
+def claims_gpus(spec: ComputeSpec, gpus: GpuRequest) -> bool:
+    """Whether a step of `spec` claims its GPUs through DRA (a ResourceClaimTemplate)."""
+    return bool(spec.gpu) and gpus.dra
+
+
+def model_selector(gpus: GpuRequest, gpu_type: str) -> str:
+    """The CEL expression a device of model `gpu_type` satisfies (see the module docstring)."""
+    match = _ATTRIBUTE.fullmatch(gpus.model_attribute)
+    assert match is not None  # checked by GpuRequest.from_dict
+    domain, name = json.dumps(match["domain"]), match["name"]
+    wanted = json.dumps(gpu_type.lower())
+    return f'device.attributes[{domain}].{name}.lowerAscii().replace(" ", "-") == {wanted}'
+
+
+def template_name(job: str) -> str:
+    """The name of the ResourceClaimTemplate of Job `job` (one per attempt)."""
+    return f"{job}-{CLAIM}"
+
+
+def claim_template(job: str, job_uid: str, spec: ComputeSpec, gpus: GpuRequest) -> dict[str, Any]:
+    """The ResourceClaimTemplate of one attempt's pod, owned by its Job.
+
+    Example:
+        >>> from k8s_ai_orchestrator.spec import resolve_spec
+        >>> gpus = GpuRequest(request="dra", device_class="gpu.example.com")
+        >>> body = claim_template("j-0", "uid-1", resolve_spec({"gpu": 2}), gpus)
+        >>> body["spec"]["spec"]["devices"]["requests"][0]["exactly"]["count"]
+        2
+    """
+    exactly: dict[str, Any] = {
+        "deviceClassName": gpus.device_class,
+        "allocationMode": "ExactCount",
+        "count": spec.gpu,
+    }
+    if spec.gpu_type:
+        exactly["selectors"] = [{"cel": {"expression": model_selector(gpus, spec.gpu_type)}}]
+    owner = {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "name": job,
+        "uid": job_uid,
+        "blockOwnerDeletion": True,
+    }
+    return {
+        "apiVersion": f"{GROUP}/{VERSION}",
+        "kind": "ResourceClaimTemplate",
+        "metadata": {"name": template_name(job), "ownerReferences": [owner]},
+        "spec": {"spec": {"devices": {"requests": [{"name": CLAIM, "exactly": exactly}]}}},
+    }
+
+
+def claim_devices(pod: dict[str, Any], job: str) -> None:
+    """Make the pod spec's first container use the claim made from the Job's template."""
+    claims = [c for c in pod.get("resourceClaims") or [] if c.get("name") != CLAIM]
+    pod["resourceClaims"] = [
+        *claims,
+        {"name": CLAIM, "resourceClaimTemplateName": template_name(job)},
+    ]
+    resources = pod["containers"][0].setdefault("resources", {})
+    resources["claims"] = [*(resources.get("claims") or []), {"name": CLAIM}]
+
+
+def dra_problem(spec: ComputeSpec, tenant: str, vcluster: str | None, kueue: bool) -> str | None:
+    """Why a GPU step of `tenant` cannot ask for its GPUs through DRA (yet), or None."""
+    where = f"kubernetes.tenants.{tenant}"
+    if spec.is_gang:
+        return (
+            f"{where}: a multi-node step cannot request GPUs through DRA yet (one claim per "
+            "rank pod is not built); run it on a tenant with gpus.request: device_plugin"
+        )
+    if vcluster is not None:
+        return (
+            f"{where}: gpus.request: dra is not supported on vCluster '{vcluster}' yet: what "
+            "vCluster's syncer does with ResourceClaims and ResourceClaimTemplates is not "
+            "settled here; use gpus.request: device_plugin on this tenant, or reach a cluster "
+            "whose scheduler sees the claims with a kubeconfig tenant"
+        )
+    if kueue:
+        return (
+            f"{where}: gpus.request: dra with gang_admission.mode: kueue is not supported yet: "
+            "Kueue's ClusterQueue quota counts nvidia.com/gpu, which a DRA step does not "
+            "request, so its GPUs would go unaccounted; use gang_admission.mode: guard, or "
+            "gpus.request: device_plugin on this tenant"
+        )
+    return None
+
+
+def create_claim_template(
+    step: str,
+    tenant: str,
+    namespace: str,
+    job: str,
+    spec: ComputeSpec,
+    gpus: GpuRequest,
+    api_client: ApiClient,
+    retry: ApiRetry,
+) -> None:
+    """Create the template of Job `job` (which exists), owned by it; `SubmitError` if refused."""
+
+    def create() -> None:
+        uid = BatchV1Api(api_client).read_namespaced_job(job, namespace).metadata.uid
+        body = claim_template(job, uid, spec, gpus)
+        try:
+            CustomObjectsApi(api_client).create_namespaced_custom_object(
+                GROUP, VERSION, namespace, PLURAL, body
+            )
+        except ApiException as error:
+            if error.status != 409:  # an earlier try was applied
+                raise
+
+    try:
+        retry.call("create ResourceClaimTemplate", tenant, create)
+    except ApiException as error:
+        raise SubmitError(
+            f"step '{step}': tenant '{tenant}' refused ResourceClaimTemplate "
+            f"{template_name(job)} in namespace '{namespace}' ({api_message(error)}); the "
+            f"executor needs create on {GROUP} {PLURAL} there (helm chart: rbac.create=true), "
+            f"and the tenant must serve {GROUP}/{VERSION} (Kubernetes 1.34+)"
+        ) from None
+
+
+def refuse_dra_problem(gpus: GpuRequest, tenant: Any) -> None:
+    """`ConfigError` when `tenant` (a `TenantConfig`) cannot request GPUs through DRA yet."""
+    problem = _tenant_problem(gpus, tenant.name, tenant.vcluster, tenant.gang_admission.kueue)
+    if problem is not None:
+        raise ConfigError(problem)
+
+
+def _tenant_problem(gpus: GpuRequest, tenant: str, vcluster: str | None, kueue: bool) -> str | None:
+    where = f"kubernetes.tenants.{tenant}"
+    if not gpus.dra:
+        return None
+    if vcluster is not None:
+        return (
+            f"{where}: gpus.request: dra is not supported on vCluster '{vcluster}' yet: what "
+            "vCluster's syncer does with ResourceClaims and ResourceClaimTemplates is not "
+            "settled here; use gpus.request: device_plugin on this tenant, or reach a cluster "
+            "whose scheduler sees the claims with a kubeconfig tenant"
+        )
+    if kueue:
+        return (
+            f"{where}: gpus.request: dra with gang_admission.mode: kueue is not supported yet: "
+            "Kueue's ClusterQueue quota counts nvidia.com/gpu, which a DRA step does not "
+            "request, so its GPUs would go unaccounted; use gang_admission.mode: guard, or "
+            "gpus.request: device_plugin on this tenant"
+        )
+    return None
+
+
+def model_of(gpus: GpuRequest, device: Mapping[str, Any], driver: str) -> str | None:
+    """The label-style model of a ResourceSlice device (as `model_selector` compares it)."""
+    match = _ATTRIBUTE.fullmatch(gpus.model_attribute)
+    assert match is not None  # checked by GpuRequest.from_dict
+    attributes = device.get("attributes") or {}
+    value = (attributes.get(f"{match['domain']}/{match['name']}") or {}).get("string")
+    if value is None and driver == match["domain"]:  # unqualified: the driver's own domain
+        value = (attributes.get(match["name"]) or {}).get("string")
+    return None if value is None else str(value).lower().replace(" ", "-")
+
+
+def pool_offer(gpus: GpuRequest, slices: list[Mapping[str, Any]]) -> dict[str, dict[str, int]]:
+    """Devices per node (or pool) and model, from the ResourceSlices of the model's driver.
+
+    Example:
+        >>> gpus = GpuRequest(request="dra", device_class="gpu.nvidia.com")
+        >>> one = {"attributes": {"productName": {"string": "NVIDIA H100"}}}
+        >>> pool_offer(gpus, [{"spec": {"driver": "gpu.nvidia.com", "nodeName": "n1",
+        ...                             "pool": {"name": "n1"}, "devices": [one, one]}}])
+        {'n1': {'nvidia-h100': 2}}
+    """
+    offer: dict[str, dict[str, int]] = {}
+    for item in slices:
+        spec = item.get("spec") or {}
+        where = spec.get("nodeName") or (spec.get("pool") or {}).get("name", "?")
+        for device in spec.get("devices") or []:
+            model = model_of(gpus, device, str(spec.get("driver")))
+            if model is not None:
+                models = offer.setdefault(where, {})
+                models[model] = models.get(model, 0) + 1
+    return offer
+
+
+def offer_problem(spec: ComputeSpec, offer: Mapping[str, Mapping[str, int]]) -> str | None:
+    """Why no node's devices could ever satisfy the step's claim, or None (pre-flight).
+
+    Example:
+        >>> from k8s_ai_orchestrator.spec import resolve_spec
+        >>> offer_problem(resolve_spec({"gpu": 1, "gpu_type": "b200"}), {"n1": {"h100": 4}})
+        'no device of model b200 (the pool offers n1: 4 × h100)'
+    """
+    wanted = spec.gpu_type.lower() if spec.gpu_type else None
+    counts = {
+        node: sum(n for model, n in models.items() if wanted in (None, model))
+        for node, models in offer.items()
+    }
+    most = max(counts.values(), default=0)
+    if most >= spec.gpu:
+        return None
+    pool = "; ".join(
+        f"{node}: " + ", ".join(f"{n} × {model}" for model, n in sorted(models.items()))
+        for node, models in sorted(offer.items())
+    )
+    of_model = f" of model {wanted}" if wanted else ""
+    if most == 0:
+        return f"no device{of_model} (the pool offers {pool or 'no devices'})"
+    return (
+        f"{spec.gpu} devices{of_model} on one node, and no node has more than {most} (the "
+        f"pool offers {pool})"
+    )
+
+
+__all__ = [
+    "CLAIM",
+    "GpuRequest",
+    "claim_devices",
+    "claim_template",
+    "claims_gpus",
+    "create_claim_template",
+    "dra_problem",
+    "model_of",
+    "model_selector",
+    "offer_problem",
+    "pool_offer",
+    "template_name",
+]

@@ -1,0 +1,57 @@
+"""Jobs the DRA tests run: GPU steps that report the devices their pod was given."""
+
+import os
+import time
+
+from dagster import job, op
+
+from k8s_ai_orchestrator import ai_executor, compute
+
+H100 = "nvidia-h100-80gb-hbm3"  # NVIDIA's "NVIDIA H100 80GB HBM3", label-style
+
+
+@op(tags=compute(cpu=0.5, memory="512Mi", gpu=2, gpu_type=H100))
+def two_h100() -> dict[str, str]:
+    """The visible-device environment the node's DRA driver gave the step."""
+    names = ("NVIDIA_VISIBLE_DEVICES", "CUDA_VISIBLE_DEVICES")
+    return {name: os.environ.get(name, "") for name in names}
+
+
+@op(tags=compute(cpu=0.5, memory="512Mi", gpu=1, gpu_type="nvidia-b200"))
+def one_b200() -> None:
+    """Asks for a model no node has."""
+
+
+@job(executor_def=ai_executor)
+def two_h100_job() -> None:
+    two_h100()
+
+
+@job(executor_def=ai_executor)
+def one_b200_job() -> None:
+    one_b200()
+
+
+FOUR_H100 = compute(cpu=0.5, memory="512Mi", gpu=4, gpu_type=H100)  # a node's whole pool
+
+
+def _holds_four() -> str:
+    """Holds its four GPUs a few seconds; the devices it was given."""
+    time.sleep(3)
+    return os.environ.get("NVIDIA_VISIBLE_DEVICES", "")
+
+
+@op(tags=FOUR_H100)
+def four_h100_a() -> str:
+    return _holds_four()
+
+
+@op(tags=FOUR_H100)
+def four_h100_b() -> str:
+    return _holds_four()
+
+
+@job(executor_def=ai_executor)
+def two_full_nodes_job() -> None:
+    four_h100_a()
+    four_h100_b()

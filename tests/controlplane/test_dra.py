@@ -1,0 +1,290 @@
+"""GPUs through Dynamic Resource Allocation on the real control plane.
+
+A plane of its own (no tenants: the host is the executor's one tenant, since the tenant syncer
+carries no claims) whose node agent plays NVIDIA's DRA driver (`agent/dra.py`): it publishes a
+ResourceSlice per node and starts a pod only with the devices the real kube-scheduler
+allocated to its claim. Nothing in the product or the agent picks devices.
+"""
+
+from __future__ import annotations
+
+import shutil
+import sys
+import tempfile
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from dagster import DagsterInstance, execute_job, reconstructable
+from kubernetes import client
+
+from k8s_ai_orchestrator.backends.base import LaunchRequest, StepState
+from k8s_ai_orchestrator.backends.kubernetes import KubernetesBackend, KubernetesConfig
+from k8s_ai_orchestrator.backends.kubernetes.dra import GpuRequest, model_selector
+from k8s_ai_orchestrator.backends.kubernetes.jobs import build_job
+from k8s_ai_orchestrator.spec import resolve_spec
+from k8s_ai_orchestrator.testing.controlplane import start_control_plane
+from k8s_ai_orchestrator.testing.controlplane.agent.dra import DRIVER, DraGpus
+from k8s_ai_orchestrator.testing.controlplane.kube import RealKube
+from k8s_ai_orchestrator.testing.kube.emulator import wait_until
+from k8s_ai_orchestrator.testing.kube.nodes import NodeSpec
+from k8s_ai_orchestrator.testing.priorityclasses import install_priority_classes
+from tests.controlplane.dra_pipelines import one_b200_job, two_full_nodes_job, two_h100_job
+from tests.plane_fixtures import record_version
+from tests.support import engine_messages
+
+pytestmark = [pytest.mark.controlplane, pytest.mark.timeout(300)]
+
+GPU_TAINT = {"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}
+NODES = [
+    NodeSpec(name=name, cpu="16", memory="64Gi", taints=(GPU_TAINT,))
+    for name in ("dra-a100", "dra-h100")
+]
+# the A100 node comes first and has room for two: only the model keeps the step off it
+DRA_GPUS = [
+    DraGpus("dra-a100", count=4, product="NVIDIA A100-SXM4-80GB", architecture="Ampere"),
+    DraGpus("dra-h100", count=4, product="NVIDIA H100 80GB HBM3"),
+]
+RESOURCE = ("resource.k8s.io", "v1")
+
+
+@pytest.fixture(scope="module")
+def dra_kube(kubeplane_bin_dir: Path) -> Iterator[RealKube]:
+    run_dir = Path(tempfile.mkdtemp(prefix="k8sai-draplane-"))
+    with start_control_plane(kubeplane_bin_dir, run_dir) as plane:
+        record_version(plane)
+        with RealKube(plane, NODES, run_dir / "nodes", dra_gpus=DRA_GPUS) as kube:
+            api = kube.host.api_client()
+            install_priority_classes(api)
+            yield kube
+    shutil.rmtree(run_dir, ignore_errors=True)
+
+
+@pytest.fixture
+def namespace(dra_kube: RealKube) -> str:
+    """A fresh namespace of the test's own on the DRA plane."""
+    name = f"dra-{uuid.uuid4().hex[:8]}"
+    client.CoreV1Api(dra_kube.host.api_client()).create_namespace({"metadata": {"name": name}})
+    return name
+
+
+def executor_config(kube: RealKube, namespace: str) -> dict[str, Any]:
+    return {
+        "backend": "kubernetes",
+        "default_tenant": "gpus",
+        "kubernetes": {
+            "image": "ghcr.io/acme/pipeline:test",
+            "python": sys.executable,
+            "command_prefix": [sys.executable, "-m", "dagster"],
+            "gpus": {"request": "dra", "device_class": DRIVER},
+            "tenants": {
+                "gpus": {"kubeconfig": str(kube.plane.host.kubeconfig), "namespace": namespace}
+            },
+        },
+    }
+
+
+def listed(kube: RealKube, namespace: str, plural: str) -> list[dict[str, Any]]:
+    custom = client.CustomObjectsApi(kube.host.api_client())
+    found = custom.list_namespaced_custom_object(*RESOURCE, namespace, plural)
+    return list(found["items"])
+
+
+def test_a_two_gpu_step_gets_two_devices_of_its_model_on_one_node_and_leaves_no_claim(
+    dra_kube: RealKube, namespace: str, dagster_home: Path
+) -> None:
+    run_config = {"execution": {"config": executor_config(dra_kube, namespace)}}
+    with (
+        DagsterInstance.get() as instance,
+        execute_job(
+            reconstructable(two_h100_job), instance=instance, run_config=run_config
+        ) as result,
+    ):
+        messages = engine_messages(instance, result.run_id)
+        assert result.success, messages
+        visible = result.output_for_node("two_h100")
+
+    h100 = DRA_GPUS[1]
+    uuids = visible["NVIDIA_VISIBLE_DEVICES"].split(",")
+    assert len(uuids) == 2 and set(uuids) <= {h100.uuid(i) for i in range(h100.count)}
+    assert len(visible["CUDA_VISIBLE_DEVICES"].split(",")) == 2
+    batch = client.BatchV1Api(dra_kube.host.api_client())
+    core = client.CoreV1Api(dra_kube.host.api_client())
+    (pod,) = core.list_namespaced_pod(namespace).items
+    assert pod.spec.node_name == "dra-h100"
+    assert "nvidia.com/gpu" not in (pod.spec.containers[0].resources.limits or {})
+    # the claim the controller made from the template goes once its pod is done
+    assert wait_until(lambda: not listed(dra_kube, namespace, "resourceclaims"), 60, 0.5), listed(
+        dra_kube, namespace, "resourceclaims"
+    )
+    (job,) = batch.list_namespaced_job(namespace).items
+    (template,) = listed(dra_kube, namespace, "resourceclaimtemplates")
+    assert template["metadata"]["ownerReferences"][0]["uid"] == job.metadata.uid
+    batch.delete_namespaced_job(job.metadata.name, namespace, propagation_policy="Background")
+    assert wait_until(lambda: not listed(dra_kube, namespace, "resourceclaimtemplates"), 60, 0.5)
+
+
+def test_a_step_asking_for_a_model_nobody_has_is_refused_before_anything_is_created(
+    dra_kube: RealKube, namespace: str, dagster_home: Path
+) -> None:
+    run_config = {"execution": {"config": executor_config(dra_kube, namespace)}}
+    with (
+        DagsterInstance.get() as instance,
+        execute_job(
+            reconstructable(one_b200_job),
+            instance=instance,
+            run_config=run_config,
+            raise_on_error=False,
+        ) as result,
+    ):
+        assert not result.success
+        failure = str(result.failure_data_for_node("one_b200") or result.dagster_run)
+        messages = "\n".join(engine_messages(instance, result.run_id))
+    said = failure + messages
+    assert "no device of model nvidia-b200" in said, said
+    assert "dra-h100: 4 × nvidia-h100-80gb-hbm3" in said, said
+    api = dra_kube.host.api_client()
+    assert not client.BatchV1Api(api).list_namespaced_job(namespace).items
+    assert not client.CoreV1Api(api).list_namespaced_pod(namespace).items
+    assert not listed(dra_kube, namespace, "resourceclaimtemplates")
+    assert not listed(dra_kube, namespace, "resourceclaims")
+
+
+def test_a_step_waiting_for_devices_is_pending_in_the_schedulers_words(
+    dra_kube: RealKube, namespace: str, dagster_home: Path
+) -> None:
+    """Two steps that each claim the H100 node's four devices: one waits for the other."""
+    run_config = {"execution": {"config": executor_config(dra_kube, namespace)}}
+    job = reconstructable(two_full_nodes_job)
+    with (
+        DagsterInstance.get() as instance,
+        execute_job(job, instance=instance, run_config=run_config) as result,
+    ):
+        messages = engine_messages(instance, result.run_id)
+        assert result.success, messages
+        held = [result.output_for_node(name) for name in ("four_h100_a", "four_h100_b")]
+    pending = [m for m in messages if " is Pending: " in m]
+    assert any("cannot allocate all claims" in m for m in pending), messages
+    h100 = DRA_GPUS[1]
+    every = {h100.uuid(i) for i in range(h100.count)}
+    assert [set(h.split(",")) for h in held] == [every, every]
+    assert wait_until(lambda: not listed(dra_kube, namespace, "resourceclaims"), 60, 0.5)
+
+
+def test_a_cancelled_dra_step_leaves_no_job_pod_claim_or_template(
+    dra_kube: RealKube, namespace: str
+) -> None:
+    config = KubernetesConfig.from_dict(executor_config(dra_kube, namespace)["kubernetes"])
+    backend = KubernetesBackend(config, default_tenant="gpus")
+    code = "import time; print('holding', flush=True); time.sleep(120)"
+    spec = resolve_spec(
+        {"cpu": 0.5, "memory": "256Mi", "gpu": 1, "gpu_type": "nvidia-a100-sxm4-80gb"}
+    )
+    request = LaunchRequest("run-cancel", "hold", 0, [sys.executable, "-c", code], {}, spec)
+    try:
+        handle = backend.submit(request)
+        running = wait_until(lambda: backend.status(handle).state == StepState.RUNNING, 60, 0.2)
+        assert running, backend.status(handle)
+        assert listed(dra_kube, namespace, "resourceclaims")  # allocated while it runs
+        backend.cancel(handle)
+    finally:
+        backend.close()
+    api = dra_kube.host.api_client()
+
+    def left() -> list[str]:
+        jobs = client.BatchV1Api(api).list_namespaced_job(namespace).items
+        pods = client.CoreV1Api(api).list_namespaced_pod(namespace).items
+        return (
+            [j.metadata.name for j in jobs]
+            + [p.metadata.name for p in pods]
+            + [
+                o["metadata"]["name"]
+                for plural in ("resourceclaims", "resourceclaimtemplates")
+                for o in listed(dra_kube, namespace, plural)
+            ]
+        )
+
+    assert wait_until(lambda: not left(), 60, 0.5), left()
+
+
+def test_an_adopted_dra_job_whose_creator_died_before_its_template_gets_it_and_runs(
+    dra_kube: RealKube, namespace: str
+) -> None:
+    """A run worker killed between the Job's create and its template's: the resumed worker
+    adopts the Job, creates the template, and the step runs."""
+    raw = executor_config(dra_kube, namespace)["kubernetes"]
+    config = KubernetesConfig.from_dict(raw)
+    spec = resolve_spec({"cpu": 0.5, "memory": "256Mi", "gpu": 1})
+    code = "import os; print(os.environ['NVIDIA_VISIBLE_DEVICES'], flush=True)"
+    request = LaunchRequest(
+        "run-adopt", "late", 0, [sys.executable, "-c", code], {}, spec, tenant="gpus"
+    )
+    api = dra_kube.host.api_client()
+    manifest = build_job(request, config.tenant("gpus"), config)
+    client.BatchV1Api(api).create_namespaced_job(namespace, manifest)  # and no template
+    backend = KubernetesBackend(config, default_tenant="gpus")
+    try:
+        handle = backend.adopt(request)
+        assert handle is not None
+        ended = wait_until(
+            lambda: backend.status(handle).state in (StepState.SUCCEEDED, StepState.FAILED),
+            60,
+            0.2,
+        )
+        assert ended and backend.status(handle).state == StepState.SUCCEEDED
+        assert backend.logs(handle).strip().startswith("GPU-")
+    finally:
+        backend.close()
+
+
+def test_the_real_scheduler_applies_the_model_selector_and_says_why_a_claim_waits(
+    dra_kube: RealKube, namespace: str
+) -> None:
+    """The product's selector on a claim of our own, past the pre-flight: the kube-scheduler
+    finds no device of the model and says so in its own words."""
+    gpus = GpuRequest.from_dict({"request": "dra", "device_class": DRIVER}, "g")
+    exactly = {
+        "deviceClassName": DRIVER,
+        "allocationMode": "ExactCount",
+        "count": 1,
+        "selectors": [{"cel": {"expression": model_selector(gpus, "nvidia-b200")}}],
+    }
+    claim = {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaim",
+        "metadata": {"name": "b200"},
+        "spec": {"devices": {"requests": [{"name": "gpus", "exactly": exactly}]}},
+    }
+    api = dra_kube.host.api_client()
+    client.CustomObjectsApi(api).create_namespaced_custom_object(
+        *RESOURCE, namespace, "resourceclaims", claim
+    )
+    pod = {
+        "metadata": {"name": "waits"},
+        "spec": {
+            "containers": [
+                {
+                    "name": "c",
+                    "image": "x",
+                    "command": ["true"],
+                    "resources": {"claims": [{"name": "gpus"}]},
+                }
+            ],
+            "resourceClaims": [{"name": "gpus", "resourceClaimName": "b200"}],
+            "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists"}],
+        },
+    }
+    core = client.CoreV1Api(api)
+    core.create_namespaced_pod(namespace, pod)
+
+    def scheduler_said() -> str:
+        events = core.list_namespaced_event(namespace).items
+        return " ".join(e.message or "" for e in events if e.reason == "FailedScheduling")
+
+    assert wait_until(lambda: "cannot allocate all claims" in scheduler_said(), 60, 0.5), (
+        scheduler_said()
+    )
+    assert core.read_namespaced_pod("waits", namespace).spec.node_name is None
+    core.delete_namespaced_pod("waits", namespace, grace_period_seconds=0)

@@ -1,0 +1,253 @@
+"""GPUs through Dynamic Resource Allocation: the config, the claim template, the Job's pod.
+
+Pure: nothing here talks to an API server (the real plane's tests are in
+tests/controlplane/test_dra.py).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from k8s_ai_orchestrator.backends.base import LaunchRequest
+from k8s_ai_orchestrator.backends.kubernetes.config import KubernetesConfig
+from k8s_ai_orchestrator.backends.kubernetes.dra import (
+    GpuRequest,
+    claim_template,
+    model_selector,
+    offer_problem,
+    pool_offer,
+    template_name,
+)
+from k8s_ai_orchestrator.backends.kubernetes.jobs import build_job, job_name
+from k8s_ai_orchestrator.errors import ConfigError
+from k8s_ai_orchestrator.spec import resolve_spec
+
+DRA = {"request": "dra", "device_class": "gpu.nvidia.com"}
+
+
+def config(backend_gpus: Any = None, **tenant: Any) -> KubernetesConfig:
+    raw: dict[str, Any] = {
+        "image": "ghcr.io/acme/pipeline:1.0",
+        "tenants": {"team-a": {"kubeconfig": "/k", **tenant}},
+    }
+    if backend_gpus is not None:
+        raw["gpus"] = backend_gpus
+    return KubernetesConfig.from_dict(raw)
+
+
+def request(fields: dict[str, object]) -> LaunchRequest:
+    return LaunchRequest(
+        "run-1", "embed", 0, ["python", "-c", "pass"], {}, resolve_spec(fields), tenant="team-a"
+    )
+
+
+def pod_of(conf: KubernetesConfig, fields: dict[str, object]) -> dict[str, Any]:
+    manifest = build_job(request(fields), conf.tenant("team-a"), conf)
+    pod: dict[str, Any] = manifest["spec"]["template"]["spec"]
+    return pod
+
+
+def test_device_plugin_is_the_default_and_keeps_the_gpu_limit_and_model_label() -> None:
+    conf = config()
+    assert not conf.gpus_of(conf.tenant("team-a")).dra
+    pod = pod_of(conf, {"gpu": 2, "gpu_type": "nvidia-h100"})
+    assert pod["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] == "2"
+    assert pod["nodeSelector"] == {"nvidia.com/gpu.product": "nvidia-h100"}
+    assert "resourceClaims" not in pod
+
+
+def test_dra_pod_claims_the_jobs_template_and_has_no_gpu_limit_or_model_label() -> None:
+    pod = pod_of(config(DRA), {"gpu": 2, "gpu_type": "nvidia-h100"})
+    name = job_name(request({"gpu": 2}))
+    assert pod["resourceClaims"] == [
+        {"name": "gpus", "resourceClaimTemplateName": template_name(name)}
+    ]
+    resources = pod["containers"][0]["resources"]
+    assert resources["claims"] == [{"name": "gpus"}]
+    assert "nvidia.com/gpu" not in resources["limits"]
+    assert "nvidia.com/gpu" not in resources["requests"]
+    assert "nvidia.com/gpu.product" not in (pod.get("nodeSelector") or {})
+    assert {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"} in (
+        pod["tolerations"]
+    )
+
+
+def test_dra_step_without_gpus_claims_nothing() -> None:
+    pod = pod_of(config(DRA), {"size": "xs"})
+    assert "resourceClaims" not in pod
+    assert "claims" not in pod["containers"][0]["resources"]
+
+
+def test_a_tenants_own_gpus_setting_overrides_the_backends() -> None:
+    conf = config(DRA, gpus={"request": "device_plugin"})
+    pod = pod_of(conf, {"gpu": 1})
+    assert pod["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] == "1"
+    tenant_dra = config(None, gpus=DRA)
+    assert "resourceClaims" in pod_of(tenant_dra, {"gpu": 1})
+
+
+def test_template_asks_for_exactly_count_devices_of_the_class_owned_by_the_job() -> None:
+    gpus = GpuRequest.from_dict(DRA, "kubernetes.gpus")
+    body = claim_template("k8s-ai-abc-0", "uid-7", resolve_spec({"gpu": 2, "gpu_type": "a"}), gpus)
+    assert body["apiVersion"] == "resource.k8s.io/v1"
+    assert body["kind"] == "ResourceClaimTemplate"
+    assert body["metadata"]["name"] == "k8s-ai-abc-0-gpus"
+    assert body["metadata"]["ownerReferences"] == [
+        {
+            "apiVersion": "batch/v1",
+            "kind": "Job",
+            "name": "k8s-ai-abc-0",
+            "uid": "uid-7",
+            "blockOwnerDeletion": True,
+        }
+    ]
+    (device_request,) = body["spec"]["spec"]["devices"]["requests"]
+    assert device_request["name"] == "gpus"
+    exactly = device_request["exactly"]
+    assert exactly["deviceClassName"] == "gpu.nvidia.com"
+    assert exactly["allocationMode"] == "ExactCount"
+    assert exactly["count"] == 2
+    assert exactly["selectors"] == [{"cel": {"expression": model_selector(gpus, "a")}}]
+
+
+def test_template_without_gpu_type_has_no_selector() -> None:
+    gpus = GpuRequest.from_dict(DRA, "kubernetes.gpus")
+    body = claim_template("j-0", "u", resolve_spec({"gpu": 1}), gpus)
+    assert "selectors" not in body["spec"]["spec"]["devices"]["requests"][0]["exactly"]
+
+
+@pytest.mark.parametrize(
+    ("attribute", "gpu_type", "expression"),
+    [
+        (
+            None,
+            "nvidia-h100-80gb-hbm3",
+            'device.attributes["gpu.nvidia.com"].productName.lowerAscii().replace(" ", "-") '
+            '== "nvidia-h100-80gb-hbm3"',
+        ),
+        (
+            "gpu.example.com/model",
+            "A100",
+            'device.attributes["gpu.example.com"].model.lowerAscii().replace(" ", "-") == "a100"',
+        ),
+    ],
+)
+def test_model_selector_matches_the_attribute_as_a_label_style_name(
+    attribute: str | None, gpu_type: str, expression: str
+) -> None:
+    raw = {**DRA, **({"model_attribute": attribute} if attribute else {})}
+    assert model_selector(GpuRequest.from_dict(raw, "g"), gpu_type) == expression
+
+
+@pytest.mark.parametrize(
+    ("raw", "message"),
+    [
+        ({"request": "cdi"}, "kubernetes.gpus.request='cdi' is not one of device_plugin, dra"),
+        ({"request": "dra"}, "request: dra needs device_class"),
+        ({**DRA, "device_class": "GPU_Class"}, "device_class='GPU_Class' is not a DNS-1123"),
+        ({**DRA, "model_attribute": "productName"}, "is not a qualified device attribute"),
+        ({**DRA, "model_attribute": "gpu.nvidia.com/product-name"}, "qualified device"),
+        ({"device_class": "gpu.nvidia.com"}, "device_class is only read with request: dra"),
+        ({**DRA, "count": 2}, "unknown key(s) ['count']"),
+        ("dra", "kubernetes.gpus must be a mapping"),
+    ],
+)
+def test_bad_gpus_config_is_a_config_error_naming_the_key(raw: Any, message: str) -> None:
+    with pytest.raises(ConfigError) as error:
+        config(raw)
+    assert message in str(error.value)
+
+
+def test_tenant_gpus_error_names_the_tenant() -> None:
+    with pytest.raises(ConfigError, match=r"kubernetes\.tenants\.team-a\.gpus\.request"):
+        config(None, gpus={"request": "mig"})
+
+
+@pytest.mark.parametrize(
+    ("tenant", "fields", "message"),
+    [
+        ({}, {"nodes": 2, "gpus_per_node": 1}, "multi-node step cannot request GPUs through DRA"),
+        (
+            {"gang_admission": {"mode": "kueue", "local_queue": "q"}},
+            {"gpu": 1},
+            "with gang_admission.mode: kueue is not supported yet",
+        ),
+    ],
+)
+def test_dra_steps_not_built_yet_are_refused_before_the_job_exists(
+    tenant: dict[str, Any], fields: dict[str, object], message: str
+) -> None:
+    conf = config(DRA, **tenant)
+    with pytest.raises(ConfigError) as error:
+        build_job(request(fields), conf.tenant("team-a"), conf)
+    assert "step 'embed'" in str(error.value)
+    assert message in str(error.value)
+
+
+def test_dra_on_a_vcluster_tenant_is_refused_for_gpu_steps_only() -> None:
+    conf = KubernetesConfig.from_dict(
+        {
+            "image": "i",
+            "gpus": DRA,
+            "tenants": {"team-a": {"vcluster": "a", "host_namespace": "vcluster-a"}},
+        }
+    )
+    build_job(request({"size": "xs"}), conf.tenant("team-a"), conf)
+    with pytest.raises(ConfigError, match="not supported on vCluster 'a' yet"):
+        build_job(request({"gpu": 1}), conf.tenant("team-a"), conf)
+
+
+def slice_of(node: str, *products: str, driver: str = "gpu.nvidia.com") -> dict[str, Any]:
+    devices = [
+        {"name": f"gpu-{i}", "attributes": {"productName": {"string": p}}}
+        for i, p in enumerate(products)
+    ]
+    return {"spec": {"driver": driver, "nodeName": node, "devices": devices}}
+
+
+def test_pool_offer_counts_devices_per_node_and_label_style_model() -> None:
+    gpus = GpuRequest.from_dict(DRA, "g")
+    slices = [
+        slice_of("n1", "NVIDIA H100 80GB HBM3", "NVIDIA H100 80GB HBM3"),
+        slice_of("n2", "NVIDIA A100-SXM4-80GB"),
+        slice_of("n3", "Other", driver="other.example.com"),  # not the model's driver
+    ]
+    assert pool_offer(gpus, slices) == {
+        "n1": {"nvidia-h100-80gb-hbm3": 2},
+        "n2": {"nvidia-a100-sxm4-80gb": 1},
+    }
+
+
+def test_a_qualified_attribute_is_read_whatever_the_driver() -> None:
+    gpus = GpuRequest.from_dict({**DRA, "model_attribute": "gpu.example.com/model"}, "g")
+    device = {"attributes": {"gpu.example.com/model": {"string": "X 1"}}}
+    item = {"spec": {"driver": "d", "nodeName": "n", "devices": [device]}}
+    assert pool_offer(gpus, [item]) == {"n": {"x-1": 1}}
+
+
+@pytest.mark.parametrize(
+    ("fields", "problem"),
+    [
+        ({"gpu": 2, "gpu_type": "nvidia-h100"}, None),
+        ({"gpu": 3}, None),  # any model: n1 has 3
+        (
+            {"gpu": 1, "gpu_type": "nvidia-b200"},
+            "no device of model nvidia-b200 (the pool offers n1: 1 × nvidia-a100, "
+            "2 × nvidia-h100; n2: 1 × nvidia-h100)",
+        ),
+        ({"gpu": 3, "gpu_type": "nvidia-h100"}, "3 devices of model nvidia-h100 on one node, "),
+        ({"gpu": 4}, "4 devices on one node, and no node has more than 3 (the pool offers"),
+    ],
+)
+def test_offer_problem_names_what_no_node_can_give(
+    fields: dict[str, object], problem: str | None
+) -> None:
+    offer = {"n1": {"nvidia-h100": 2, "nvidia-a100": 1}, "n2": {"nvidia-h100": 1}}
+    found = offer_problem(resolve_spec(fields), offer)
+    assert found is None if problem is None else problem in (found or "")
+
+
+def test_an_empty_pool_offers_nothing() -> None:
+    assert offer_problem(resolve_spec({"gpu": 1}), {}) == ("no device (the pool offers no devices)")
