@@ -1,11 +1,14 @@
 """Jobs the DRA tests run: GPU steps that report the devices their pod was given."""
 
+import json
 import os
 import time
+from pathlib import Path
 
-from dagster import job, op
+from dagster import Config, job, op
 
-from k8s_ai_orchestrator import ai_executor, compute
+from k8s_ai_orchestrator import Gang, ai_executor, compute
+from k8s_ai_orchestrator.stepenv import NODE_NAME
 
 H100 = "nvidia-h100-80gb-hbm3"  # NVIDIA's "NVIDIA H100 80GB HBM3", label-style
 
@@ -55,3 +58,42 @@ def four_h100_b() -> str:
 def two_full_nodes_job() -> None:
     four_h100_a()
     four_h100_b()
+
+
+GANG_OF_TWO = compute(nodes=2, gpus_per_node=1, cpu=0.5, memory="512Mi")  # a GPU on each node
+
+
+class DevicesOut(Config):
+    out_dir: str  # where each rank writes the devices its pod was given
+
+
+def record_devices(out_dir: str) -> None:
+    """A rank: its node and the devices its pod's claim holds, in `<out_dir>/rank-<RANK>`."""
+    seen = {"node": os.environ.get(NODE_NAME, ""), **_visible()}
+    Path(out_dir, f"rank-{os.environ['RANK']}").write_text(json.dumps(seen))
+
+
+def _visible() -> dict[str, str]:
+    names = ("NVIDIA_VISIBLE_DEVICES", "CUDA_VISIBLE_DEVICES")
+    return {name: os.environ.get(name, "") for name in names}
+
+
+@op(tags=GANG_OF_TWO)
+def gang_gpus(config: DevicesOut, gang: Gang) -> None:
+    """Every rank records the devices its own pod was allocated."""
+    gang.run(record_devices, config.out_dir)
+
+
+@job(executor_def=ai_executor, resource_defs={"gang": Gang(straggler_timeout_s=120)})
+def gang_gpus_job() -> None:
+    gang_gpus()
+
+
+@op(tags=compute(nodes=2, gpus_per_node=1, cpu=0.5, memory="512Mi", gpu_type=H100))
+def gang_h100(gang: Gang) -> None:
+    """Asks for an H100 on each of two nodes: only one node has them."""
+
+
+@job(executor_def=ai_executor, resource_defs={"gang": Gang(straggler_timeout_s=120)})
+def gang_h100_job() -> None:
+    gang_h100()

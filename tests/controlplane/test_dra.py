@@ -8,6 +8,7 @@ allocated to its claim. Nothing in the product or the agent picks devices.
 
 from __future__ import annotations
 
+import json
 import shutil
 import sys
 import tempfile
@@ -31,7 +32,13 @@ from k8s_ai_orchestrator.testing.controlplane.kube import RealKube
 from k8s_ai_orchestrator.testing.kube.emulator import wait_until
 from k8s_ai_orchestrator.testing.kube.nodes import NodeSpec
 from k8s_ai_orchestrator.testing.priorityclasses import install_priority_classes
-from tests.controlplane.dra_pipelines import one_b200_job, two_full_nodes_job, two_h100_job
+from tests.controlplane.dra_pipelines import (
+    gang_gpus_job,
+    gang_h100_job,
+    one_b200_job,
+    two_full_nodes_job,
+    two_h100_job,
+)
 from tests.plane_fixtures import record_version
 from tests.support import engine_messages
 
@@ -171,6 +178,64 @@ def test_a_step_waiting_for_devices_is_pending_in_the_schedulers_words(
     every = {h100.uuid(i) for i in range(h100.count)}
     assert [set(h.split(",")) for h in held] == [every, every]
     assert wait_until(lambda: not listed(dra_kube, namespace, "resourceclaims"), 60, 0.5)
+
+
+def test_each_rank_pod_of_a_gang_gets_its_own_claim_of_devices_on_its_node(
+    dra_kube: RealKube, namespace: str, dagster_home: Path, tmp_path: Path
+) -> None:
+    """A 2-node gang with one GPU per node: one claim per rank pod, from the Job's template."""
+    executor = executor_config(dra_kube, namespace)
+    executor["kubernetes"]["gang_workdir"] = str(tmp_path / "gangs")
+    out_dir = tmp_path / "ranks"
+    out_dir.mkdir()
+    run_config = {
+        "execution": {"config": executor},
+        "ops": {"gang_gpus": {"config": {"out_dir": str(out_dir)}}},
+    }
+    with (
+        DagsterInstance.get() as instance,
+        execute_job(
+            reconstructable(gang_gpus_job), instance=instance, run_config=run_config
+        ) as result,
+    ):
+        assert result.success, engine_messages(instance, result.run_id)
+    seen = [json.loads((out_dir / f"rank-{rank}").read_text()) for rank in (0, 1)]
+    assert sorted(s["node"] for s in seen) == ["dra-a100", "dra-h100"]
+    for rank in seen:
+        node = next(g for g in DRA_GPUS if g.node == rank["node"])
+        (device,) = rank["NVIDIA_VISIBLE_DEVICES"].split(",")
+        assert device in {node.uuid(i) for i in range(node.count)}, rank
+    pods = client.CoreV1Api(dra_kube.host.api_client()).list_namespaced_pod(namespace).items
+    claims = {s.resource_claim_name for p in pods for s in p.status.resource_claim_statuses}
+    assert len(pods) == 2 and len(claims) == 2, claims  # one claim per rank pod
+    assert wait_until(lambda: not listed(dra_kube, namespace, "resourceclaims"), 60, 0.5), listed(
+        dra_kube, namespace, "resourceclaims"
+    )
+
+
+def test_a_gang_whose_nodes_cannot_each_offer_its_devices_is_refused_before_anything_is_created(
+    dra_kube: RealKube, namespace: str, dagster_home: Path, tmp_path: Path
+) -> None:
+    """An H100 on each of two nodes, and one node has H100s: refused at pre-flight, whole."""
+    executor = executor_config(dra_kube, namespace)
+    executor["kubernetes"]["gang_workdir"] = str(tmp_path / "gangs")
+    with (
+        DagsterInstance.get() as instance,
+        execute_job(
+            reconstructable(gang_h100_job),
+            instance=instance,
+            run_config={"execution": {"config": executor}},
+            raise_on_error=False,
+        ) as result,
+    ):
+        assert not result.success
+        failure = str(result.failure_data_for_node("gang_h100") or result.dagster_run)
+        said = failure + "\n".join(engine_messages(instance, result.run_id))
+    assert "on each of 2 nodes (one claim per rank pod), and only 1 node offers that" in said
+    api = dra_kube.host.api_client()
+    assert not client.BatchV1Api(api).list_namespaced_job(namespace).items
+    assert not client.CoreV1Api(api).list_namespaced_pod(namespace).items
+    assert not listed(dra_kube, namespace, "resourceclaimtemplates")
 
 
 def test_a_cancelled_dra_step_leaves_no_job_pod_claim_or_template(

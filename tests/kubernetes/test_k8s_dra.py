@@ -168,7 +168,6 @@ def test_tenant_gpus_error_names_the_tenant() -> None:
 @pytest.mark.parametrize(
     ("tenant", "fields", "message"),
     [
-        ({}, {"nodes": 2, "gpus_per_node": 1}, "multi-node step cannot request GPUs through DRA"),
         (
             {"gang_admission": {"mode": "kueue", "local_queue": "q"}},
             {"gpu": 1},
@@ -184,6 +183,26 @@ def test_dra_steps_not_built_yet_are_refused_before_the_job_exists(
         build_job(request(fields), conf.tenant("team-a"), conf)
     assert "step 'embed'" in str(error.value)
     assert message in str(error.value)
+
+
+def test_every_rank_pod_of_a_dra_gang_claims_its_own_devices_from_the_jobs_template() -> None:
+    conf = KubernetesConfig.from_dict(
+        {
+            "image": "i",
+            "gpus": DRA,
+            "gang_workdir": "/shared",
+            "tenants": {"team-a": {"kubeconfig": "/k"}},
+        }
+    )
+    gang = request({"nodes": 2, "gpus_per_node": 1, "gpu_type": "nvidia-h100"})
+    manifest = build_job(gang, conf.tenant("team-a"), conf)
+    assert manifest["spec"]["completions"] == 2  # the Indexed Job's pods share its template
+    pod = manifest["spec"]["template"]["spec"]
+    name = template_name(job_name(gang))
+    assert pod["resourceClaims"] == [{"name": "gpus", "resourceClaimTemplateName": name}]
+    assert "nvidia.com/gpu" not in pod["containers"][0]["resources"]["limits"]
+    body = claim_template(job_name(gang), "uid", gang.spec, conf.gpus)
+    assert body["spec"]["spec"]["devices"]["requests"][0]["exactly"]["count"] == 1
 
 
 def test_dra_on_a_vcluster_tenant_is_refused_for_gpu_steps_only() -> None:
@@ -239,6 +258,16 @@ def test_a_qualified_attribute_is_read_whatever_the_driver() -> None:
         ),
         ({"gpu": 3, "gpu_type": "nvidia-h100"}, "3 devices of model nvidia-h100 on one node, "),
         ({"gpu": 4}, "4 devices on one node, and no node has more than 3 (the pool offers"),
+        ({"nodes": 2, "gpus_per_node": 1, "gpu_type": "nvidia-h100"}, None),
+        (
+            {"nodes": 2, "gpus_per_node": 2, "gpu_type": "nvidia-h100"},
+            "2 devices of model nvidia-h100 on each of 2 nodes (one claim per rank pod), and "
+            "only 1 node offers that (the pool offers n1: ",
+        ),
+        (
+            {"nodes": 3, "gpus_per_node": 1},
+            "on each of 3 nodes (one claim per rank pod), and only 2 nodes offer that",
+        ),
     ],
 )
 def test_offer_problem_names_what_no_node_can_give(

@@ -11,15 +11,19 @@ tenant's own) picks the request:
   model as a CEL selector on the driver's `model_attribute`; the pod's `resourceClaims` names
   the template, the container's `resources.claims` the claim, and no `nvidia.com/gpu` limit
   is set. The kube-scheduler picks the devices (every one on the pod's node) and writes them
-  into the claim's status; the driver's kubelet plugin hands them to the container.
+  into the claim's status; the driver's kubelet plugin hands them to the container. A gang's
+  rank pods share the Job's pod template, so each rank pod gets a claim of its own from the
+  template (one claim per rank pod; claims shared by a PodGroup are not used).
 
 `gpu_type` is a label-style name ("nvidia-h100-80gb-hbm3"), and NVIDIA's driver publishes
 `productName` as "NVIDIA H100 80GB HBM3": the selector compares the attribute lower-cased with
 spaces as '-', which is how NVIDIA's GPU feature discovery writes the same name as a label.
 
-Pre-flight (`preflight.py`) reads the cluster's ResourceSlices through `pool_offer` and refuses
-a step no node's devices could ever satisfy (`offer_problem`). DeviceClass selectors are CEL
-that only the scheduler evaluates; the count here reads the model attribute alone.
+Pre-flight (`preflight.py`) reads the cluster's ResourceSlices through `pool_offer` and
+refuses a step no node's devices could ever satisfy, or a gang too few nodes' devices could
+(`offer_problem`); nodes and quotas are checked without a DRA step's GPUs (`host_fit`).
+DeviceClass selectors are CEL that only the scheduler evaluates; the count here reads the
+model attribute alone.
 
 Example:
     >>> gpus = GpuRequest.from_dict({"request": "dra", "device_class": "gpu.nvidia.com"}, "k")
@@ -32,7 +36,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from kubernetes.client import ApiClient, BatchV1Api, CustomObjectsApi
@@ -185,28 +189,24 @@ def claim_devices(pod: dict[str, Any], job: str) -> None:
 
 
 def dra_problem(spec: ComputeSpec, tenant: str, vcluster: str | None, kueue: bool) -> str | None:
-    """Why a GPU step of `tenant` cannot ask for its GPUs through DRA (yet), or None."""
-    where = f"kubernetes.tenants.{tenant}"
-    if spec.is_gang:
-        return (
-            f"{where}: a multi-node step cannot request GPUs through DRA yet (one claim per "
-            "rank pod is not built); run it on a tenant with gpus.request: device_plugin"
-        )
-    if vcluster is not None:
-        return (
-            f"{where}: gpus.request: dra is not supported on vCluster '{vcluster}' yet: what "
-            "vCluster's syncer does with ResourceClaims and ResourceClaimTemplates is not "
-            "settled here; use gpus.request: device_plugin on this tenant, or reach a cluster "
-            "whose scheduler sees the claims with a kubeconfig tenant"
-        )
-    if kueue:
-        return (
-            f"{where}: gpus.request: dra with gang_admission.mode: kueue is not supported yet: "
-            "Kueue's ClusterQueue quota counts nvidia.com/gpu, which a DRA step does not "
-            "request, so its GPUs would go unaccounted; use gang_admission.mode: guard, or "
-            "gpus.request: device_plugin on this tenant"
-        )
-    return None
+    """Why a GPU step of `tenant` cannot ask for its GPUs through DRA (yet), or None. A gang's
+    rank pods each claim from the Job's template: one claim of `gpu` devices per rank pod."""
+    if not spec.gpu:
+        return None
+    return _tenant_problem(GpuRequest(request="dra"), tenant, vcluster, kueue)
+
+
+def host_fit(spec: ComputeSpec, gpus: GpuRequest) -> ComputeSpec:
+    """What nodes and quotas must hold for a step: without its GPUs when it claims them
+    through DRA (nodes and quotas hold no nvidia.com/gpu then; its devices are the slices').
+
+    Example:
+        >>> from k8s_ai_orchestrator.spec import resolve_spec
+        >>> gpus = GpuRequest(request="dra", device_class="gpu.example.com")
+        >>> host_fit(resolve_spec({"gpu": 2, "gpu_type": "h100"}), gpus).gpu
+        0
+    """
+    return replace(spec, gpu=0, gpu_type=None) if claims_gpus(spec, gpus) else spec
 
 
 def create_claim_template(
@@ -305,12 +305,17 @@ def pool_offer(gpus: GpuRequest, slices: list[Mapping[str, Any]]) -> dict[str, d
 
 
 def offer_problem(spec: ComputeSpec, offer: Mapping[str, Mapping[str, int]]) -> str | None:
-    """Why no node's devices could ever satisfy the step's claim, or None (pre-flight).
+    """Why no placement's devices could ever satisfy the step's claims, or None (pre-flight):
+    each of its `nodes` pods (a gang's rank pods, on nodes of their own) claims `gpu` devices
+    on its node, so that many nodes must each offer that many devices of the model.
 
     Example:
         >>> from k8s_ai_orchestrator.spec import resolve_spec
         >>> offer_problem(resolve_spec({"gpu": 1, "gpu_type": "b200"}), {"n1": {"h100": 4}})
         'no device of model b200 (the pool offers n1: 4 × h100)'
+        >>> gang = resolve_spec({"gpu": 2, "nodes": 2})
+        >>> offer_problem(gang, {"n1": {"h100": 4}}).split(" (the pool")[0]
+        '2 devices on each of 2 nodes (one claim per rank pod), and only 1 node offers that'
     """
     wanted = spec.gpu_type.lower() if spec.gpu_type else None
     counts = {
@@ -318,7 +323,8 @@ def offer_problem(spec: ComputeSpec, offer: Mapping[str, Mapping[str, int]]) -> 
         for node, models in offer.items()
     }
     most = max(counts.values(), default=0)
-    if most >= spec.gpu:
+    enough = sum(1 for n in counts.values() if n >= spec.gpu)
+    if enough >= spec.nodes:
         return None
     pool = "; ".join(
         f"{node}: " + ", ".join(f"{n} × {model}" for model, n in sorted(models.items()))
@@ -327,9 +333,15 @@ def offer_problem(spec: ComputeSpec, offer: Mapping[str, Mapping[str, int]]) -> 
     of_model = f" of model {wanted}" if wanted else ""
     if most == 0:
         return f"no device{of_model} (the pool offers {pool or 'no devices'})"
+    if most < spec.gpu:
+        return (
+            f"{spec.gpu} devices{of_model} on one node, and no node has more than {most} (the "
+            f"pool offers {pool})"
+        )
     return (
-        f"{spec.gpu} devices{of_model} on one node, and no node has more than {most} (the "
-        f"pool offers {pool})"
+        f"{spec.gpu} devices{of_model} on each of {spec.nodes} nodes (one claim per rank pod), "
+        f"and only {enough} node{'s offer' if enough != 1 else ' offers'} that (the pool "
+        f"offers {pool})"
     )
 
 
@@ -341,6 +353,7 @@ __all__ = [
     "claims_gpus",
     "create_claim_template",
     "dra_problem",
+    "host_fit",
     "model_of",
     "model_selector",
     "offer_problem",

@@ -22,7 +22,6 @@ Example:
 from __future__ import annotations
 
 import logging
-from dataclasses import replace
 from decimal import Decimal
 from typing import Any
 
@@ -50,7 +49,7 @@ from .capacity import (
     step_needs,
 )
 from .config import KubernetesConfig, TenantConfig
-from .dra import GROUP, VERSION, GpuRequest, claims_gpus, offer_problem, pool_offer
+from .dra import GROUP, VERSION, GpuRequest, claims_gpus, host_fit, offer_problem, pool_offer
 
 _LOG = logging.getLogger(__name__)
 
@@ -86,7 +85,7 @@ class Preflight:
             spec.tasks_per_node,
         )
         if fit_key not in self._checked:
-            fit = replace(spec, gpu=0, gpu_type=None) if dra else spec
+            fit = host_fit(spec, gpus)
             self._check_quota(request.step_key, fit, tenant, api_client)
             self._check_nodes(request.step_key, fit, tenant, api_client)
             if dra:

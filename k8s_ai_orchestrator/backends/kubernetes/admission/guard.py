@@ -29,6 +29,7 @@ from ...base import LaunchRequest, StepStatus
 from ..api import ApiRetry
 from ..capacity import GangRoom, gang_needs, gang_room, quota_lines, quota_of, step_needs
 from ..config import KubernetesConfig, TenantConfig
+from ..dra import host_fit
 from .base import AdmissionTools, AttemptJob
 
 
@@ -73,8 +74,10 @@ def waiting_for_room(
     core: Any,
     job: AttemptJob,
 ) -> StepStatus | None:
-    """None when every pod of the gang fits now, else why its Job waits (Pending)."""
-    spec = job.request.spec
+    """None when every pod of the gang fits now, else why its Job waits (Pending). A gang
+    claiming its GPUs through DRA is counted without them (`host_fit`): the scheduler
+    allocates its devices, and a rank pod left waiting for them ends as a partial gang."""
+    spec = host_fit(job.request.spec, config.gpus_of(config.tenant(job.tenant)))
     room = read_gang_room(
         core,
         retry,
