@@ -84,6 +84,7 @@ def test_executor_role_grants_exactly_what_the_backend_calls() -> None:
     assert grants[("", "pods/resize")] == {"patch"}  # in-place growth, nothing else
     assert grants[("scheduling.k8s.io", "podgroups")] == {"create", "get"}  # workload gangs
     assert grants[("resource.k8s.io", "resourceclaimtemplates")] == {"create"}  # gpus: dra
+    assert grants[("resource.k8s.io", "resourceclaims")] == {"get"}  # their GPU-seconds
     assert grants[("", "events")] >= {"list"}
     assert grants[("", "resourcequotas")] >= {"list"}
     assert "secrets" not in {resource for _, resource in grants}

@@ -238,6 +238,31 @@ def test_a_gang_whose_nodes_cannot_each_offer_its_devices_is_refused_before_anyt
     assert not listed(dra_kube, namespace, "resourceclaimtemplates")
 
 
+def test_a_dra_steps_gpu_seconds_are_its_allocated_devices_times_its_wall_time(
+    dra_kube: RealKube, namespace: str
+) -> None:
+    """Usage counts the devices in the claim's allocation, read while the pod runs (the claim
+    goes with the pod); with whole GPUs that is the asked count."""
+    config = KubernetesConfig.from_dict(executor_config(dra_kube, namespace)["kubernetes"])
+    backend = KubernetesBackend(config, default_tenant="gpus")
+    code = "import time; time.sleep(2)"
+    spec = resolve_spec({"cpu": 0.5, "memory": "256Mi", "gpu": 2})
+    request = LaunchRequest("run-usage", "two", 0, [sys.executable, "-c", code], {}, spec)
+    try:
+        handle = backend.submit(request)
+        running = wait_until(lambda: backend.status(handle).state == StepState.RUNNING, 60, 0.1)
+        assert running, backend.status(handle)
+        (claim,) = listed(dra_kube, namespace, "resourceclaims")
+        assert len(claim["status"]["allocation"]["devices"]["results"]) == 2
+        assert wait_until(lambda: backend.status(handle).state == StepState.SUCCEEDED, 60, 0.2)
+        usage = backend.usage(handle)
+    finally:
+        backend.close()
+    assert usage.wall_seconds > 0
+    assert usage.gpu_seconds == pytest.approx(2 * usage.wall_seconds)
+    assert wait_until(lambda: not listed(dra_kube, namespace, "resourceclaims"), 60, 0.5)
+
+
 def test_a_cancelled_dra_step_leaves_no_job_pod_claim_or_template(
     dra_kube: RealKube, namespace: str
 ) -> None:

@@ -14,9 +14,11 @@ from k8s_ai_orchestrator.backends.base import LaunchRequest
 from k8s_ai_orchestrator.backends.kubernetes.config import KubernetesConfig
 from k8s_ai_orchestrator.backends.kubernetes.dra import (
     GpuRequest,
+    allocated_devices,
     claim_template,
     model_selector,
     offer_problem,
+    pod_claim,
     pool_offer,
     template_name,
 )
@@ -280,3 +282,35 @@ def test_offer_problem_names_what_no_node_can_give(
 
 def test_an_empty_pool_offers_nothing() -> None:
     assert offer_problem(resolve_spec({"gpu": 1}), {}) == ("no device (the pool offers no devices)")
+
+
+def allocation(*requests: str) -> dict[str, Any]:
+    results = [
+        {"request": r, "driver": "gpu.nvidia.com", "device": f"gpu-{i}"}
+        for i, r in enumerate(requests)
+    ]
+    return {"status": {"allocation": {"devices": {"results": results}}}}
+
+
+@pytest.mark.parametrize(
+    ("claim", "devices"),
+    [
+        (allocation("gpus", "gpus"), 2),
+        (allocation("gpus", "other"), 1),  # another request's device is not the step's GPU
+        ({"status": {"allocation": {"devices": {}}}}, 0),
+        ({"metadata": {"name": "not-allocated-yet"}}, 0),
+    ],
+)
+def test_allocated_devices_counts_the_claims_results_for_the_gpus_request(
+    claim: dict[str, Any], devices: int
+) -> None:
+    assert allocated_devices(claim) == devices
+
+
+def test_pod_claim_is_the_claim_the_controller_made_for_the_pods_gpus() -> None:
+    made = [
+        {"name": "other", "resourceClaimName": "p-other-1"},
+        {"name": "gpus", "resourceClaimName": "p-gpus-x7"},
+    ]
+    assert pod_claim({"status": {"resourceClaimStatuses": made}}) == "p-gpus-x7"
+    assert pod_claim({"status": {}}) is None

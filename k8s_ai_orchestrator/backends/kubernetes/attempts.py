@@ -48,6 +48,7 @@ class Attempt:
     preemptor: PreemptorLookup = field(default_factory=PreemptorLookup)
     adopted: bool = False  # found by a resumed run worker (it ran while no one watched)
     ended_unseen: StepStatus | None = None  # adopted: how its Job ended, if it had (no pods)
+    gpu_devices: int | None = None  # DRA: devices allocated to its pods' claims (`dra.py`)
 
     @property
     def request(self) -> LaunchRequest:
@@ -66,17 +67,19 @@ class Attempt:
         return self.job.request.spec.is_gang
 
     def usage(self, clock: Callable[[], float], max_rss_bytes: int | None) -> ResourceUsage:
-        """Requested resources × seconds it has run (so far: until `clock()`)."""
+        """Requested resources × seconds it has run (so far: until `clock()`); GPUs are the
+        devices allocated to its claims where they were read (DRA), else those it asked for."""
         if self.started_at is None:
             return ResourceUsage()
         end = self.finished_at if self.finished_at is not None else clock()
         wall = max(0.0, end - self.started_at)
         spec = self.request.spec
         node = self.final.node if self.final else None
+        gpus = spec.gpu * spec.nodes if self.gpu_devices is None else self.gpu_devices
         return ResourceUsage(
             cpu_seconds=spec.total_cpu * wall,
             memory_gib_seconds=spec.memory_bytes * spec.nodes / _GiB * wall,
-            gpu_seconds=spec.gpu * spec.nodes * wall,
+            gpu_seconds=gpus * wall,
             wall_seconds=wall,
             nodes=(node,) if node else (),
             max_rss_bytes=max_rss_bytes,

@@ -345,9 +345,58 @@ def offer_problem(spec: ComputeSpec, offer: Mapping[str, Mapping[str, int]]) -> 
     )
 
 
+def allocated_devices(claim: Mapping[str, Any]) -> int:
+    """How many devices the claim's allocation (`status.allocation.devices.results`) holds
+    for the step's request: whole GPUs count one each (partitions, not built, would count by
+    their share of a device).
+
+    Example:
+        >>> allocated_devices({"status": {"allocation": {"devices": {"results": [
+        ...     {"request": "gpus", "device": "gpu-0"}, {"request": "gpus", "device": "gpu-1"}]}}}})
+        2
+        >>> allocated_devices({"status": {}})
+        0
+    """
+    allocation = (claim.get("status") or {}).get("allocation") or {}
+    results = (allocation.get("devices") or {}).get("results") or []
+    return sum(1 for result in results if result.get("request") == CLAIM)
+
+
+def pod_claim(pod: Mapping[str, Any]) -> str | None:
+    """The name of the ResourceClaim made for the pod's `gpus` claim (its status says), or
+    None while the resource-claim controller has not made it."""
+    for made in (pod.get("status") or {}).get("resourceClaimStatuses") or []:
+        if made.get("name") == CLAIM and made.get("resourceClaimName"):
+            return str(made["resourceClaimName"])
+    return None
+
+
+def read_allocated_devices(
+    api_client: ApiClient, namespace: str, pods: list[Mapping[str, Any]]
+) -> int | None:
+    """The devices allocated to the running pods' claims together (a gang: one claim per rank
+    pod), read once when the attempt starts (a claim goes with its pod). None when a claim
+    is not named yet or cannot be read: usage then counts the GPUs the step asked for."""
+    custom = CustomObjectsApi(api_client)
+    total = 0
+    for pod in pods:
+        name = pod_claim(pod)
+        if name is None:
+            return None
+        try:
+            claim = custom.get_namespaced_custom_object(
+                GROUP, VERSION, namespace, "resourceclaims", name
+            )
+        except ApiException:
+            return None
+        total += allocated_devices(claim)
+    return total
+
+
 __all__ = [
     "CLAIM",
     "GpuRequest",
+    "allocated_devices",
     "claim_devices",
     "claim_template",
     "claims_gpus",
@@ -357,6 +406,8 @@ __all__ = [
     "model_of",
     "model_selector",
     "offer_problem",
+    "pod_claim",
     "pool_offer",
+    "read_allocated_devices",
     "template_name",
 ]

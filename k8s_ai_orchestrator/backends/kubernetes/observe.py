@@ -27,6 +27,7 @@ from ...usage_report import MemoryReading
 from ..base import FailureReason, JobHandle, StepState, StepStatus
 from .attempts import Attempt
 from .config import KubernetesConfig
+from .dra import claims_gpus, read_allocated_devices
 from .gangs import gang_status, partial_gang, pending_pod, pod_index, preempted_pods, running_count
 from .growth import PodGrowth
 from .jobapi import JobApi
@@ -101,10 +102,15 @@ class AttemptObserver:
 
     def _started(self, attempt: Attempt, pods: list[Pod]) -> None:
         """Mark when a running attempt started, on this run worker's clock: now, or for an
-        adopted one when its containers started (it ran while no run worker watched)."""
+        adopted one when its containers started (it ran while no run worker watched); a DRA
+        step's allocated devices are read then, while its claims exist (its GPU-seconds)."""
         if attempt.started_at is None:
             ran = container_ages(pods, self._wall())[0] if attempt.adopted else 0.0
             attempt.started_at = self._clock() - ran
+            spec, tenant = attempt.request.spec, self._config.tenant(attempt.tenant)
+            if claims_gpus(spec, self._config.gpus_of(tenant)):
+                api_client = self._tenants.client(attempt.tenant, attempt.request.step_key)
+                attempt.gpu_devices = read_allocated_devices(api_client, attempt.namespace, pods)
 
     def core(self, attempt: Attempt) -> CoreV1Api:
         """The CoreV1Api of the attempt's tenant."""
