@@ -18,10 +18,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from dagster import DagsterInstance, execute_job, reconstructable
+from dagster import DagsterEventType, DagsterInstance, execute_job, reconstructable
 from kubernetes import client
 
-from k8s_ai_orchestrator.backends.base import LaunchRequest, StepState
+from k8s_ai_orchestrator.backends.base import FailureReason, LaunchRequest, StepState
 from k8s_ai_orchestrator.backends.kubernetes import KubernetesBackend, KubernetesConfig
 from k8s_ai_orchestrator.backends.kubernetes.dra import GpuRequest, model_selector
 from k8s_ai_orchestrator.backends.kubernetes.jobs import build_job
@@ -33,6 +33,7 @@ from k8s_ai_orchestrator.testing.kube.emulator import wait_until
 from k8s_ai_orchestrator.testing.kube.nodes import NodeSpec
 from k8s_ai_orchestrator.testing.priorityclasses import install_priority_classes
 from tests.controlplane.dra_pipelines import (
+    H100,
     gang_gpus_job,
     gang_h100_job,
     one_b200_job,
@@ -91,6 +92,18 @@ def executor_config(kube: RealKube, namespace: str) -> dict[str, Any]:
             },
         },
     }
+
+
+def step_usage(instance: DagsterInstance, run_id: str, step: str) -> dict[str, Any]:
+    """The metadata of the step's closing `Step '<step>' reserved ...` engine event."""
+    records = instance.all_logs(run_id, of_type=DagsterEventType.ENGINE_EVENT)
+    (event,) = [
+        r.dagster_event
+        for r in records
+        if r.dagster_event and (r.dagster_event.message or "").startswith(f"Step '{step}' reserved")
+    ]
+    metadata = event.event_specific_data.metadata  # type: ignore[union-attr]
+    return {key: value.value for key, value in metadata.items()}
 
 
 def listed(kube: RealKube, namespace: str, plural: str) -> list[dict[str, Any]]:
@@ -199,6 +212,11 @@ def test_each_rank_pod_of_a_gang_gets_its_own_claim_of_devices_on_its_node(
         ) as result,
     ):
         assert result.success, engine_messages(instance, result.run_id)
+        reserved = step_usage(instance, result.run_id, "gang_gpus")
+    # one device per rank pod's claim, two rank pods: 2 GPUs × the step's wall time (each
+    # rounded to 0.01 s in the event)
+    wall = reserved["k8s_ai/wall_seconds"]
+    assert wall > 0 and reserved["k8s_ai/gpu_seconds"] == pytest.approx(2 * wall, abs=0.02)
     seen = [json.loads((out_dir / f"rank-{rank}").read_text()) for rank in (0, 1)]
     assert sorted(s["node"] for s in seen) == ["dra-a100", "dra-h100"]
     for rank in seen:
@@ -236,6 +254,46 @@ def test_a_gang_whose_nodes_cannot_each_offer_its_devices_is_refused_before_anyt
     assert not client.BatchV1Api(api).list_namespaced_job(namespace).items
     assert not client.CoreV1Api(api).list_namespaced_pod(namespace).items
     assert not listed(dra_kube, namespace, "resourceclaimtemplates")
+
+
+def test_a_gang_some_of_whose_ranks_cannot_get_devices_is_deleted_whole_with_its_claims(
+    dra_kube: RealKube, namespace: str, tmp_path: Path
+) -> None:
+    """All-or-nothing: another step holds the H100 node's four devices, so of a gang asking
+    for four GPUs on each of two nodes only the A100 rank runs; the gang is deleted whole
+    after its all-running timeout, and its running rank's claim goes with it."""
+    raw = executor_config(dra_kube, namespace)["kubernetes"]
+    raw["gang_workdir"] = str(tmp_path / "gangs")
+    raw["tenants"]["gpus"]["gang_admission"] = {"all_running_timeout_s": 5}
+    backend = KubernetesBackend(KubernetesConfig.from_dict(raw), default_tenant="gpus")
+    hold = [sys.executable, "-c", "import time; time.sleep(120)"]
+    four = {"cpu": 0.5, "memory": "256Mi"}
+    holder = LaunchRequest(
+        "run-hold", "hold", 0, hold, {}, resolve_spec({**four, "gpu": 4, "gpu_type": H100})
+    )
+    gang = LaunchRequest(
+        "run-gang", "gang", 0, hold, {}, resolve_spec({**four, "nodes": 2, "gpus_per_node": 4})
+    )
+    try:
+        held = backend.submit(holder)
+        assert wait_until(lambda: backend.status(held).state == StepState.RUNNING, 60, 0.2)
+        handle = backend.submit(gang)
+        failed = wait_until(lambda: backend.status(handle).state == StepState.FAILED, 90, 0.5)
+        status = backend.status(handle)
+        assert failed, status
+        assert status.reason == FailureReason.UNSCHEDULABLE, status
+        assert "only 1 of 2 pods were running" in status.message, status.message
+        assert "cannot allocate all claims" in status.message  # the rank waited for devices
+        backend.cancel(held)
+    finally:
+        backend.close()
+    core = client.CoreV1Api(dra_kube.host.api_client())
+
+    def left() -> list[str]:
+        pods = [p.metadata.name for p in core.list_namespaced_pod(namespace).items]
+        return pods + [c["metadata"]["name"] for c in listed(dra_kube, namespace, "resourceclaims")]
+
+    assert wait_until(lambda: not left(), 60, 0.5), left()
 
 
 def test_a_dra_steps_gpu_seconds_are_its_allocated_devices_times_its_wall_time(
