@@ -193,7 +193,7 @@ def dra_problem(spec: ComputeSpec, tenant: str, vcluster: str | None, kueue: boo
     rank pods each claim from the Job's template: one claim of `gpu` devices per rank pod."""
     if not spec.gpu:
         return None
-    return _tenant_problem(GpuRequest(request="dra"), tenant, vcluster, kueue)
+    return _tenant_problem(tenant, vcluster, kueue)
 
 
 def host_fit(spec: ComputeSpec, gpus: GpuRequest) -> ComputeSpec:
@@ -245,15 +245,16 @@ def create_claim_template(
 
 def refuse_dra_problem(gpus: GpuRequest, tenant: Any) -> None:
     """`ConfigError` when `tenant` (a `TenantConfig`) cannot request GPUs through DRA yet."""
-    problem = _tenant_problem(gpus, tenant.name, tenant.vcluster, tenant.gang_admission.kueue)
+    if not gpus.dra:
+        return
+    problem = _tenant_problem(tenant.name, tenant.vcluster, tenant.gang_admission.kueue)
     if problem is not None:
         raise ConfigError(problem)
 
 
-def _tenant_problem(gpus: GpuRequest, tenant: str, vcluster: str | None, kueue: bool) -> str | None:
+def _tenant_problem(tenant: str, vcluster: str | None, kueue: bool) -> str | None:
+    """Why a tenant cannot request GPUs through DRA yet (with `gpus.request: dra`), or None."""
     where = f"kubernetes.tenants.{tenant}"
-    if not gpus.dra:
-        return None
     if vcluster is not None:
         return (
             f"{where}: gpus.request: dra is not supported on vCluster '{vcluster}' yet: what "
