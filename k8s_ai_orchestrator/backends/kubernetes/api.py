@@ -111,6 +111,46 @@ class ApiRetry:
         )
 
 
+def job_owner(job: str, uid: str) -> dict[str, Any]:
+    """The ownerReference that makes an object go with Job `job` (garbage collection)."""
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "name": job,
+        "uid": uid,
+        "blockOwnerDeletion": True,
+    }
+
+
+def create_for_job(
+    api_client: Any,
+    retry: ApiRetry,
+    where: tuple[str, str, str],
+    resource: tuple[str, str, str],
+    body_of: Callable[[str], dict[str, Any]],
+) -> None:
+    """Create a custom object that Job `where` = (tenant, namespace, job) owns: the Job is read
+    for its uid, `body_of(uid)` is created in `resource` = (group, version, plural), with
+    `retry`; a 409 means an earlier try was applied. A refusal is raised as the
+    `ApiException`, for the caller to word as a `SubmitError`."""
+    from kubernetes.client import BatchV1Api, CustomObjectsApi
+
+    tenant, namespace, job = where
+    group, version, plural = resource
+
+    def create() -> None:
+        uid = BatchV1Api(api_client).read_namespaced_job(job, namespace).metadata.uid
+        try:
+            CustomObjectsApi(api_client).create_namespaced_custom_object(
+                group, version, namespace, plural, body_of(uid)
+            )
+        except ApiException as error:
+            if error.status != 409:  # an earlier try was applied
+                raise
+
+    retry.call(f"create {plural}", tenant, create)
+
+
 def serves(api_client: Any, group: str, version: str, plural: str) -> bool:
     """Whether the API server serves `plural` in `group/version` (its discovery document)."""
     try:

@@ -37,14 +37,15 @@ import json
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
+from functools import partial
 from typing import Any
 
-from kubernetes.client import ApiClient, BatchV1Api, CustomObjectsApi
+from kubernetes.client import ApiClient, CustomObjectsApi
 from kubernetes.client.exceptions import ApiException
 
 from ...errors import ConfigError, SubmitError
 from ...spec import ComputeSpec
-from .api import ApiRetry, api_message
+from .api import ApiRetry, api_message, create_for_job, job_owner
 from .names import DNS_SUBDOMAIN
 
 GROUP, VERSION, PLURAL = "resource.k8s.io", "v1", "resourceclaimtemplates"
@@ -162,13 +163,7 @@ def claim_template(job: str, job_uid: str, spec: ComputeSpec, gpus: GpuRequest) 
     }
     if spec.gpu_type:
         exactly["selectors"] = [{"cel": {"expression": model_selector(gpus, spec.gpu_type)}}]
-    owner = {
-        "apiVersion": "batch/v1",
-        "kind": "Job",
-        "name": job,
-        "uid": job_uid,
-        "blockOwnerDeletion": True,
-    }
+    owner = job_owner(job, job_uid)
     return {
         "apiVersion": f"{GROUP}/{VERSION}",
         "kind": "ResourceClaimTemplate",
@@ -220,20 +215,11 @@ def create_claim_template(
     retry: ApiRetry,
 ) -> None:
     """Create the template of Job `job` (which exists), owned by it; `SubmitError` if refused."""
-
-    def create() -> None:
-        uid = BatchV1Api(api_client).read_namespaced_job(job, namespace).metadata.uid
-        body = claim_template(job, uid, spec, gpus)
-        try:
-            CustomObjectsApi(api_client).create_namespaced_custom_object(
-                GROUP, VERSION, namespace, PLURAL, body
-            )
-        except ApiException as error:
-            if error.status != 409:  # an earlier try was applied
-                raise
-
+    where, resource = (tenant, namespace, job), (GROUP, VERSION, PLURAL)
     try:
-        retry.call("create ResourceClaimTemplate", tenant, create)
+        create_for_job(
+            api_client, retry, where, resource, partial(claim_template, job, spec=spec, gpus=gpus)
+        )
     except ApiException as error:
         raise SubmitError(
             f"step '{step}': tenant '{tenant}' refused ResourceClaimTemplate "
@@ -241,15 +227,6 @@ def create_claim_template(
             f"executor needs create on {GROUP} {PLURAL} there (helm chart: rbac.create=true), "
             f"and the tenant must serve {GROUP}/{VERSION} (Kubernetes 1.34+)"
         ) from None
-
-
-def refuse_dra_problem(gpus: GpuRequest, tenant: Any) -> None:
-    """`ConfigError` when `tenant` (a `TenantConfig`) cannot request GPUs through DRA yet."""
-    if not gpus.dra:
-        return
-    problem = _tenant_problem(tenant.name, tenant.vcluster, tenant.gang_admission.kueue)
-    if problem is not None:
-        raise ConfigError(problem)
 
 
 def _tenant_problem(tenant: str, vcluster: str | None, kueue: bool) -> str | None:

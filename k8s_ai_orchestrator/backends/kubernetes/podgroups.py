@@ -16,27 +16,22 @@ Example:
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Any
 
-from kubernetes.client import ApiClient, BatchV1Api, CustomObjectsApi
+from kubernetes.client import ApiClient
 from kubernetes.client.exceptions import ApiException
 
 from ...errors import SubmitError
 from ..base import LaunchRequest
-from .api import ApiRetry, api_message, serves
+from .api import ApiRetry, api_message, create_for_job, job_owner, serves
 
 GROUP, VERSION, PLURAL = "scheduling.k8s.io", "v1beta1", "podgroups"
 
 
 def podgroup(name: str, nodes: int, priority_class: str, job_uid: str) -> dict[str, Any]:
     """The PodGroup of one gang attempt, owned by its Job."""
-    owner = {
-        "apiVersion": "batch/v1",
-        "kind": "Job",
-        "name": name,
-        "uid": job_uid,
-        "blockOwnerDeletion": True,
-    }
+    owner = job_owner(name, job_uid)
     return {
         "apiVersion": f"{GROUP}/{VERSION}",
         "kind": "PodGroup",
@@ -74,20 +69,11 @@ def create_podgroup(
 ) -> None:
     """Create the PodGroup of a gang whose Job `name` exists; `SubmitError` if refused."""
     tenant = str(request.tenant)
-
-    def create() -> None:
-        job = BatchV1Api(api_client).read_namespaced_job(name, namespace)
-        body = podgroup(name, request.spec.nodes, priority_class, job.metadata.uid)
-        try:
-            CustomObjectsApi(api_client).create_namespaced_custom_object(
-                GROUP, VERSION, namespace, PLURAL, body
-            )
-        except ApiException as error:
-            if error.status != 409:  # an earlier try was applied
-                raise
-
+    body_of = partial(podgroup, name, request.spec.nodes, priority_class)
     try:
-        retry.call("create PodGroup", tenant, create)
+        create_for_job(
+            api_client, retry, (tenant, namespace, name), (GROUP, VERSION, PLURAL), body_of
+        )
     except ApiException as error:
         raise SubmitError(
             f"step '{request.step_key}': tenant '{tenant}' refused PodGroup {name} in namespace "
