@@ -1,5 +1,5 @@
-"""Gang steps on a real 3-node Slurm, each version (conftest.py's `versioned_cluster`): one
-sbatch allocation, one srun, one rank per node."""
+"""Gang steps on a real 3-node Slurm, each version (conftest.py's `versioned_cluster`) over
+each transport (`any_backend`): one sbatch allocation, one srun, one rank per node."""
 
 from __future__ import annotations
 
@@ -20,6 +20,12 @@ pytestmark = [pytest.mark.slurm, pytest.mark.timeout(240)]
 @pytest.fixture
 def cluster(versioned_cluster: LocalSlurmCluster) -> LocalSlurmCluster:
     return versioned_cluster
+
+
+@pytest.fixture
+def backend(any_backend: SlurmBackend) -> SlurmBackend:
+    """Every test here runs over the CLI and over slurmrestd (conftest.py's `transport`)."""
+    return any_backend
 
 
 def test_two_node_gang_step_runs_one_rank_per_node_with_torch_style_env(
