@@ -120,9 +120,8 @@ def test_cancel_leaves_no_job_in_the_queue(
 def test_usage_reports_node_cpu_memory_gpu_seconds_and_measured_use_of_a_finished_gang(
     backend: SlurmBackend,
 ) -> None:
-    hold_and_spin = (
-        "x = bytearray(96 << 20)\nimport time\nt = time.time()\nwhile time.time() - t < 2: x[0] = 1"
-    )
+    # 96 MiB held while it uses one CPU-second (however busy this machine is)
+    hold_and_spin = "x = bytearray(96 << 20)\nimport time\nwhile time.process_time() < 1: x[0] = 1"
     handle = backend.submit(launch_request(["python3", "-c", hold_and_spin], gpu=1))
     wait_for_status(backend, handle, running)
     time.sleep(1.5)  # let jobacct_gather sample the running job once
@@ -137,4 +136,4 @@ def test_usage_reports_node_cpu_memory_gpu_seconds_and_measured_use_of_a_finishe
     assert usage.memory_gib_seconds == pytest.approx(0.5 * usage.wall_seconds)
     # measured: slurmdbd's MaxRSS and TotalCPU (sstat's samples too on the CLI transport)
     assert usage.max_rss_bytes is not None and usage.max_rss_bytes >= 96 * 1024**2
-    assert usage.cpu_used_seconds is not None and usage.cpu_used_seconds >= 1.5
+    assert usage.cpu_used_seconds is not None and usage.cpu_used_seconds >= 1.0
