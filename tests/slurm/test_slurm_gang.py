@@ -4,6 +4,7 @@ each transport (`any_backend`): one sbatch allocation, one srun, one rank per no
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 
 import pytest
@@ -105,7 +106,11 @@ def test_a_gang_past_its_timeout_is_stopped_and_fails_the_step(
 
     assert status.exit_code == 3
     assert "gang of 2 ranks did not finish: srun still running after 3s" in backend.logs(handle)
-    assert cluster.run(["squeue", "-h", "-s"]).stdout.strip() == ""
+    # the job ends FAILED while Slurm still tears its cancelled srun step down (COMPLETING)
+    deadline = time.monotonic() + 30
+    while steps := cluster.run(["squeue", "-h", "-s"]).stdout.strip():
+        assert time.monotonic() < deadline, f"job steps left running: {steps}"
+        time.sleep(0.2)
 
 
 def test_more_nodes_than_the_partition_has_is_refused_before_submitting(
