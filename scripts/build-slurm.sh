@@ -39,10 +39,11 @@ main() {
   ORIG_SHA256=e1a5547edd212c38b5e3230a284133f777b32746551f094aaa81cc4af375e332
   ORIG_SIZE=9907599
   # bookworm's packages that configure needs for what we build (what debian/control asks
-  # for, less what only the skipped plugins use: MariaDB, HDF5, IPMI, Kafka, ROCm, GTK).
+  # for, less what only the skipped plugins use: HDF5, IPMI, Kafka, ROCm, GTK). libmariadb-dev
+  # (its mariadb_config) gives slurmdbd its accounting_storage/mysql plugin.
   BUILD_DEPS=(libmunge-dev libjwt-dev libjson-c-dev libhttp-parser-dev libyaml-dev
     libpam0g-dev liblua5.1-0-dev libhwloc-dev libdbus-1-dev libcurl4-openssl-dev liblz4-dev
-    libnuma-dev libreadline-dev pkg-config)
+    libnuma-dev libreadline-dev libmariadb-dev pkg-config)
 
   CACHE_ROOT=${KUBEPLANE_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/k8s-ai-orchestrator}
   JOBS=${SLURM_BUILD_JOBS:-2}
@@ -106,9 +107,10 @@ main() {
   start=$(date +%s)
   cd "$tmp/src"
   log "configuring slurm $SLURM_UPSTREAM_VERSION for prefix $OUT"
-  # Only what we use: no sview/X11, MariaDB (slurmdbd's storage), HDF5, IPMI, Kafka, GPUs,
-  # PMIx, UCX. auth/jwt (libjwt), slurmrestd (http-parser, json-c, yaml) and auth/munge are
-  # required, so they are asked for by path: configure fails instead of silently leaving them.
+  # Only what we use: no sview/X11, HDF5, IPMI, Kafka, GPUs, PMIx, UCX. auth/jwt (libjwt),
+  # slurmrestd (http-parser, json-c, yaml), auth/munge and MariaDB (slurmdbd's
+  # accounting_storage/mysql, found through /usr/bin/mariadb_config) are required, so they are
+  # asked for by path, and the check after install refuses a build that silently left one out.
   # --enable-multiple-slurmd, as Debian's packages: the test cluster runs several slurmd on one
   # host. Without it slurmctld keeps one node per host name, and a node refuses the job
   # credential that another node on the same munged already decoded (munge's replay check), so
@@ -116,11 +118,16 @@ main() {
   ./configure --prefix="$OUT" --sysconfdir="$OUT/etc" --localstatedir=/var \
     --disable-static --disable-sview --disable-x11 --disable-debug --enable-multiple-slurmd \
     --with-munge=/usr --with-jwt=/usr --with-json=/usr --with-http-parser=/usr \
-    --with-yaml=/usr --with-lz4=/usr --with-hwloc=/usr \
-    --without-mysql_config --without-hdf5 --without-rdkafka --without-freeipmi \
+    --with-yaml=/usr --with-lz4=/usr --with-hwloc=/usr --with-mysql_config=/usr/bin \
+    --without-hdf5 --without-rdkafka --without-freeipmi \
     --without-nvml --without-rsmi --without-oneapi --without-pmix --without-ucx \
     --without-ofed --without-s2n --without-hpe-slingshot \
     > "$tmp/configure.log" 2>&1 || { tail -n 40 "$tmp/configure.log" >&2; exit 1; }
+  if ! grep -q '^#define HAVE_MYSQL 1' config.h; then
+    echo "build-slurm: configure did not find MariaDB (libmariadb-dev's mariadb_config)" >&2
+    grep -i mysql "$tmp/configure.log" >&2 || true
+    exit 1
+  fi
   log "configure: $(( $(date +%s) - start )) s"
 
   start=$(date +%s)
@@ -138,11 +145,12 @@ main() {
 
   # What the tests need must be there: refuse a build that lacks any of it.
   local missing=()
-  for f in sbin/slurmctld sbin/slurmd sbin/slurmrestd bin/sbatch bin/squeue bin/scancel \
-    bin/sacct bin/sstat bin/scontrol bin/sinfo bin/srun lib/slurm/auth_munge.so \
+  for f in sbin/slurmctld sbin/slurmd sbin/slurmrestd sbin/slurmdbd bin/sbatch bin/squeue bin/scancel \
+    bin/sacct bin/sstat bin/sacctmgr bin/scontrol bin/sinfo bin/srun lib/slurm/auth_munge.so \
     lib/slurm/auth_jwt.so lib/slurm/cgroup_v1.so lib/slurm/cgroup_v2.so \
     lib/slurm/proctrack_cgroup.so lib/slurm/task_cgroup.so lib/slurm/rest_auth_jwt.so \
-    lib/slurm/openapi_slurmctld.so; do
+    lib/slurm/openapi_slurmctld.so lib/slurm/openapi_slurmdbd.so \
+    lib/slurm/accounting_storage_slurmdbd.so lib/slurm/accounting_storage_mysql.so; do
     [ -e "$staged/$f" ] || missing+=("$f")
   done
   if ! ls "$staged"/lib/slurm/data_parser_v0_0_*.so >/dev/null 2>&1; then

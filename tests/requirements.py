@@ -32,6 +32,7 @@ FIXTURE_MARKERS = {
     "kueue_bin_dir": "kueue",
     "node_bin_dir": "realnode",
     "vcluster_bin_dir": "vcluster",
+    "slurm_accounting": "slurm",
     "slurm_cluster": "slurm",
     "slurm_current_cluster": "slurm",
     "versioned_cluster": "slurm",

@@ -1,11 +1,13 @@
 """A real Slurm cluster on one machine, for tests: munged, slurmctld, slurmrestd and one slurmd
-per node, all in one PID namespace so that stopping the cluster is one kill.
+per node (and with `accounting` a slurmdbd), all in one PID namespace so that stopping the
+cluster is one kill.
 
 Needs the Debian packages `slurm-wlm slurmrestd munge slurm-wlm-jwt-plugin` (22.05), or with
 `prefix` a Slurm built from source (`scripts/build-slurm.sh`: 24.11, `munge` still Debian's),
-root (the daemons run as root with `SlurmUser=root`) and `unshare`. Every file lives in one
-temporary directory; ports are picked free; `stop()` leaves nothing behind, not even the
-cgroups slurmd made.
+root (the daemons run as root with `SlurmUser=root`) and `unshare`; with `accounting` also
+`mariadb-server` and (22.05) `slurmdbd` (`slurmdbd.py`). Every file lives in one temporary
+directory; ports are picked free; `stop()` leaves nothing behind, not even the cgroups slurmd
+made. The files it writes are `slurmconf.py`'s.
 
 Example:
     >>> with LocalSlurmCluster() as cluster:  # doctest: +SKIP
@@ -24,25 +26,23 @@ import subprocess
 import tempfile
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from ..backends.slurm.config import SlurmConfig
 from ..errors import BackendError
+from .slurmconf import CLUSTER_NAME, PARTITION, ClusterFiles, LocalNode
+from .slurmdbd import LocalMariaDB, Slurmdbd, free_port, missing_accounting_programs
 
 DAEMONS = ("munged", "slurmctld", "slurmd", "slurmrestd", "unshare")
-PARTITION = "debug"
-
-
-@dataclass(frozen=True)
-class LocalNode:
-    """One simulated compute node (a slurmd of its own on this host)."""
-
-    name: str
-    cpus: int = 4  # CPUs Slurm believes the node has (the host may have fewer)
-    memory_mb: int = 4096
-    gpus: int = 0  # fake GPUs: character devices listed in gres.conf
+__all__ = [
+    "DEFAULT_NODES",
+    "PARTITION",
+    "LocalMariaDB",
+    "LocalNode",
+    "LocalSlurmCluster",
+    "missing_slurm_programs",
+]
 
 
 DEFAULT_NODES = (
@@ -62,12 +62,6 @@ def missing_slurm_programs(prefix: Path | None = None) -> list[str]:
     if prefix is not None:  # Slurm's own programs from the prefix only
         found = [n for n in found if n in ("munged", "unshare") or (prefix / "sbin" / n).exists()]
     return [name for name in DAEMONS if name not in found]
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def _slurm_cgroups() -> set[Path]:
@@ -111,6 +105,9 @@ class LocalSlurmCluster:
         cgroup_memory: enforce a job's memory with the kernel's cgroup v1 memory controller
             (`TaskPlugin=task/cgroup`, `ConstrainRAMSpace`: the job ends OUT_OF_MEMORY) instead
             of slurmstepd's sampling (`OverMemoryKill`: FAILED, signal 9).
+        accounting: keep accounting as production does: a slurmdbd of this cluster's own
+            (its own port and database in this started MariaDB server), so `sacct` and
+            slurmrestd's /slurmdb/ endpoints know every job; None: no accounting storage.
         startup_timeout_s: how long to wait for every node to become idle.
 
     Example:
@@ -128,6 +125,7 @@ class LocalSlurmCluster:
         rest: bool = True,
         prefix: Path | None = None,
         cgroup_memory: bool = False,
+        accounting: LocalMariaDB | None = None,
         startup_timeout_s: float = 60.0,
     ) -> None:
         if not nodes:
@@ -141,9 +139,12 @@ class LocalSlurmCluster:
         self.prefix = Path(prefix) if prefix is not None else None
         self.cgroup_memory = cgroup_memory
         self.startup_timeout_s = startup_timeout_s
-        self.ctld_port = _free_port()
-        self.rest_port = _free_port()
-        self.node_ports = {node.name: _free_port() for node in self.nodes}
+        self.ctld_port = free_port()
+        self.rest_port = free_port()
+        self.node_ports = {node.name: free_port() for node in self.nodes}
+        self.slurmdbd = (
+            Slurmdbd(accounting, self.root, CLUSTER_NAME, free_port()) if accounting else None
+        )
         self._supervisor: subprocess.Popen[bytes] | None = None
         self._cgroups_before: set[Path] | None = None  # slurm cgroups there before start
 
@@ -177,10 +178,13 @@ class LocalSlurmCluster:
     def start(self) -> LocalSlurmCluster:
         """Write the configuration, start the daemons and wait until every node is idle."""
         missing = missing_slurm_programs(self.prefix)
+        if self.slurmdbd is not None:
+            missing += missing_accounting_programs(self.prefix)
         if missing:
             raise BackendError(
                 f"cannot start a local Slurm cluster: {', '.join(missing)} not installed; "
-                "run scripts/install-system-deps.sh (Debian: slurm-wlm slurmrestd munge)"
+                "run scripts/install-system-deps.sh (Debian: slurm-wlm slurmrestd munge, and "
+                "mariadb-server slurmdbd for accounting)"
             )
         self._write_files()
         self._cgroups_before = _slurm_cgroups()
@@ -294,6 +298,21 @@ class LocalSlurmCluster:
 
     # -- configuration files ---------------------------------------------------------------
 
+    @property
+    def files(self) -> ClusterFiles:
+        """The cluster's configuration files and supervisor script (`slurmconf.py`)."""
+        return ClusterFiles(
+            root=self.root,
+            nodes=self.nodes,
+            ctld_port=self.ctld_port,
+            rest_port=self.rest_port,
+            node_ports=self.node_ports,
+            prefix=self.prefix,
+            cgroup_memory=self.cgroup_memory,
+            rest=self.rest_enabled,
+            slurmdbd=self.slurmdbd,
+        )
+
     def _write_files(self) -> None:
         for sub in ("etc", "log", "run", "state", "spool", "dev", "munge", "shared"):
             (self.root / sub).mkdir(parents=True, exist_ok=True)
@@ -305,118 +324,13 @@ class LocalSlurmCluster:
                 device = self.root / "dev" / f"{node.name}-gpu{index}"
                 if not device.exists():
                     os.mknod(device, 0o666 | 0o020000, os.makedev(1, 3))
-        _write(self.conf_path, self._slurm_conf())
-        _write(self.root / "etc" / "gres.conf", self._gres_conf())
+        files = self.files
+        _write(self.conf_path, files.slurm_conf(socket.gethostname()))
+        _write(self.root / "etc" / "gres.conf", files.gres_conf())
         if self.prefix is not None or self.cgroup_memory:
             # 24.11's slurmd reads cgroup.conf whatever TaskPlugin says; this host mounts the
             # v1 hierarchies (v2 only under /sys/fs/cgroup/unified).
-            _write(self.root / "etc" / "cgroup.conf", self._cgroup_conf())
-        _write(self.root / "etc" / "supervise.sh", self._supervisor_script())
-
-    def _slurm_conf(self) -> str:
-        r = self.root
-        host = socket.gethostname()
-        lines = [
-            "ClusterName=k8saitest",
-            f"SlurmctldHost={host}(127.0.0.1)",
-            f"SlurmctldPort={self.ctld_port}",
-            "SlurmUser=root",
-            "SlurmdUser=root",
-            "AuthType=auth/munge",
-            "CredType=cred/munge",
-            f"AuthInfo=socket={r}/munge/munge.sock,cred_expire=10",
-            "AuthAltTypes=auth/jwt",
-            f"AuthAltParameters=jwt_key={r}/etc/jwt.key",
-            f"StateSaveLocation={r}/state",
-            f"SlurmdSpoolDir={r}/spool/%n",
-            f"SlurmctldPidFile={r}/run/slurmctld.pid",
-            f"SlurmdPidFile={r}/run/slurmd-%n.pid",
-            f"SlurmctldLogFile={r}/log/slurmctld.log",
-            f"SlurmdLogFile={r}/log/slurmd-%n.log",
-            "SlurmctldDebug=info",
-            "SlurmdDebug=info",
-            "ProctrackType=proctrack/linuxproc",
-            f"TaskPlugin=task/{'cgroup' if self.cgroup_memory else 'none'}",
-            "SelectType=select/cons_tres",
-            "SelectTypeParameters=CR_Core_Memory",
-            "DefMemPerCPU=256",
-            "GresTypes=gpu",
-            "SchedulerType=sched/backfill",
-            "SchedulerParameters=batch_sched_delay=0,sched_interval=2",
-            "ReturnToService=2",
-            "SlurmdParameters=config_overrides",
-            "JobCompType=jobcomp/filetxt",
-            f"JobCompLoc={r}/log/jobcomp.txt",
-            "JobAcctGatherType=jobacct_gather/linux",
-            "JobAcctGatherFrequency=task=1",
-            *([] if self.cgroup_memory else ["JobAcctGatherParams=OverMemoryKill"]),
-            "MpiDefault=none",
-            "MailProg=/bin/true",
-            "KillWait=5",
-            "MessageTimeout=10",
-            "InactiveLimit=0",
-            "MinJobAge=600",
-            f"TmpFS={r}/shared",
-        ]
-        for node in self.nodes:
-            gres = f" Gres=gpu:{node.gpus}" if node.gpus else ""
-            lines.append(
-                f"NodeName={node.name} NodeHostname=localhost NodeAddr=127.0.0.1 "
-                f"Port={self.node_ports[node.name]} CPUs={node.cpus} Boards=1 SocketsPerBoard=1 "
-                f"CoresPerSocket={node.cpus} ThreadsPerCore=1 RealMemory={node.memory_mb}"
-                f"{gres} State=UNKNOWN"
-            )
-        lines.append(
-            f"PartitionName={PARTITION} Nodes=ALL Default=YES MaxTime=INFINITE State=UP "
-            "OverSubscribe=NO"
-        )
-        return "\n".join(lines) + "\n"
-
-    def _cgroup_conf(self) -> str:
-        lines = ["CgroupPlugin=cgroup/v1"]
-        if self.cgroup_memory:
-            lines += ["ConstrainRAMSpace=yes", "ConstrainSwapSpace=yes", "AllowedSwapSpace=0"]
-        return "\n".join(lines) + "\n"
-
-    def _gres_conf(self) -> str:
-        lines = []
-        for node in self.nodes:
-            if node.gpus:
-                last = node.gpus - 1
-                files = f"{self.root}/dev/{node.name}-gpu[0-{last}]"
-                lines.append(f"NodeName={node.name} Name=gpu File={files}")
-        return "\n".join(lines) + "\n"
-
-    @property
-    def _rest_plugins(self) -> str:
-        """22.05 has one plugin per OpenAPI version; 24.11 one for slurmctld, serving every
-        data parser it was built with (v0.0.40-v0.0.42)."""
-        return "openapi/v0.0.38" if self.prefix is None else "openapi/slurmctld"
-
-    def _supervisor_script(self) -> str:
-        r = self.root
-        conf = shlex.quote(str(self.conf_path))
-        log = shlex.quote(str(r / "log"))
-        munge = (
-            f"munged -F --force --key-file={r}/munge/munge.key --socket={r}/munge/munge.sock "
-            f"--pid-file={r}/run/munged.pid --seed-file={r}/munge/seed "
-            f"--log-file={r}/log/munged.log"
-        )
-        lines = [
-            "set -u",
-            f"export SLURM_CONF={conf}",
-            f"{munge} &",
-            f"for _ in $(seq 100); do [ -S {r}/munge/munge.sock ] && break; sleep 0.05; done",
-            f"slurmctld -D -i -f {conf} >{log}/slurmctld.out 2>&1 &",
-        ]
-        for node in self.nodes:
-            lines.append(f"slurmd -D -N {node.name} -f {conf} >{log}/slurmd-{node.name}.out 2>&1 &")
-        if self.rest_enabled:
-            lines.append(
-                "SLURMRESTD_SECURITY=disable_user_check SLURM_JWT=daemon "
-                f"slurmrestd -f {conf} -a rest_auth/jwt -s {self._rest_plugins} "
-                f"127.0.0.1:{self.rest_port} "
-                f">{log}/slurmrestd.out 2>&1 &"
-            )
-        lines.append("wait")
-        return "\n".join(lines) + "\n"
+            _write(self.root / "etc" / "cgroup.conf", files.cgroup_conf())
+        if self.slurmdbd is not None:  # slurmdbd refuses a slurmdbd.conf others can read
+            _write(self.root / "etc" / "slurmdbd.conf", self.slurmdbd.slurmdbd_conf(), 0o600)
+        _write(self.root / "etc" / "supervise.sh", files.supervisor_script())

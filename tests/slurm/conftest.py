@@ -1,6 +1,9 @@
 """Real Slurm clusters (3 nodes, two with 2 fake GPUs) for the whole test session: Debian's
 22.05 packages (`slurm_cluster`) and a current Slurm built from source beside them
-(`slurm_current_cluster`, scripts/build-slurm.sh); `versioned_cluster` runs a test on both."""
+(`slurm_current_cluster`, scripts/build-slurm.sh); `versioned_cluster` runs a test on both,
+and `transport` over both transports (`any_backend`, `executor_slurm`).
+Each keeps accounting as production does: a slurmdbd of its own (Debian's 22.05 one, or the
+build's) with its own database in one MariaDB server the session starts (`slurm_accounting`)."""
 
 from __future__ import annotations
 
@@ -8,22 +11,30 @@ import os
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from k8s_ai_orchestrator.backends.slurm import SlurmBackend, SlurmConfig
 from k8s_ai_orchestrator.testing.slurm import LocalSlurmCluster, missing_slurm_programs
+from k8s_ai_orchestrator.testing.slurmdbd import LocalMariaDB, missing_accounting_programs
 from tests.requirements import INSTALL_DEPS, in_ci, require
 
 BUILD_SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "build-slurm.sh"
 PREFIX_ENV = "K8S_AI_SLURM_PREFIX"  # a current Slurm's prefix, instead of the script's cache
 VERSIONS = ("22.05", "24.11")  # Debian's packages; scripts/build-slurm.sh's build
+TRANSPORTS = ("cli", "rest")
+TOKEN_ENV = "K8S_AI_TEST_SLURM_JWT"  # where `executor_slurm` puts the REST token
 
 
 def _require_slurm(prefix: Path | None = None) -> None:
     missing = missing_slurm_programs(prefix)
     what = "Slurm" if prefix is None else f"the Slurm built in {prefix}"
     hint = INSTALL_DEPS if prefix is None else "run scripts/build-slurm.sh (make slurm-current)"
+    require(f"{what} ({', '.join(missing)})" if missing else what, not missing, hint)
+    missing = missing_accounting_programs(prefix)
+    what = "Slurm accounting: MariaDB and slurmdbd"
+    hint = INSTALL_DEPS + ("" if prefix is None else " and scripts/build-slurm.sh")
     require(f"{what} ({', '.join(missing)})" if missing else what, not missing, hint)
     root = "root (the local Slurm cluster runs its daemons as root)"
     require(root, os.geteuid() == 0, "run the Slurm tests as root")
@@ -44,19 +55,26 @@ def current_slurm_prefix() -> Path:
 
 
 @pytest.fixture(scope="session")
-def slurm_cluster() -> Iterator[LocalSlurmCluster]:
+def slurm_accounting() -> Iterator[LocalMariaDB]:
+    """One MariaDB server for the session's clusters; each slurmdbd has a database in it."""
     _require_slurm()
-    with LocalSlurmCluster() as cluster:
+    with LocalMariaDB() as db:
+        yield db
+
+
+@pytest.fixture(scope="session")
+def slurm_cluster(slurm_accounting: LocalMariaDB) -> Iterator[LocalSlurmCluster]:
+    with LocalSlurmCluster(accounting=slurm_accounting) as cluster:
         yield cluster
 
 
 @pytest.fixture(scope="session")
-def slurm_current_cluster() -> Iterator[LocalSlurmCluster]:
+def slurm_current_cluster(slurm_accounting: LocalMariaDB) -> Iterator[LocalSlurmCluster]:
     prefix = current_slurm_prefix()
     _require_slurm(prefix)
     # The kernel enforces --mem here (OUT_OF_MEMORY), slurmstepd's sampling on 22.05 (FAILED)
-    with LocalSlurmCluster(prefix=prefix, cgroup_memory=True) as cluster:
-        yield cluster
+    with LocalSlurmCluster(prefix=prefix, cgroup_memory=True, accounting=slurm_accounting) as c:
+        yield c
 
 
 def _fresh(session_cluster: LocalSlurmCluster) -> Iterator[LocalSlurmCluster]:
@@ -97,3 +115,29 @@ def cli_config(cluster: LocalSlurmCluster) -> SlurmConfig:
 @pytest.fixture
 def backend(cli_config: SlurmConfig) -> SlurmBackend:
     return SlurmBackend(cli_config, rss_sample_interval_s=0)
+
+
+@pytest.fixture(params=TRANSPORTS)
+def transport(request: pytest.FixtureRequest) -> str:
+    """Each transport in turn: the Slurm commands (`cli`) and slurmrestd (`rest`)."""
+    return str(request.param)
+
+
+@pytest.fixture
+def any_backend(cluster: LocalSlurmCluster, transport: str) -> SlurmBackend:
+    """The backend on `cluster` over each transport in turn."""
+    return SlurmBackend(cluster.backend_config(transport), rss_sample_interval_s=0)
+
+
+@pytest.fixture
+def executor_slurm(
+    cluster: LocalSlurmCluster, transport: str, monkeypatch: pytest.MonkeyPatch
+) -> dict[str, Any]:
+    """The executor's (and AICompute's) `slurm:` config for `cluster` over each transport in
+    turn; for `rest` a fresh token in $K8S_AI_TEST_SLURM_JWT, named by `rest_token: {env}`."""
+    slurm: dict[str, Any] = {"workdir": str(cluster.workdir), "slurm_conf": str(cluster.conf_path)}
+    if transport == "rest":
+        monkeypatch.setenv(TOKEN_ENV, cluster.jwt_token())
+        rest = {"rest_url": cluster.rest_url, "rest_user": "root", "rest_token": {"env": TOKEN_ENV}}
+        slurm |= {"transport": "rest", **rest}
+    return slurm

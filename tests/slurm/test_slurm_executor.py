@@ -1,5 +1,5 @@
-"""End to end, on each Slurm version: `ai_executor` with the local default backend sends a
-2-node gang asset to Slurm."""
+"""End to end, on each Slurm version over each transport (conftest.py's `executor_slurm`):
+`ai_executor` with the local default backend sends a 2-node gang asset to Slurm."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ import json
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 from dagster import DagsterInstance, execute_job
@@ -31,10 +32,9 @@ def cluster(versioned_cluster: LocalSlurmCluster) -> LocalSlurmCluster:
 
 
 def test_two_node_gang_asset_is_materialized_on_slurm_by_ai_executor(
-    cluster: LocalSlurmCluster, instance: DagsterInstance, test_out: Path
+    executor_slurm: dict[str, Any], instance: DagsterInstance, test_out: Path
 ) -> None:
-    slurm = {"workdir": str(cluster.workdir), "slurm_conf": str(cluster.conf_path)}
-    executor = {"backend": "local", "slurm": slurm}
+    executor = {"backend": "local", "slurm": executor_slurm}
 
     result = execute_job(
         JOBS.get_reconstructable_job("train_gang"),
@@ -53,13 +53,12 @@ def test_two_node_gang_asset_is_materialized_on_slurm_by_ai_executor(
 
 
 def test_a_preemptible_gang_step_requeued_on_usr2_resumes_and_the_run_succeeds(
-    cluster: LocalSlurmCluster, instance: DagsterInstance, test_out: Path
+    cluster: LocalSlurmCluster,
+    executor_slurm: dict[str, Any],
+    instance: DagsterInstance,
+    test_out: Path,
 ) -> None:
-    slurm = {
-        "workdir": str(cluster.workdir),
-        "slurm_conf": str(cluster.conf_path),
-        "grace_period_s": 4,
-    }
+    slurm = {**executor_slurm, "grace_period_s": 4}
     preempt = threading.Thread(target=send_usr2_once_started, args=(cluster, test_out))
     preempt.start()
 
@@ -90,9 +89,12 @@ def send_usr2_once_started(cluster: LocalSlurmCluster, out: Path) -> None:
 
 
 def test_a_gang_step_that_loses_a_node_is_relaunched_and_the_run_succeeds(
-    cluster: LocalSlurmCluster, instance: DagsterInstance, test_out: Path
+    cluster: LocalSlurmCluster,
+    executor_slurm: dict[str, Any],
+    instance: DagsterInstance,
+    test_out: Path,
 ) -> None:
-    slurm = {"workdir": str(cluster.workdir), "slurm_conf": str(cluster.conf_path)}
+    slurm = executor_slurm
     fail_node = threading.Thread(target=take_a_node_down_once_started, args=(cluster, test_out))
     fail_node.start()
 
@@ -127,9 +129,9 @@ def _text_under(folder: Path) -> str:
 
 
 def test_a_step_slurm_kills_over_its_memory_is_relaunched_with_double_memory(
-    cluster: LocalSlurmCluster, instance: DagsterInstance
+    cluster: LocalSlurmCluster, executor_slurm: dict[str, Any], instance: DagsterInstance
 ) -> None:
-    slurm = {"workdir": str(cluster.workdir), "slurm_conf": str(cluster.conf_path)}
+    slurm = executor_slurm
 
     result = execute_job(
         JOBS.get_reconstructable_job("train_hungry"),

@@ -1,9 +1,10 @@
-"""Gang steps on a real 3-node Slurm, each version (conftest.py's `versioned_cluster`): one
-sbatch allocation, one srun, one rank per node."""
+"""Gang steps on a real 3-node Slurm, each version (conftest.py's `versioned_cluster`) over
+each transport (`any_backend`): one sbatch allocation, one srun, one rank per node."""
 
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 
 import pytest
@@ -20,6 +21,12 @@ pytestmark = [pytest.mark.slurm, pytest.mark.timeout(240)]
 @pytest.fixture
 def cluster(versioned_cluster: LocalSlurmCluster) -> LocalSlurmCluster:
     return versioned_cluster
+
+
+@pytest.fixture
+def backend(any_backend: SlurmBackend) -> SlurmBackend:
+    """Every test here runs over the CLI and over slurmrestd (conftest.py's `transport`)."""
+    return any_backend
 
 
 def test_two_node_gang_step_runs_one_rank_per_node_with_torch_style_env(
@@ -99,7 +106,11 @@ def test_a_gang_past_its_timeout_is_stopped_and_fails_the_step(
 
     assert status.exit_code == 3
     assert "gang of 2 ranks did not finish: srun still running after 3s" in backend.logs(handle)
-    assert cluster.run(["squeue", "-h", "-s"]).stdout.strip() == ""
+    # the job ends FAILED while Slurm still tears its cancelled srun step down (COMPLETING)
+    deadline = time.monotonic() + 30
+    while steps := cluster.run(["squeue", "-h", "-s"]).stdout.strip():
+        assert time.monotonic() < deadline, f"job steps left running: {steps}"
+        time.sleep(0.2)
 
 
 def test_more_nodes_than_the_partition_has_is_refused_before_submitting(

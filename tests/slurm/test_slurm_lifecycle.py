@@ -1,6 +1,6 @@
-"""A step's life on a real Slurm, each version (conftest.py's `versioned_cluster`): pending
-with Slurm's reason, failures, node loss, USR2 checkpoint-and-requeue, cancellation and
-accounting."""
+"""A step's life on a real Slurm, each version (conftest.py's `versioned_cluster`) over each
+transport (`any_backend`): pending with Slurm's reason, failures, node loss, USR2
+checkpoint-and-requeue, cancellation and accounting (slurmdbd's)."""
 
 from __future__ import annotations
 
@@ -22,6 +22,12 @@ SLEEP = ["sleep", "300"]
 @pytest.fixture
 def cluster(versioned_cluster: LocalSlurmCluster) -> LocalSlurmCluster:
     return versioned_cluster
+
+
+@pytest.fixture
+def backend(any_backend: SlurmBackend) -> SlurmBackend:
+    """Every test here runs over the CLI and over slurmrestd (conftest.py's `transport`)."""
+    return any_backend
 
 
 def running(status: StepStatus) -> bool:
@@ -111,10 +117,12 @@ def test_cancel_leaves_no_job_in_the_queue(
         time.sleep(0.2)
 
 
-def test_usage_reports_node_cpu_memory_gpu_seconds_and_rss_of_a_finished_gang(
+def test_usage_reports_node_cpu_memory_gpu_seconds_and_measured_use_of_a_finished_gang(
     backend: SlurmBackend,
 ) -> None:
-    handle = backend.submit(launch_request(["sleep", "4"], gpu=1))
+    # 96 MiB held while it uses one CPU-second (however busy this machine is)
+    hold_and_spin = "x = bytearray(96 << 20)\nimport time\nwhile time.process_time() < 1: x[0] = 1"
+    handle = backend.submit(launch_request(["python3", "-c", hold_and_spin], gpu=1))
     wait_for_status(backend, handle, running)
     time.sleep(1.5)  # let jobacct_gather sample the running job once
     wait_for_status(backend, handle, lambda s: s.is_terminal)
@@ -126,4 +134,6 @@ def test_usage_reports_node_cpu_memory_gpu_seconds_and_rss_of_a_finished_gang(
     assert usage.cpu_seconds == pytest.approx(2 * usage.wall_seconds)
     assert usage.gpu_seconds == pytest.approx(2 * usage.wall_seconds)
     assert usage.memory_gib_seconds == pytest.approx(0.5 * usage.wall_seconds)
-    assert usage.max_rss_bytes is not None and usage.max_rss_bytes > 0
+    # measured: slurmdbd's MaxRSS and TotalCPU (sstat's samples too on the CLI transport)
+    assert usage.max_rss_bytes is not None and usage.max_rss_bytes >= 96 * 1024**2
+    assert usage.cpu_used_seconds is not None and usage.cpu_used_seconds >= 1.0

@@ -1,7 +1,8 @@
 """The REST transport's version choice and payload shapes, from answers the real slurmrestd
 gave: Slurm 22.05 (v0.0.38) and 24.11 (v0.0.40-v0.0.42), saved under golden/rest/, cut to what
 the transport reads (the OpenAPI descriptions to their path keys; jobs, partitions and nodes to
-their fields that openapi.py names). Pure: an injected `HttpCall` serves the saved answers."""
+their fields that openapi.py names; slurmdbd's jobs to the steps' `mem`/`cpu` TRES and CPU
+time). Pure: an injected `HttpCall` serves the saved answers."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ import pytest
 from slurm_support import launch_request
 
 from k8s_ai_orchestrator.backends.slurm import SlurmConfig, batch_job, render_script, to_step_status
+from k8s_ai_orchestrator.backends.slurm.accounting import Measured, from_sacct
 from k8s_ai_orchestrator.backends.slurm.openapi import (
     job_info,
     served_versions,
@@ -216,3 +218,57 @@ def test_a_refused_v0_0_42_submit_names_slurms_error(tmp_path: Path) -> None:
     method, path, body = http.sent[-1]
     assert (method, path, body["job"]["nodes"]) == ("POST", "/slurm/v0.0.42/job/submit", "4")
     assert "script" not in body and body["job"]["script"].startswith("#!")
+
+
+@pytest.mark.parametrize(
+    ("description", "version", "measured"),
+    [
+        ("openapi-22.05-slurmdbd", "v0.0.38", Measured(66154496, 0.400395)),
+        ("openapi-24.11-slurmdbd", "v0.0.40", Measured(66162688, 0.441301)),
+        ("openapi-24.11-slurmdbd", "v0.0.41", Measured(66162688, 0.441301)),
+        ("openapi-24.11-slurmdbd", "v0.0.42", Measured(66162688, 0.441301)),
+    ],
+)
+def test_a_finished_jobs_peak_rss_and_cpu_time_come_from_slurmdbd_on_every_version(
+    description: str, version: str, measured: Measured
+) -> None:
+    # a 2-node job whose srun step held 50 MiB per task (sacct: MaxRSS 64600K for step 1.0)
+    http = SavedSlurmrestd(
+        description, {f"GET /slurmdb/{version}/job/1": (200, f"{version}-slurmdb_job")}
+    )
+
+    assert transport(http, version).measured("1") == measured
+    assert http.sent[-1][1] == f"/slurmdb/{version}/job/1"
+
+
+@pytest.mark.parametrize(
+    ("description", "version"),
+    [("openapi-22.05-slurmdbd", "v0.0.38"), ("openapi-24.11-slurmdbd", "v0.0.42")],
+)
+def test_a_job_slurmdbd_has_no_record_of_is_not_measured(description: str, version: str) -> None:
+    http = SavedSlurmrestd(
+        description, {f"GET /slurmdb/{version}/job/9": (200, f"{version}-slurmdb_job_unknown")}
+    )
+
+    assert transport(http).measured("9") is None
+
+
+@pytest.mark.parametrize("description", ["openapi-22.05", "openapi-24.11"])
+def test_without_slurmdbd_the_rest_transport_asks_no_accounting(description: str) -> None:
+    http = SavedSlurmrestd(description, {})
+
+    assert transport(http).measured("1") is None
+    assert [path for _, path, _ in http.sent] == ["/openapi/v3"]
+
+
+def test_sacct_rows_of_a_requeued_job_add_up_every_run() -> None:
+    rows = [
+        "7||00:01.500",  # first run, ended by a node failure
+        "7.batch|70M|00:01.500",
+        "7||01:00.250",  # the requeued run
+        "7.batch|10660K|00:00.250",
+        "7.0|1.5G|01:00",
+    ]
+
+    assert from_sacct(rows, "7") == Measured(int(1.5 * 1024**3), 61.75)
+    assert from_sacct(["8|0|00:00.100"], "7") is None

@@ -1,5 +1,5 @@
-"""AICompute on the real local Slurm, each version: messages through a file in the shared
-workdir."""
+"""AICompute on the real local Slurm, each version over each transport (conftest.py's
+`executor_slurm`): messages through a file in the shared workdir."""
 
 from __future__ import annotations
 
@@ -40,9 +40,10 @@ ROOT = Path(__file__).parents[2]
 SIZE = {"cpu": 1, "memory": "256Mi", "backend": "slurm"}
 
 
-def slurm_config(cluster: LocalSlurmCluster) -> dict[str, Any]:
-    slurm = {"workdir": str(cluster.workdir), "slurm_conf": str(cluster.conf_path)}
-    return {"slurm": slurm, "poll_interval_s": 0.2}
+@pytest.fixture
+def ai_config(executor_slurm: dict[str, Any]) -> dict[str, Any]:
+    """AICompute's config for the cluster over each transport in turn."""
+    return {"slurm": executor_slurm, "poll_interval_s": 0.2}
 
 
 def wait_for(predicate: Any, timeout_s: float = 120.0) -> None:
@@ -53,9 +54,9 @@ def wait_for(predicate: Any, timeout_s: float = 120.0) -> None:
 
 
 def test_a_two_node_program_reports_through_a_file_in_the_shared_workdir(
-    cluster: LocalSlurmCluster, tmp_path: Path
+    ai_config: dict[str, Any], cluster: LocalSlurmCluster, tmp_path: Path
 ) -> None:
-    ai = AICompute(**slurm_config(cluster))
+    ai = AICompute(**ai_config)
 
     result = materialize_tiles(ai, {**SIZE, "nodes": 2}, {"TILES": "2"}, f"file://{tmp_path}")
 
@@ -68,10 +69,10 @@ def test_a_two_node_program_reports_through_a_file_in_the_shared_workdir(
 
 
 def test_an_undersized_program_killed_by_slurm_succeeds_after_memory_escalation(
-    cluster: LocalSlurmCluster, tmp_path: Path, instance: DagsterInstance
+    ai_config: dict[str, Any], cluster: LocalSlurmCluster, tmp_path: Path, instance: DagsterInstance
 ) -> None:
     result = materialize_tiles(
-        AICompute(**slurm_config(cluster)),
+        AICompute(**ai_config),
         {**SIZE, "memory": "64Mi"},
         {"NEED_MIB": "150"},
         f"file://{tmp_path}",
@@ -93,7 +94,7 @@ def test_an_undersized_program_killed_by_slurm_succeeds_after_memory_escalation(
 
 
 def test_a_program_on_a_lost_node_is_relaunched_and_resumes_from_its_checkpoint(
-    cluster: LocalSlurmCluster, tmp_path: Path, instance: DagsterInstance
+    ai_config: dict[str, Any], cluster: LocalSlurmCluster, tmp_path: Path, instance: DagsterInstance
 ) -> None:
     out, ckpt = tmp_path / "out", tmp_path / "ckpt"
     out.mkdir()
@@ -109,7 +110,7 @@ def test_a_program_on_a_lost_node_is_relaunched_and_resumes_from_its_checkpoint(
     loser = threading.Thread(target=lose_the_node_after_two_tiles)
     loser.start()
     result = materialize_tiles(
-        AICompute(**slurm_config(cluster)),
+        AICompute(**ai_config),
         SIZE,
         env,
         f"file://{ckpt}",
@@ -126,12 +127,12 @@ def test_a_program_on_a_lost_node_is_relaunched_and_resumes_from_its_checkpoint(
 
 
 def test_terminating_the_run_leaves_no_slurm_job(
-    cluster: LocalSlurmCluster, tmp_path: Path
+    ai_config: dict[str, Any], cluster: LocalSlurmCluster, tmp_path: Path
 ) -> None:
     out = tmp_path / "out"
     out.mkdir()
     env = {"TILES": "100", "TILE_S": "1", "PIPES_TEST_OUT": str(out)}
-    config = {**slurm_config(cluster), "backend": "slurm"}
+    config = {**ai_config, "backend": "slurm"}
     run = subprocess.Popen(
         [sys.executable, "-m", "tests.pipes.terminate_run", json.dumps(config), json.dumps(env)],
         cwd=ROOT,
@@ -146,12 +147,12 @@ def test_terminating_the_run_leaves_no_slurm_job(
 
 
 def test_a_program_larger_than_the_partition_is_refused_before_sbatch(
-    cluster: LocalSlurmCluster, tmp_path: Path
+    ai_config: dict[str, Any], cluster: LocalSlurmCluster, tmp_path: Path
 ) -> None:
     before = _known_jobs(cluster)
 
     result = materialize_tiles(
-        AICompute(**slurm_config(cluster)), {**SIZE, "cpu": 64}, {}, f"file://{tmp_path}"
+        AICompute(**ai_config), {**SIZE, "cpu": 64}, {}, f"file://{tmp_path}"
     )
 
     assert not result.success
@@ -162,7 +163,7 @@ def test_a_program_larger_than_the_partition_is_refused_before_sbatch(
 
 
 def _known_jobs(cluster: LocalSlurmCluster) -> set[str]:
-    """Ids of the jobs slurmctld knows, finished ones included (no accounting here)."""
+    """Ids of the jobs slurmctld knows, finished ones included."""
     lines = cluster.run(["scontrol", "-o", "show", "jobs"]).stdout.splitlines()
     return {line.split()[0] for line in lines if line.startswith("JobId=")}
 

@@ -1,4 +1,5 @@
-"""No stale result on Slurm (`backend: slurm`, tests/checkpoint/reruns.py)."""
+"""No stale result on Slurm (`backend: slurm`, tests/checkpoint/reruns.py), each version over
+each transport (conftest.py's `versioned_cluster` and `executor_slurm`)."""
 
 from __future__ import annotations
 
@@ -15,10 +16,16 @@ pytestmark = [pytest.mark.slurm, pytest.mark.timeout(300)]
 
 
 @pytest.fixture
-def executor(cluster: LocalSlurmCluster, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Any:
+def cluster(versioned_cluster: LocalSlurmCluster) -> LocalSlurmCluster:
+    return versioned_cluster
+
+
+@pytest.fixture
+def executor(
+    executor_slurm: dict[str, Any], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> Any:
     reruns.use_checkpoints(monkeypatch, tmp_path)
-    slurm = {"workdir": str(cluster.workdir), "slurm_conf": str(cluster.conf_path)}
-    return {"backend": "slurm", "slurm": slurm}
+    return {"backend": "slurm", "slurm": executor_slurm}
 
 
 def test_new_data_recomputes_and_a_failed_run_resumes_on_reexecution(

@@ -1,6 +1,7 @@
 """A run worker SIGKILLed mid-run is a non-event on Slurm: the resumed run worker (`dagster api
 resume_run`, as run monitoring starts it) finds the step's sbatch job by its name and comment
-(run, step, attempt) through either transport, and watches it instead of submitting it again."""
+(run, step, attempt), and watches it instead of submitting it again; each Slurm version over each
+transport (conftest.py's `versioned_cluster` and `executor_slurm`)."""
 
 from __future__ import annotations
 
@@ -27,16 +28,8 @@ def cluster(versioned_cluster: LocalSlurmCluster) -> LocalSlurmCluster:
     return versioned_cluster
 
 
-def slurm(cluster: LocalSlurmCluster, transport: str) -> dict[str, Any]:
-    config = {"workdir": str(cluster.workdir), "slurm_conf": str(cluster.conf_path)}
-    if transport == "rest":
-        rest = {"rest_url": cluster.rest_url, "rest_user": "root", "rest_token_env": "SLURM_JWT"}
-        config |= {"transport": "rest", **rest}
-    return config
-
-
-def run_config(cluster: LocalSlurmCluster, transport: str, op: str, folder: Path) -> dict:
-    executor = {"backend": "slurm", "slurm": slurm(cluster, transport)}
+def run_config(slurm: dict[str, Any], op: str, folder: Path) -> dict:
+    executor = {"backend": "slurm", "slurm": slurm}
     return {"execution": {"config": executor}, "ops": {op: {"config": {"dir": str(folder)}}}}
 
 
@@ -55,16 +48,10 @@ def jobs_of(cluster: LocalSlurmCluster, run_id: str) -> list[str]:
     return [line for line in done.stdout.splitlines() if f"k8sai.{run_id[:8]}." in line]
 
 
-@pytest.mark.parametrize("transport", ["cli", "rest"])
 def test_a_resumed_run_worker_finds_the_step_s_slurm_job_and_runs_it_once(
-    cluster: LocalSlurmCluster,
-    run_worker: Any,
-    tmp_path: Path,
-    transport: str,
-    monkeypatch: pytest.MonkeyPatch,
+    cluster: LocalSlurmCluster, executor_slurm: dict[str, Any], run_worker: Any, tmp_path: Path
 ) -> None:
-    monkeypatch.setenv("SLURM_JWT", cluster.jwt_token())
-    worker = run_worker("tally_job", run_config(cluster, transport, "tally", tmp_path))
+    worker = run_worker("tally_job", run_config(executor_slurm, "tally", tmp_path))
     worker.started(tmp_path)
     worker.kill()
     worker.resume()
@@ -77,17 +64,11 @@ def test_a_resumed_run_worker_finds_the_step_s_slurm_job_and_runs_it_once(
     wait_for_state(cluster, worker.run.run_id, "COMPLETED")
 
 
-@pytest.mark.parametrize("transport", ["cli", "rest"])
 def test_every_slurm_job_of_a_run_whose_run_worker_is_gone_is_cancelled_by_the_run_alone(
-    cluster: LocalSlurmCluster,
-    run_worker: Any,
-    tmp_path: Path,
-    transport: str,
-    monkeypatch: pytest.MonkeyPatch,
+    cluster: LocalSlurmCluster, executor_slurm: dict[str, Any], run_worker: Any, tmp_path: Path
 ) -> None:
     """What terminating such a run does (`ProcessRunLauncher.terminate`): `CancelsRuns`."""
-    monkeypatch.setenv("SLURM_JWT", cluster.jwt_token())
-    config = run_config(cluster, transport, "tally", tmp_path)
+    config = run_config(executor_slurm, "tally", tmp_path)
     worker = run_worker("tally_job", config)
     worker.started(tmp_path)
     worker.kill()
@@ -98,11 +79,11 @@ def test_every_slurm_job_of_a_run_whose_run_worker_is_gone_is_cancelled_by_the_r
 
 
 def test_a_resumed_run_worker_reattaches_to_a_running_gang_allocation_and_runs_each_rank_once(
-    cluster: LocalSlurmCluster, run_worker: Any, tmp_path: Path
+    cluster: LocalSlurmCluster, executor_slurm: dict[str, Any], run_worker: Any, tmp_path: Path
 ) -> None:
     """Mid-gang: both ranks of the 2-node allocation run (one srun) when the run worker dies;
     the resumed one finds the allocation and no rank starts again."""
-    worker = run_worker("gang_tally_job", run_config(cluster, "cli", "gang_tally", tmp_path))
+    worker = run_worker("gang_tally_job", run_config(executor_slurm, "gang_tally", tmp_path))
     reattached = worker.taken_over_mid_gang(tmp_path)
     assert reattached.startswith("Reattached to step 'gang_tally' (attempt 1, slurm job ")
     (job,) = jobs_of(cluster, worker.run.run_id)
@@ -110,7 +91,7 @@ def test_a_resumed_run_worker_reattaches_to_a_running_gang_allocation_and_runs_e
 
 
 def test_a_step_pending_when_the_run_worker_died_runs_once_when_slurm_has_room(
-    cluster: LocalSlurmCluster, run_worker: Any, tmp_path: Path
+    cluster: LocalSlurmCluster, executor_slurm: dict[str, Any], run_worker: Any, tmp_path: Path
 ) -> None:
     """Killed while the step's sbatch job waits for nodes (an exclusive job holds all three):
     the resumed run worker finds the pending job, and once the nodes are free it runs once."""
@@ -119,7 +100,7 @@ def test_a_step_pending_when_the_run_worker_died_runs_once_when_slurm_has_room(
         + ["--wrap=sleep 600"]
     ).stdout.strip()
     try:
-        worker = run_worker("tally_job", run_config(cluster, "cli", "tally", tmp_path))
+        worker = run_worker("tally_job", run_config(executor_slurm, "tally", tmp_path))
         pending = "Step 'tally' is Pending"
         wait_until(lambda: any(m.startswith(pending) for m in worker.messages()), 120, 0.2)
         worker.kill()
@@ -134,12 +115,12 @@ def test_a_step_pending_when_the_run_worker_died_runs_once_when_slurm_has_room(
 
 
 def test_a_step_oom_killed_while_no_run_worker_watched_is_relaunched_with_more_memory(
-    cluster: LocalSlurmCluster, run_worker: Any, tmp_path: Path
+    cluster: LocalSlurmCluster, executor_slurm: dict[str, Any], run_worker: Any, tmp_path: Path
 ) -> None:
     """Escalated: slurmstepd kills the step over its 1Gi while no run worker watches; the
     resumed run worker reads how the job ended and relaunches it with 2Gi, once."""
     worker = run_worker(
-        "hungry_later_1gi_job", run_config(cluster, "cli", "hungry_later_1gi", tmp_path)
+        "hungry_later_1gi_job", run_config(executor_slurm, "hungry_later_1gi", tmp_path)
     )
     worker.started(tmp_path)
     worker.kill()
@@ -159,13 +140,13 @@ def test_a_step_oom_killed_while_no_run_worker_watched_is_relaunched_with_more_m
 
 
 def test_a_step_preempted_while_no_run_worker_watched_resumes_from_its_checkpoint(
-    cluster: LocalSlurmCluster, run_worker: Any, tmp_path: Path
+    cluster: LocalSlurmCluster, executor_slurm: dict[str, Any], run_worker: Any, tmp_path: Path
 ) -> None:
     """Preempted: the step's job gets its grace signal (USR2) while no run worker watches; the
     step saves, asks for a retry and its job ends. The resumed run worker acts on that retry
     as a live one would: the next attempt resumes from the checkpoint, without spending the
     RetryPolicy."""
-    config = run_config(cluster, "cli", "resumable", tmp_path)
+    config = run_config(executor_slurm, "resumable", tmp_path)
     config["resources"] = {"checkpoints": {"config": {"root": (tmp_path / "ck").as_uri()}}}
     worker = run_worker("resumable_job", config)
     worker.started(tmp_path)
@@ -178,8 +159,10 @@ def test_a_step_preempted_while_no_run_worker_watched_resumes_from_its_checkpoin
     assert len(jobs_of(cluster, worker.run.run_id)) == 2
 
 
+@pytest.mark.parametrize("transport", ["cli"])  # it holds back the sbatch command
 def test_a_run_worker_lost_while_sbatch_ran_is_resumed_onto_the_job_it_submitted(
     cluster: LocalSlurmCluster,
+    executor_slurm: dict[str, Any],
     run_worker: Any,
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
@@ -197,7 +180,7 @@ def test_a_run_worker_lost_while_sbatch_ran_is_resumed_onto_the_job_it_submitted
     )
     wrapper.chmod(0o755)
     monkeypatch.setenv("PATH", f"{wrapper.parent}:{os.environ['PATH']}")
-    worker = run_worker("tally_job", run_config(cluster, "cli", "tally", tmp_path))
+    worker = run_worker("tally_job", run_config(executor_slurm, "tally", tmp_path))
     wait_until(held.exists, 120, 0.05)
     worker.kill()
     wait_until(lambda: jobs_of(cluster, worker.run.run_id), 30, 0.2)

@@ -41,13 +41,6 @@ def rest_backend(cluster: LocalSlurmCluster) -> SlurmBackend:
     return SlurmBackend(cluster.backend_config("rest"))
 
 
-@pytest.fixture(params=["cli", "rest"])
-def any_backend(
-    request: pytest.FixtureRequest, backend: SlurmBackend, rest_backend: SlurmBackend
-) -> SlurmBackend:
-    return backend if request.param == "cli" else rest_backend
-
-
 # Each version's commands (what the CLI transport runs) and the REST API version chosen.
 EXPECTED = {"22.05": ("22.05.", "v0.0.38"), "24.11": ("24.11.5", "v0.0.42")}
 

@@ -19,6 +19,7 @@ from typing import Protocol
 
 from ...errors import SubmitError
 from ..base import FailureReason, JobHandle, LaunchRequest, ResourceUsage, StepStatus
+from .accounting import Measured
 from .cli import CliTransport, NodeLimits, Runner
 from .config import SlurmConfig
 from .rest import HttpCall, RestTransport
@@ -41,6 +42,7 @@ class Transport(Protocol):
     def job_info(self, job_id: str) -> JobInfo | None: ...
     def cancel(self, job_id: str) -> None: ...
     def max_rss_bytes(self, job_id: str) -> int | None: ...
+    def measured(self, job_id: str) -> Measured | None: ...
     def limits(self, partition: str | None) -> NodeLimits: ...
 
 
@@ -53,6 +55,8 @@ class _Attempt:
     max_rss_bytes: int | None = None
     rss_sampled_at: float = float("-inf")
     memory_kill: str | None = None  # read once from the output when the job ended FAILED
+    measured: Measured | None = None  # slurmdbd's record, read once the job has ended
+    unwanted_requeue: StepStatus | None = None  # set once a no-requeue job was requeued
 
 
 class SlurmBackend:
@@ -63,7 +67,9 @@ class SlurmBackend:
         runner: runs Slurm commands (cli transport); default: subprocesses on this host.
         http: performs HTTP calls (rest transport); default: urllib.
         clock: wall-clock seconds (epoch), used for usage of running jobs.
-        rss_sample_interval_s: how often `status()` samples a running job's RSS with sstat.
+        rss_sample_interval_s: how often `status()` samples a running job's RSS with sstat
+            (CLI transport; a finished job's peak RSS and CPU time come from slurmdbd through
+            either transport, `accounting.py`).
 
     Example:
         >>> SlurmBackend(SlurmConfig(partition="gpu")).name
@@ -168,9 +174,32 @@ class SlurmBackend:
         if attempt is not None:
             attempt.last_info = info
             self._sample_rss(handle.job_id, attempt, info)
+            lost = self._unwanted_requeue(handle, attempt, info)
+            if lost is not None:
+                return lost
         if info.state.upper() in MEMORY_KILL_STATES:
             info = replace(info, memory_kill=self._memory_kill(info, attempt))
         return to_step_status(info)
+
+    def _unwanted_requeue(
+        self, handle: JobHandle, attempt: _Attempt, info: JobInfo
+    ) -> StepStatus | None:
+        """A job submitted without requeue that Slurm requeued anyway is cancelled and its step
+        reported lost, as the CLI transport's `--no-requeue` job ends NODE_FAIL: slurmrestd's
+        v0.0.38 (Slurm 22.05) ignores `requeue: false`, so a node failure requeues the job."""
+        if attempt.unwanted_requeue is None and not attempt.job.requeue and info.restarts:
+            self._transport.cancel(handle.job_id)
+            attempt.unwanted_requeue = StepStatus.failed(
+                FailureReason.LOST,
+                f"Slurm job {handle.job_id} of step '{handle.step_key}' was requeued (a node "
+                "failure, NODE_FAIL, or `scontrol requeue`) although submitted without "
+                "requeue, which this slurmrestd ignores (Slurm 22.05's v0.0.38 does); it was "
+                "cancelled and the step is relaunched as after a lost node. Use "
+                "slurm.transport: cli, or a slurmrestd serving v0.0.40 or later, to have "
+                "Slurm end it NODE_FAIL itself",
+                node=info.batch_host,
+            )
+        return attempt.unwanted_requeue
 
     def _memory_kill(self, info: JobInfo, attempt: _Attempt | None) -> str:
         """slurmstepd's line in the job's output saying it killed a step over its memory."""
@@ -213,27 +242,45 @@ class SlurmBackend:
         self._transport.cancel(handle.job_id)
 
     def usage(self, handle: JobHandle) -> ResourceUsage:
-        """Allocated CPU-, memory- and GPU-seconds, wall time, nodes and the largest RSS seen."""
+        """Allocated CPU-, memory- and GPU-seconds, wall time and nodes; measured: the largest
+        RSS (sampled while running, and slurmdbd's once ended) and the CPU time used
+        (slurmdbd's, once ended)."""
         attempt = self._attempts.get(handle.job_id)
         info = self._transport.job_info(handle.job_id)
         if info is None and attempt is not None:
             info = attempt.last_info
         if info is None or info.start_time is None:
             return ResourceUsage()
+        measured = self._measured(handle.job_id, attempt, info)
         end = info.end_time if info.end_time is not None else self._clock()
         wall = max(0.0, end - info.start_time)
         job = attempt.job if attempt else None
         nodes = len(info.nodes) or (job.nodes if job else 1)
         memory_mb = info.memory_mb or (job.memory_mb * nodes if job else 0)
         gpus = info.gpus or (job.gpus_per_node * nodes if job else 0)
+        peaks = [attempt.max_rss_bytes if attempt else None, measured.max_rss_bytes]
+        known = [peak for peak in peaks if peak is not None]
         return ResourceUsage(
             cpu_seconds=info.cpus * wall,
             memory_gib_seconds=memory_mb / 1024 * wall,
             gpu_seconds=gpus * wall,
             wall_seconds=wall,
-            max_rss_bytes=attempt.max_rss_bytes if attempt else None,
+            max_rss_bytes=max(known) if known else None,
             nodes=info.nodes,
+            cpu_used_seconds=measured.cpu_used_seconds,
         )
+
+    def _measured(self, job_id: str, attempt: _Attempt | None, info: JobInfo) -> Measured:
+        """slurmdbd's record of an ended job (asked until it has one, then kept); nothing for
+        a job still pending or running."""
+        if attempt is not None and attempt.measured is not None:
+            return attempt.measured
+        if info.end_time is None or info.state in RUNNING_STATES:
+            return Measured()
+        found = self._transport.measured(job_id)
+        if attempt is not None and found is not None:
+            attempt.measured = found
+        return found or Measured()
 
     def close(self) -> None:
         """Nothing to release: every call is a short command or HTTP request."""

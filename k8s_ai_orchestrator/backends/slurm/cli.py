@@ -17,6 +17,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from ...errors import BackendError, SubmitError
+from . import accounting
 from .config import SlurmConfig, job_environment
 from .script import BatchJob, run_comment
 from .states import JobInfo, expand_hostlist, parse_exit_code, parse_scontrol_job, parse_time
@@ -174,9 +175,16 @@ class CliTransport:
     def max_rss_bytes(self, job_id: str) -> int | None:
         """Largest RSS of any task of a running job (`sstat`), or None when unknown."""
         done = self._run(["sstat", "-a", "-j", job_id, "-n", "-P", "-o", "MaxRSS"])
-        values = [_bytes(text) for text in done.stdout.split()]
-        known = [value for value in values if value is not None]
-        return max(known) if known else None
+        return accounting.max_rss(done.stdout.split())
+
+    def measured(self, job_id: str) -> accounting.Measured | None:
+        """A finished job's peak RSS and CPU time from slurmdbd (`sacct`, every run of a
+        requeued job); None when the cluster keeps no accounting or has no record yet."""
+        argv = ["sacct", "-D", "-j", job_id, "-n", "-P", "-o", "JobID,MaxRSS,TotalCPU"]
+        done = self._run(argv)
+        if done.returncode != 0:
+            return None
+        return accounting.from_sacct(done.stdout.splitlines(), job_id)
 
     def limits(self, partition: str | None) -> NodeLimits:
         target = ["scontrol", "show", "partition", "-o"] + ([partition] if partition else [])
@@ -239,12 +247,3 @@ def _gpus(gres: str) -> int:
         if parts[0] == "gpu" and parts[-1].isdigit():
             total += int(parts[-1])
     return total
-
-
-def _bytes(text: str) -> int | None:
-    units = {"K": 1024, "M": 1024**2, "G": 1024**3, "T": 1024**4}
-    if not text:
-        return None
-    if text[-1] in units and text[:-1].replace(".", "", 1).isdigit():
-        return int(float(text[:-1]) * units[text[-1]])
-    return int(text) if text.isdigit() else None

@@ -2,7 +2,8 @@
 
 Pure functions over plain JSON values; `rest.py` does the HTTP. Fields read and written:
 
-- the server's OpenAPI description (`GET /openapi/v3`): the `/slurm/<version>/...` path keys;
+- the server's OpenAPI description (`GET /openapi/v3`): the `/slurm/<version>/...` path keys,
+  and whether `/slurmdb/<version>/job/{job_id}` is among them (accounting: `accounting.py`);
 - the job description (`POST job/submit`): v0.0.38 takes the script beside `job`, `nodes` as
   `[min, max]`, `environment` as an object, `gres`, plain integers; v0.0.40 and later take the
   script inside `job`, `nodes` as "2" or "1-3", `environment` as "K=V" strings, GRES as
@@ -58,6 +59,17 @@ def served_versions(description: Mapping[str, Any]) -> tuple[str, ...]:
     """
     found = {m.group(1) for m in map(_VERSION_PATH.match, description.get("paths") or {}) if m}
     return tuple(sorted(found, key=_version_key))
+
+
+def serves_accounting(description: Mapping[str, Any], version: str) -> bool:
+    """Whether the server offers `version`'s accounting endpoint for one job (slurmdbd's
+    `/slurmdb/<version>/job/{job_id}`: only with slurmdbd and its openapi plugin).
+
+    Example:
+        >>> serves_accounting({"paths": {"/slurmdb/v0.0.42/job/{job_id}": {}}}, "v0.0.42")
+        True
+    """
+    return f"/slurmdb/{version}/job/{{job_id}}" in (description.get("paths") or {})
 
 
 def newest_known(served: Iterable[str]) -> str | None:

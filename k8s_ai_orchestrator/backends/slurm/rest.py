@@ -5,7 +5,9 @@ data-parser version both it and this library know (`openapi.py`: v0.0.38 of Slur
 v0.0.42 of Slurm 24.11); `slurm.rest_api_version` pins one, refused with a `ConfigError` when
 the server does not serve it. HTTP goes through an `HttpCall` passed in by the caller; the
 default uses `urllib`. A job gets the same environment as with the CLI transport
-(`config.job_environment`).
+(`config.job_environment`). A finished job's peak RSS and CPU time come from slurmdbd's
+`/slurmdb/<version>/job/<id>` when the server serves it; a running job's RSS is not available
+(slurmrestd has no `sstat`).
 
 Example:
     >>> config = SlurmConfig(transport="rest", rest_url="http://h:6820", rest_user="u",
@@ -25,7 +27,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from ...errors import BackendError, SubmitError
-from . import openapi
+from . import accounting, openapi
 from .cli import NodeLimits, _gpus, matching_job, of_run
 from .config import SlurmConfig, job_environment
 from .script import BatchJob, rest_job_properties
@@ -57,6 +59,7 @@ class RestTransport:
         self.config = config
         self._http = http or urllib_http
         self._version: str | None = None
+        self._accounting = False  # the server serves /slurmdb/<version>/job/{job_id}
 
     @property
     def version(self) -> str:
@@ -73,6 +76,7 @@ class RestTransport:
             self._version = openapi.choose_version(
                 served, self.config.rest_api_version, self._base()
             )
+            self._accounting = openapi.serves_accounting(data, self._version)
         return self._version
 
     def _base(self) -> str:
@@ -165,8 +169,22 @@ class RestTransport:
             raise BackendError(f"slurmrestd cancel {job_id}: {_errors(data)}", transient=True)
 
     def max_rss_bytes(self, job_id: str) -> int | None:
-        """Not available from slurmrestd without slurmdbd."""
+        """None: slurmrestd has no `sstat` (a running step's RSS); `measured` reads the
+        finished steps' from slurmdbd."""
         return None
+
+    def measured(self, job_id: str) -> accounting.Measured | None:
+        """A finished job's peak RSS and CPU time from slurmdbd (`/slurmdb/<version>/job/<id>`,
+        every run of a requeued job); None when slurmrestd serves no accounting (no slurmdbd)
+        or slurmdbd has no record yet."""
+        version = self.version
+        if not self._accounting:
+            return None
+        path = f"slurmdb/{version}/job/{job_id}"
+        status, data = self._call("GET", path, path_url=f"{self._base()}/{path}")
+        if status != 200:
+            return None
+        return accounting.from_slurmdb_jobs(data.get("jobs") or [])
 
     def limits(self, partition: str | None) -> NodeLimits:
         _, data = self._call("GET", f"partition/{partition}" if partition else "partitions")
