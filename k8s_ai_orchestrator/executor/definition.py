@@ -13,13 +13,14 @@ Example:
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Iterator, Sequence
 from typing import Any
 
 from dagster import executor
 from dagster._core.definitions.executor_definition import multiple_process_executor_requirements
-from dagster._core.events import DagsterEvent, StepFailureData
+from dagster._core.events import DagsterEvent, DagsterEventType, StepFailureData
 from dagster._core.execution.context.system import PlanOrchestrationContext
 from dagster._core.execution.plan.plan import ExecutionPlan
 from dagster._core.execution.retries import RetryMode
@@ -32,7 +33,7 @@ from ..errors import ConfigError
 from ..launch.settings import ExecutorSettings
 from .loop import run_plan
 from .schema import CONFIG_SCHEMA
-from .step_events import temporary_instance_note, warning_event
+from .step_events import stale_note, temporary_instance_note, warning_event
 from .step_handler import AIStepHandler
 from .validation import RunCheck
 
@@ -145,7 +146,14 @@ class AIExecutor(Executor):
         released: list[DagsterEvent] = []
         for event in events:
             key = event.step_key
-            if event.is_step_failure and key and self.handler.owns(key):
+            live = self.handler.live(key) if key else None
+            if live is not None and event.event_type is DagsterEventType.STEP_WORKER_STARTED:
+                live.worker_started(event.pid)
+            if key and live is not None and event.is_step_failure:
+                if live.stale_failure(event.pid, os.getpid()):
+                    live.terminal_events_at_launch += 1  # in the log, but not this attempt's
+                    self.handler.note(key, stale_note(key, event.pid))
+                    continue
                 self._held[key] = (event, time.monotonic())
                 continue
             if key and event.is_step_up_for_retry:

@@ -204,6 +204,20 @@ def terminal_event_count(ctx: PlanOrchestrationContext | None, key: str) -> int:
     return sum(1 for r in records.records if r.event_log_entry.step_key == key)
 
 
+def stale_note(key: str, pid: int | None) -> str:
+    """What the run says of a step failure an earlier attempt's process wrote late.
+
+    Example:
+        >>> stale_note("train", 4242)
+        "Ignored a failure of step 'train' written by process 4242: an earlier attempt's \
+process, not the current attempt's, which runs on"
+    """
+    return (
+        f"Ignored a failure of step '{key}' written by process {pid}: an earlier attempt's "
+        "process, not the current attempt's, which runs on"
+    )
+
+
 def engine_event(
     step_context: IStepContext, message: str, meta: Mapping[str, Any] | None = None
 ) -> DagsterEvent:

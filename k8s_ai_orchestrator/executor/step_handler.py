@@ -97,6 +97,7 @@ class AIStepHandler:
         for note in caps.placement.placement_warnings(spec) if caps.placement else []:
             yield warning_event(step_context, f"Warning: {note}", {"warning": note})
         live.terminal_events_at_launch = previous and terminal_event_count(self._plan_context, key)
+        live.worker_pid, live.awaiting_worker = None, True
         resumed = caps.adopts if self._recorded is not None else None  # never launch twice
         handle = (resumed and resumed.adopt(request)) or backend.submit(request)
         live.attempt = Attempt(handle, self._clock(), planned.where, spec.timeout_s)
@@ -169,10 +170,11 @@ class AIStepHandler:
             job = live.attempt.handle.job_id
             self._event(step_context, f"Cancelled step '{key}' ({live.backend} job {job})")
 
-    # -- used by AIExecutor ---------------------------------------------------------------
+    def live(self, key: str) -> StepAttempts | None:
+        return self._live.get(key)
 
-    def owns(self, key: str) -> bool:
-        return key in self._live
+    def note(self, key: str, message: str) -> None:
+        self._event(self._step_context(key), message)
 
     def attempt_ended(self, key: str) -> bool:
         """Whether the step's attempt is known to have ended (True for one never launched)."""
@@ -221,8 +223,6 @@ class AIStepHandler:
                 self.backend(live.backend).cancel(live.attempt.handle)
         for backend, _caps in self._backends.values():
             backend.close()
-
-    # -- helpers ----------------------------------------------------------------------------
 
     def _observe(
         self, live: StepAttempts, step_context: IStepContext

@@ -48,8 +48,37 @@ class StepAttempts:
     usage: list[ResourceUsage] = field(default_factory=list)  # one per finished attempt
     reasons: list[FailureReason] = field(default_factory=list)  # infrastructure reasons seen
     own_retry_pending: bool = False  # the next STEP_UP_FOR_RETRY is the executor's own
+    worker_pid: int | None = None  # the process that wrote the attempt's STEP_WORKER_STARTED
+    awaiting_worker: bool = False  # launched by this run worker, its process not started yet
     grow_at: float = 0.0  # the in-place growth threshold, for the resize notes
     measured: bool = False  # its memory is read while it runs (growth, memory="auto")
+
+    def worker_started(self, pid: int | None) -> None:
+        """The attempt's step process wrote STEP_WORKER_STARTED (its first event)."""
+        self.worker_pid, self.awaiting_worker = pid, False
+
+    def stale_failure(self, pid: int | None, own_pid: int) -> bool:
+        """Whether a step failure written by process `pid` belongs to an earlier attempt: it
+        came before this attempt's process started, or from another process than the one that
+        started it (a cancelled attempt's process writes its interruption late). A failure the
+        run worker (`own_pid`) wrote, or one of unknown origin, is never stale.
+
+        Example:
+            >>> from k8s_ai_orchestrator.launch.plan import PlannedStep
+            >>> from k8s_ai_orchestrator.spec import resolve_spec
+            >>> live = StepAttempts.of(PlannedStep("t", resolve_spec({}), "local", None), None)
+            >>> live.awaiting_worker = True
+            >>> live.stale_failure(41, own_pid=7), live.stale_failure(7, own_pid=7)
+            (True, False)
+            >>> live.worker_started(42)
+            >>> live.stale_failure(41, own_pid=7), live.stale_failure(42, own_pid=7)
+            (True, False)
+        """
+        if pid is None or pid == own_pid:
+            return False
+        if self.awaiting_worker:
+            return True
+        return self.worker_pid is not None and pid != self.worker_pid
 
     @classmethod
     def of(cls, step: PlannedStep, growth: MemoryGrowth | None) -> StepAttempts:
