@@ -10,9 +10,7 @@ log on in the loop's passes until the backend says it ended (then once more, wai
 stream's last bytes) or until `TAIL_S` passed, and once more at the end of the run.
 
 Example:
-    >>> tails = LogTails(clock=lambda: 0.0)
-    >>> len(tails), tails.pending()
-    (0, False)
+    >>> LogTails(clock=lambda: 0.0).finish()  # nothing tailed: the run ends at once
 """
 
 from __future__ import annotations
@@ -56,12 +54,6 @@ class LogTails:
     def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
         self._clock = clock
         self._tails: dict[str, Tail] = {}  # job id → tail
-
-    def __len__(self) -> int:
-        return len(self._tails)
-
-    def pending(self) -> bool:
-        return bool(self._tails)
 
     def after_final(
         self,
