@@ -19,6 +19,7 @@ import time
 from collections.abc import Callable
 from typing import Any, NoReturn, TypeVar
 
+from kubernetes.client import BatchV1Api, CustomObjectsApi
 from kubernetes.client.exceptions import ApiException
 from urllib3.exceptions import HTTPError as Urllib3Error
 
@@ -133,8 +134,6 @@ def create_for_job(
     for its uid, `body_of(uid)` is created in `resource` = (group, version, plural), with
     `retry`; a 409 means an earlier try was applied. A refusal is raised as the
     `ApiException`, for the caller to word as a `SubmitError`."""
-    from kubernetes.client import BatchV1Api, CustomObjectsApi
-
     tenant, namespace, job = where
     group, version, plural = resource
 
