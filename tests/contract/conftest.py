@@ -74,7 +74,9 @@ def tenant_target(
     """A fresh namespace in a tenant of `vcluster_plane`: team-a (the real vCluster syncer) or
     team-b (ours)."""
     tenant = TENANT_SYNCERS[request.param]
-    yield from _target(vcluster_plane.tenant(tenant).api_client())
+    ours = vcluster_plane.syncers.get(tenant)
+    explain = ours.describe if ours is not None else None
+    yield from _target(vcluster_plane.tenant(tenant).api_client(), explain=explain)
 
 
 @pytest.fixture

@@ -40,6 +40,8 @@ class ContractTarget:
     tolerations: tuple[dict[str, Any], ...] = ()
     host_mounts: tuple[str, ...] = ()
     image_pull_policy: str | None = None
+    # what else the target can say of a wait that timed out (a syncer's state)
+    explain: Callable[[], str] | None = None
 
     def core(self) -> client.CoreV1Api:
         """CoreV1Api on the target."""
@@ -57,8 +59,30 @@ class ContractTarget:
             if result:
                 return result
             if time.monotonic() > deadline:
-                raise AssertionError(f"timed out waiting for {predicate}")
+                raise AssertionError(f"timed out waiting for {predicate}\n{self.state()}")
             time.sleep(0.1)
+
+    def state(self) -> str:
+        """The namespace's pods (node, phase, conditions) and events, and `explain`'s text."""
+        core = self.core()
+        lines: list[str] = []
+        try:
+            pods = core.list_namespaced_pod(self.namespace).items
+            events = core.list_namespaced_event(self.namespace).items[-20:]
+        except Exception as error:  # noqa: BLE001 - the timeout is the failure to report
+            pods, events = [], []
+            lines.append(f"(the namespace could not be read: {error})")
+        for pod in pods:
+            conditions = [(c.type, c.status, c.reason) for c in pod.status.conditions or []]
+            lines.append(
+                f"pod {pod.metadata.name}: node={pod.spec.node_name} phase={pod.status.phase} "
+                f"deleting={pod.metadata.deletion_timestamp is not None} {conditions}"
+            )
+        for event in events:
+            lines.append(f"event {event.involved_object.name}: {event.reason} {event.message}")
+        if self.explain is not None:
+            lines.append(self.explain())
+        return "\n".join(lines)
 
     def container(self, code: str, memory: str | None = None) -> client.V1Container:
         """A container named main running `python -c code`."""

@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -42,8 +43,23 @@ def real_node(
         shutil.copytree(root / "logs", tmp_path / "node-logs", dirs_exist_ok=True)
     assert problems == [], problems
     assert left == [], f"still running after the node stopped: {left}"
-    assert machine_state(node) == before
+    changed = settled_changes(node, before)
+    assert not changed, f"the node changed the machine (before, after): {changed}"
     shutil.rmtree(root, ignore_errors=True)
+
+
+def settled_changes(
+    node: RealNode, before: dict[str, object], settle_s: float = 5.0
+) -> dict[str, tuple[object, object]]:
+    """What differs from `before`, once the kernel has finished tearing down what the stop
+    ended (a cgroup or a mount of a process killed last can outlive it briefly)."""
+    deadline = time.monotonic() + settle_s
+    while True:
+        after = machine_state(node)
+        changed = {k: (before[k], after[k]) for k in before if after[k] != before[k]}
+        if not changed or time.monotonic() > deadline:
+            return changed
+        time.sleep(0.2)
 
 
 def machine_state(node: RealNode) -> dict[str, object]:
@@ -69,7 +85,7 @@ def real_node_root(tmp_path: Path) -> Iterator[Path]:
 @pytest.fixture
 def namespace(control_plane: ControlPlane) -> Iterator[tuple[client.CoreV1Api, str]]:
     """A fresh namespace on the host, deleted after the test."""
-    assert control_plane.host is not None
+    assert control_plane.host is not None, "the session plane has no host API server"
     api = config.new_client_from_config(config_file=str(control_plane.host.kubeconfig))
     core = client.CoreV1Api(api)
     name = f"real-node-{uuid.uuid4().hex[:6]}"

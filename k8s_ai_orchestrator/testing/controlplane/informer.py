@@ -23,6 +23,10 @@ from kubernetes import client, watch
 Obj = dict[str, Any]
 Key = tuple[str, str]
 _RELIST_BACKOFF_S = 0.5
+# A request whose answer is not back in this time fails, so that no loop waits forever on one
+# stalled connection (the caller retries: a relist, a control loop's next pass).
+REQUEST_TIMEOUT_S = 30
+WATCH_S = 300  # the server ends each watch after this; the client gives it 30 s more
 
 
 def key_of(obj: Obj) -> Key:
@@ -128,7 +132,7 @@ class Informer:
                 time.sleep(_RELIST_BACKOFF_S)
 
     def _list_then_watch(self) -> None:
-        listed = self._list_fn(**self._list_kwargs)
+        listed = self._list_fn(_request_timeout=REQUEST_TIMEOUT_S, **self._list_kwargs)
         objects = self._api_client.sanitize_for_serialization(listed.items)
         with self._lock:
             fresh = {key_of(o): o for o in objects if self._keep(o)}
@@ -143,7 +147,8 @@ class Informer:
             self._list_fn,
             resource_version=listed.metadata.resource_version,
             allow_watch_bookmarks=True,
-            timeout_seconds=300,
+            timeout_seconds=WATCH_S,
+            _request_timeout=(REQUEST_TIMEOUT_S, WATCH_S + REQUEST_TIMEOUT_S),
             **self._list_kwargs,
         )
         for event in stream:

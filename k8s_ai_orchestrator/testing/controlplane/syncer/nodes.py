@@ -21,6 +21,8 @@ from typing import Any
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
+from ..informer import REQUEST_TIMEOUT_S
+
 Obj = dict[str, Any]
 _STATUS = ("capacity", "allocatable", "conditions", "addresses", "nodeInfo")
 
@@ -61,7 +63,7 @@ class NodeSync:
                 self._write(name, node)
         for name in [n for n in self._written if n not in wanted]:
             try:
-                self.virtual.delete_node(name)
+                self.virtual.delete_node(name, _request_timeout=REQUEST_TIMEOUT_S)
             except ApiException as error:
                 if error.status != 404:
                     raise
@@ -70,13 +72,15 @@ class NodeSync:
     def _write(self, name: str, node: Obj) -> None:
         if name not in self._written:
             try:
-                self.virtual.create_node(node)
+                self.virtual.create_node(node, _request_timeout=REQUEST_TIMEOUT_S)
                 self._written[name] = node
                 return
             except ApiException as error:
                 if error.status != 409:
                     raise
         meta_spec = {"metadata": {"labels": node["metadata"]["labels"]}, "spec": node["spec"]}
-        self.virtual.patch_node(name, meta_spec)
-        self.virtual.patch_node_status(name, {"status": node["status"]})
+        self.virtual.patch_node(name, meta_spec, _request_timeout=REQUEST_TIMEOUT_S)
+        self.virtual.patch_node_status(
+            name, {"status": node["status"]}, _request_timeout=REQUEST_TIMEOUT_S
+        )
         self._written[name] = node

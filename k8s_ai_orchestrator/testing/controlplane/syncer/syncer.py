@@ -37,7 +37,9 @@ Example:
 
 from __future__ import annotations
 
+import sys
 import threading
+import traceback
 from collections.abc import Callable
 from pathlib import Path
 
@@ -47,7 +49,7 @@ from kubernetes.client.rest import ApiException
 from ...kube import resize
 from ...kube.lifecycle import is_terminal
 from ..agent.logserver import LogLookup
-from ..informer import Informer, Obj
+from ..informer import REQUEST_TIMEOUT_S, Informer, Obj
 from ..patches import STRATEGIC, ignoring, replaced, status_patch
 from . import translate
 from .events import EventSync, PodRef
@@ -55,6 +57,7 @@ from .nodes import NodeSync
 from .proxies import NodeProxies
 
 TICK_S = 5.0  # a safety net: every watched change wakes the loop at once
+_TIMEOUT = {"_request_timeout": REQUEST_TIMEOUT_S}  # no request may stall the single loop
 
 
 class TenantSyncer:
@@ -147,6 +150,27 @@ class TenantSyncer:
             informer.stop()
         self.proxies.stop()
 
+    def describe(self) -> str:
+        """What the syncer holds now, for a test that waited in vain: its loop (and where it
+        is), its last errors, its host pods and where each stands."""
+        frame = sys._current_frames().get(self._loop.ident or -1)
+        where = "".join(traceback.format_stack(frame)[-3:]) if frame is not None else ""
+        lines = [
+            f"our syncer of {self.tenant}: loop alive={self._loop.is_alive()}, "
+            f"{len(self.errors)} errors, the last: {self.errors[-3:]!r}",
+            f"its loop is at:\n{where}" if where else "its loop is not running",
+        ]
+        for pod in self.host_pods.items():
+            status = pod.get("status") or {}
+            conditions = [
+                (c["type"], c["status"], c.get("reason")) for c in status.get("conditions") or []
+            ]
+            lines.append(
+                f"host pod {pod['metadata']['name']}: node={pod['spec'].get('nodeName')} "
+                f"phase={status.get('phase')} conditions={conditions}"
+            )
+        return "\n".join(lines)
+
     def _informers(self) -> tuple[Informer, ...]:
         return (self.host_nodes, self.host_pods, self.tenant_pods, self.host_events)
 
@@ -237,7 +261,7 @@ class TenantSyncer:
             self._copy_priority_class(priority)
         body = translate.host_pod(vpod, self.tenant, self.host_namespace, priority_synced=True)
         try:
-            created = self.host.create_namespaced_pod(self.host_namespace, body)
+            created = self.host.create_namespaced_pod(self.host_namespace, body, **_TIMEOUT)
         except ApiException as error:
             if error.status == 409:
                 return  # created by an earlier pass; the watch brings it
@@ -251,7 +275,7 @@ class TenantSyncer:
             else self.virtual.read_namespaced_config_map
         )
         try:
-            obj = self.tenant_api.sanitize_for_serialization(read(name, namespace))
+            obj = self.tenant_api.sanitize_for_serialization(read(name, namespace, **_TIMEOUT))
         except ApiException as error:
             if error.status == 404:
                 return  # the agent reports CreateContainerConfigError, as a kubelet would
@@ -263,14 +287,14 @@ class TenantSyncer:
             else self.host.create_namespaced_config_map
         )
         with ignoring(409):
-            create(self.host_namespace, body)
+            create(self.host_namespace, body, **_TIMEOUT)
 
     def _copy_priority_class(self, name: str) -> None:
         if name in self._synced_classes:
             return
         scheduling = client.SchedulingV1Api(self.tenant_api)
         try:
-            found = scheduling.read_priority_class(name)
+            found = scheduling.read_priority_class(name, **_TIMEOUT)
         except ApiException as error:
             if error.status == 404:
                 return
@@ -283,7 +307,7 @@ class TenantSyncer:
             "description": f"{name} of vCluster {self.tenant}",
         }
         with ignoring(409):
-            client.SchedulingV1Api(self.host_api).create_priority_class(body)
+            client.SchedulingV1Api(self.host_api).create_priority_class(body, **_TIMEOUT)
         self._synced_classes.add(name)
 
     def _bind(self, vpod: Obj, node: str) -> None:
@@ -296,7 +320,7 @@ class TenantSyncer:
         }
         with ignoring(404, 409):
             self.virtual.create_namespaced_pod_binding(
-                meta["name"], meta["namespace"], body, _preload_content=False
+                meta["name"], meta["namespace"], body, _preload_content=False, **_TIMEOUT
             )
 
     def _copy_status(self, vpod: Obj, hpod: Obj) -> None:
@@ -311,6 +335,7 @@ class TenantSyncer:
                 meta["namespace"],
                 status_patch(before, status, uid=meta["uid"]),
                 _content_type=STRATEGIC,
+                **_TIMEOUT,
             )
         except ApiException as error:
             if error.status in (404, 409) or replaced(error):
@@ -333,7 +358,7 @@ class TenantSyncer:
         meta = hpod["metadata"]
         with ignoring(404, 409, 422):
             answer = self.host.patch_namespaced_pod_resize(
-                meta["name"], meta["namespace"], {"spec": {"containers": containers}}
+                meta["name"], meta["namespace"], {"spec": {"containers": containers}}, **_TIMEOUT
             )
             self.host_pods.update(self.host_api.sanitize_for_serialization(answer))
 
@@ -343,7 +368,9 @@ class TenantSyncer:
             grace_period_seconds=grace, preconditions=client.V1Preconditions(uid=meta["uid"])
         )
         with ignoring(404, 409):
-            self.host.delete_namespaced_pod(meta["name"], meta["namespace"], body=options)
+            self.host.delete_namespaced_pod(
+                meta["name"], meta["namespace"], body=options, **_TIMEOUT
+            )
 
     def _finish_tenant_delete(self, vpod: Obj) -> None:
         meta = vpod["metadata"]
@@ -353,15 +380,19 @@ class TenantSyncer:
             grace_period_seconds=0, preconditions=client.V1Preconditions(uid=meta["uid"])
         )
         with ignoring(404, 409):
-            self.virtual.delete_namespaced_pod(meta["name"], meta["namespace"], body=options)
+            self.virtual.delete_namespaced_pod(
+                meta["name"], meta["namespace"], body=options, **_TIMEOUT
+            )
 
     def _write_event(self, event: Obj, exists: bool) -> None:
         meta = event["metadata"]
         with ignoring(404, 409, 422):
             if exists:
-                self.virtual.replace_namespaced_event(meta["name"], meta["namespace"], event)
+                self.virtual.replace_namespaced_event(
+                    meta["name"], meta["namespace"], event, **_TIMEOUT
+                )
             else:
-                self.virtual.create_namespaced_event(meta["namespace"], event)
+                self.virtual.create_namespaced_event(meta["namespace"], event, **_TIMEOUT)
 
 
 def _owner_uid(hpod: Obj) -> str | None:
