@@ -88,6 +88,21 @@ TENANT_SCHEMA = Shape(
             "All-or-nothing admission of multi-node steps.",
         ),
         "gpus": GPUS_SCHEMA,
+        "node_pools": _opt(
+            Array(
+                Shape(
+                    {
+                        "name": Field(String, description="The pool's name (NodePool, group)."),
+                        "node": Field(
+                            Map(String, Any), description="Largest node: {cpu, memory[, gpu]}."
+                        ),
+                        "labels": _opt(Map(String, String), "Labels its nodes carry."),
+                        "limit": _opt(Map(String, Any), "Its ceiling: {cpu, memory, gpu}."),
+                    }
+                )
+            ),
+            "The host's autoscaled pools, counted by pre-flight (docs/autoscaled-clusters.md).",
+        ),
     },
     description="Exactly one of kubeconfig, or vcluster + host_namespace.",
 )

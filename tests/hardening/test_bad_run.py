@@ -134,6 +134,15 @@ def tenant_b(**values: Any) -> Callable[[Config, Any, Path], None]:
     return change
 
 
+def pools_on_a(*pools: Mapping[str, Any]) -> Callable[[Config, Any, Path], None]:
+    """Declare team-a's autoscaled node pools."""
+
+    def change(config: Config, emu: Any, tmp: Path) -> None:
+        config["kubernetes"]["tenants"]["team-a"]["node_pools"] = list(pools)
+
+    return change
+
+
 def top(**values: Any) -> Callable[[Config, Any, Path], None]:
     """Set top-level executor config keys."""
 
@@ -332,6 +341,23 @@ CASES: dict[str, Case] = {
     # pre-flight: the step can never run where it is routed
     "larger-than-every-node": one(
         compute("xl"), "step 'bad' (xl", "can never run in tenant 'team-a'", "largest 8"
+    ),
+    "larger-than-every-node-and-every-pool": one(
+        compute("xl"),
+        "can never run in tenant 'team-a'",
+        "no node pool can create the rest: pool 'standard' creates nodes of at most cpu 48",
+        change=pools_on_a({"name": "standard", "node": {"cpu": 48, "memory": "384Gi"}}),
+    ),
+    "past-a-node-pools-limit": one(
+        compute("xl"),
+        "pool 'highmem' can create 0 such nodes before its limit of cpu 64",
+        change=pools_on_a(
+            {"name": "highmem", "node": {"cpu": 96, "memory": "760Gi"}, "limit": {"cpu": 64}}
+        ),
+    ),
+    "node-pool-bad-quantity": with_config(
+        pools_on_a({"name": "highmem", "node": {"cpu": "lots", "memory": "760Gi"}}),
+        "node_pools[0].node.cpu='lots' is not a quantity",
     ),
     "gpu-on-a-cluster-without-gpus": one(
         compute("gpu-1"), "can never run in tenant 'team-a'", "gpu (needs 1, largest 0)"

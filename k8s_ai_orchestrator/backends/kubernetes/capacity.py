@@ -30,8 +30,8 @@ from typing import Any
 from kubernetes.utils import parse_quantity
 
 from ...spec import ComputeSpec, format_memory
-from .jobs import GPU_RESOURCE
 
+GPU_RESOURCE = "nvidia.com/gpu"  # the device plugin's resource name
 Needs = Mapping[str, Decimal]  # resource kind (cpu, memory, gpu) → amount
 
 # Quota keys compared with the step's requests, and the kind each one limits.

@@ -25,6 +25,7 @@ from dagster_k8s.job import USER_DEFINED_K8S_CONFIG_KEY, get_user_defined_k8s_co
 
 from ...errors import ConfigError, config_number
 from .api_values import security_context
+from .autoscaling import NodePool, node_pools
 from .dra import GpuRequest
 from .names import DNS_SUBDOMAIN, label_key_problem
 
@@ -168,6 +169,7 @@ class TenantConfig:
     allowed_sizes: tuple[str, ...] | None = None  # size classes this tenant accepts
     gang_admission: GangAdmission = field(default_factory=GangAdmission)  # multi-node steps
     gpus: GpuRequest | None = None  # how GPUs are requested here; None = kubernetes.gpus
+    node_pools: tuple[NodePool, ...] = ()  # the host's autoscaled pools (autoscaling.py)
 
     @classmethod
     def from_dict(cls, name: str, raw: Mapping[str, Any]) -> TenantConfig:
@@ -205,6 +207,7 @@ class TenantConfig:
             allowed_sizes=tuple(_str_list(sizes, f"{where}.allowed_sizes")) if sizes else None,
             gang_admission=gangs,
             gpus=GpuRequest.from_dict(raw["gpus"], f"{where}.gpus") if "gpus" in raw else None,
+            node_pools=node_pools(raw.get("node_pools"), f"{where}.node_pools"),
         )
 
 
@@ -309,7 +312,6 @@ class KubernetesConfig:
 
 _TENANT_KEYS = frozenset(TenantConfig.__dataclass_fields__) - {"name"}
 _TOP_KEYS = frozenset(KubernetesConfig.__dataclass_fields__)
-
 
 # (key, smallest allowed, must be above it, whole number)
 _NUMBERS = (

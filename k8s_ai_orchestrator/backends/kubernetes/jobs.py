@@ -40,6 +40,7 @@ from ... import gangpods
 from ...errors import ConfigError, SubmitError
 from ...stepenv import GANG_DIR, NODE_NAME, POD_IP
 from ..base import LaunchRequest, cpu_quantity
+from .capacity import GPU_RESOURCE
 from .config import KubernetesConfig, TenantConfig
 from .dra import claim_devices, claims_gpus, dra_problem
 from .kueue import queue_job
@@ -59,7 +60,6 @@ TENANT_LABEL = f"{LABEL_PREFIX}/tenant"
 ATTEMPT_LABEL = f"{LABEL_PREFIX}/attempt"
 JOB_LABEL = f"{LABEL_PREFIX}/job"
 MANAGED_BY = {"app.kubernetes.io/managed-by": "k8s-ai-orchestrator"}
-GPU_RESOURCE = "nvidia.com/gpu"
 HOSTNAME_LABEL = "kubernetes.io/hostname"
 # Entry point of every pod of a gang (`-c`, not `-m`: the package imports the module itself).
 GANG_POD_MAIN = (

@@ -38,6 +38,7 @@ from ...errors import SubmitError
 from ...spec import ComputeSpec
 from ..base import LaunchRequest
 from .api import ApiRetry
+from .autoscaling import pool_verdict
 from .capacity import (
     fits,
     gang_needs,
@@ -224,12 +225,74 @@ class Preflight:
     def _check_nodes(
         self, step: str, spec: ComputeSpec, tenant: TenantConfig, api_client: ApiClient
     ) -> None:
-        core = CoreV1Api(api_client)
+        """Some nodes (as many as a gang has pods) hold one pod of the step: nodes that exist,
+        or nodes the tenant's autoscaled `node_pools` can create."""
+        nodes = self._list_nodes(step, spec, tenant, api_client)
+        if nodes is None:
+            return
+        selector = {self._config.gpu_type_label: spec.gpu_type} if spec.gpu_type else {}
+        needs = step_needs(spec)
+        largest: dict[str, Decimal] = {kind: Decimal(0) for kind in needs}
+        fitting = []
+        for node in (n for n in nodes if schedulable(n, selector)):
+            free = resources(node.status.allocatable or {})
+            if fits(free, needs):
+                fitting.append(node.metadata.name)
+            largest = {kind: max(largest[kind], free[kind]) for kind in needs}
+        missing = spec.nodes - len(fitting)
+        if missing <= 0:
+            return
+        pools = pool_verdict(tenant.node_pools, needs, pods=missing, node_labels=selector)
+        if tenant.node_pools and pools.holds(missing):
+            _LOG.info(
+                "step '%s' (%s): no node of tenant '%s' holds it now; the autoscaler can create "
+                "its node(s) from pool(s) %s, so it waits Pending for them",
+                step,
+                spec.describe(),
+                tenant.name,
+                ", ".join(sorted(name for name, n in pools.nodes.items() if n != 0)),
+            )
+            return
+        refused = f"step '{step}' ({spec.describe()}) can never run in tenant '{tenant.name}'"
+        if tenant.node_pools:
+            raise SubmitError(
+                f"{refused}: {len(fitting)} node(s) hold one of its {spec.nodes} pod(s) and no "
+                f"node pool can create the rest: {pools.why}; raise that pool's node size or "
+                "limit (and the tenant's node_pools with it), or pick a smaller size class"
+            )
+        if fitting:
+            raise SubmitError(
+                f"{refused}: its gang needs {spec.nodes} schedulable nodes with room for one pod "
+                f"each, and only {len(fitting)} node(s) have enough allocatable resources "
+                f"({', '.join(sorted(fitting))}); lower compute(nodes=...) to {len(fitting)} or "
+                "add nodes to the host cluster's pool (and sync them into the vCluster)"
+            )
+        short = [k for k in needs if needs[k] > largest[k]] or list(needs)
+        where = f" with {self._config.gpu_type_label}={spec.gpu_type}" if selector else ""
+        raise SubmitError(
+            f"{refused}: no schedulable node{where} has enough allocatable "
+            + ", ".join(
+                f"{k} (needs {show(k, needs[k])}, largest {show(k, largest[k])})" for k in short
+            )
+            + "; add a node pool with larger nodes to the host cluster (and sync it into the "
+            "vCluster; an autoscaled pool at zero nodes: declare it in the tenant's "
+            "node_pools), or pick a smaller size class"
+        )
+
+    def _list_nodes(
+        self, step: str, spec: ComputeSpec, tenant: TenantConfig, api_client: ApiClient
+    ) -> list[Any] | None:
+        """The tenant's nodes; None (with a warning) when they cannot be checked and no
+        `node_pools` are declared to check against instead."""
         try:
-            nodes = self._retry.call("list nodes", tenant.name, core.list_node).items
+            nodes: list[Any] = self._retry.call(
+                "list nodes", tenant.name, CoreV1Api(api_client).list_node
+            ).items
         except ApiException as error:
             if error.status not in (401, 403):
                 raise
+            if tenant.node_pools:
+                return []
             _warn_unchecked(
                 step,
                 spec,
@@ -237,48 +300,19 @@ class Preflight:
                 f"the executor may not list nodes there ({error.status})",
                 "grant it list on nodes (helm chart: rbac.listNodes=true)",
             )
-            return
-        selector = {self._config.gpu_type_label: spec.gpu_type} if spec.gpu_type else {}
-        candidates = [n for n in nodes if schedulable(n, selector)]
-        if not nodes:
+            return None
+        if not nodes and not tenant.node_pools:
             _warn_unchecked(
                 step,
                 spec,
                 tenant,
                 "it lists no nodes",
                 "sync the host's nodes into it (vCluster values: "
-                "sync.fromHost.nodes.enabled=true, as in helm/vcluster-values.yaml)",
+                "sync.fromHost.nodes.enabled=true, as in helm/vcluster-values.yaml), or declare "
+                "its autoscaled pools in the tenant's node_pools",
             )
-            return
-        needs = step_needs(spec)
-        largest: dict[str, Decimal] = {kind: Decimal(0) for kind in needs}
-        fitting = []
-        for node in candidates:
-            free = resources(node.status.allocatable or {})
-            if fits(free, needs):
-                fitting.append(node.metadata.name)
-            largest = {kind: max(largest[kind], free[kind]) for kind in needs}
-        if len(fitting) >= spec.nodes:
-            return
-        if fitting:
-            raise SubmitError(
-                f"step '{step}' ({spec.describe()}) can never run in tenant '{tenant.name}': "
-                f"its gang needs {spec.nodes} schedulable nodes with room for one pod each, and "
-                f"only {len(fitting)} node(s) have enough allocatable resources "
-                f"({', '.join(sorted(fitting))}); lower compute(nodes=...) to {len(fitting)} or "
-                "add nodes to the host cluster's pool (and sync them into the vCluster)"
-            )
-        short = [k for k in needs if needs[k] > largest[k]] or list(needs)
-        where = f" with {self._config.gpu_type_label}={spec.gpu_type}" if selector else ""
-        raise SubmitError(
-            f"step '{step}' ({spec.describe()}) can never run in tenant '{tenant.name}': no "
-            f"schedulable node{where} has enough allocatable "
-            + ", ".join(
-                f"{k} (needs {show(k, needs[k])}, largest {show(k, largest[k])})" for k in short
-            )
-            + "; add a node pool with larger nodes to the host cluster (and sync it into the "
-            "vCluster), or pick a smaller size class"
-        )
+            return None
+        return nodes
 
 
 def _warn_unchecked(step: str, spec: ComputeSpec, tenant: TenantConfig, why: str, fix: str) -> None:
