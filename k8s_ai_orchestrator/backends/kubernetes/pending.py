@@ -1,10 +1,15 @@
-"""Why a step is Pending: the scheduler's condition on its pod, or the events of its Job.
+"""Why a step is Pending: the autoscaler's word, the scheduler's condition on its pod, or the
+events of its Job.
 
 A pod the scheduler cannot place carries `PodScheduled=False` with the scheduler's message
 ("0/3 nodes are available: 3 Insufficient nvidia.com/gpu"), which the watch already delivers.
-When there is no such condition — or no pod at all because quota admission refused to create
-it — the step's events are read, at most once per `interval_s` per step, and the newest
-Warning (FailedScheduling, FailedCreate "exceeded quota: ...") becomes the reason.
+On a cluster that autoscales, the autoscaler says on the same pod whether a node is coming:
+the pod's events are read, at most once per `interval_s` per step, and the newest autoscaler
+event (`scaleup.py`: Karpenter's Nominated or FailedScheduling, the cluster-autoscaler's
+TriggeredScaleUp, NotTriggerScaleUp, FailedScaleUp) leads the reason, the scheduler's message
+after it. When there is no condition — or no pod at all because quota admission refused to
+create it — the newest Warning (FailedScheduling, FailedCreate "exceeded quota: ...") becomes
+the reason.
 
 Example:
     >>> explainer = PendingExplainer(interval_s=5.0, clock=time.monotonic)  # doctest: +SKIP
@@ -17,7 +22,7 @@ from __future__ import annotations
 import json
 import logging
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from kubernetes.client import CoreV1Api
@@ -25,7 +30,8 @@ from kubernetes.client.exceptions import ApiException
 
 from ..base import JobHandle, StepStatus
 from .api import is_transient
-from .status import pending_status, pod_name
+from .scaleup import ScaleEvent, read_scale_event
+from .status import UNSCHEDULABLE, pending_status, pod_name
 
 _LOG = logging.getLogger(__name__)
 
@@ -44,40 +50,56 @@ class PendingExplainer:
         self._first_seen: dict[str, float] = {}
         self._read_at: dict[str, float] = {}
         self._last: dict[str, StepStatus] = {}
+        self._scale: dict[str, ScaleEvent] = {}  # the autoscaler's newest word per step
         self._lock = threading.Lock()
 
     def explain(
         self, handle: JobHandle, namespace: str, pod: Mapping[str, Any] | None, core: CoreV1Api
     ) -> StepStatus:
-        """The Pending status of the step, with the best reason known so far."""
+        """The Pending status of the step, with the best reason known so far: the autoscaler's
+        word on an unschedulable pod (`scaleup.py`) before the scheduler's, the scheduler's or
+        kubelet's condition, else the newest Warning event."""
         job = handle.job_id
-        if pod is not None:
-            status = pending_status(pod)
+        status = pending_status(pod) if pod is not None else StepStatus.pending()
+        if status.waiting and status.waiting not in UNSCHEDULABLE:
+            with self._lock:
+                self._last[job] = status
+            return status  # the kubelet's (ContainerCreating, ...): no autoscaler involved
+        events = self._events_due(job, namespace, pod_name(pod) if pod is not None else job, core)
+        with self._lock:
+            if events is not None:
+                words = [(e, w) for e in events if (w := read_scale_event(e)) is not None]
+                if words:
+                    self._scale[job] = max(words, key=lambda pair: _event_time(pair[0]))[1]
+                warning = _newest(e for e in events if e.get("type") == "Warning")
+                if warning is not None:
+                    self._last[job] = StepStatus.pending(
+                        warning.get("reason") or "Warning", warning.get("message") or ""
+                    )
             if status.waiting:
-                with self._lock:
-                    self._last[job] = status
-                return status
-        now = self._clock()
-        with self._lock:
-            first = self._first_seen.setdefault(job, now)
-            due = now - max(first, self._read_at.get(job, first)) >= self._interval_s
-            if due:
-                self._read_at[job] = now
-        if due:
-            subject = pod_name(pod) if pod is not None else job
-            found = self._read_events(namespace, subject, core)
-            if found is not None:
-                with self._lock:
-                    self._last[job] = found
-        with self._lock:
-            return self._last.get(job, StepStatus.pending())
+                self._last[job] = status
+            last, word = self._last.get(job, StepStatus.pending()), self._scale.get(job)
+        if word is None:
+            return last
+        said = f"; the scheduler: {status.message}" if status.message else ""
+        return StepStatus.pending(word.reason, word.text + said)
 
     def forget(self, job: str) -> None:
         with self._lock:
-            for table in (self._first_seen, self._read_at, self._last):
+            for table in (self._first_seen, self._read_at, self._last, self._scale):
                 table.pop(job, None)  # type: ignore[attr-defined]
 
-    def _read_events(self, namespace: str, subject: str, core: CoreV1Api) -> StepStatus | None:
+    def _events_due(
+        self, job: str, namespace: str, subject: str, core: CoreV1Api
+    ) -> list[Mapping[str, Any]] | None:
+        """The subject's events, when `interval_s` has passed since the last read (or since it
+        was first seen); None when not due or not readable now."""
+        now = self._clock()
+        with self._lock:
+            first = self._first_seen.setdefault(job, now)
+            if now - max(first, self._read_at.get(job, first)) < self._interval_s:
+                return None
+            self._read_at[job] = now
         try:
             response = core.list_namespaced_event(
                 namespace,
@@ -93,15 +115,11 @@ class PendingExplainer:
             if is_transient(error):
                 return None
             raise
-        warnings = [
-            e
-            for e in items
-            if e.get("type") == "Warning" and (e.get("involvedObject") or {}).get("name") == subject
-        ]
-        if not warnings:
-            return None
-        newest = max(warnings, key=_event_time)
-        return StepStatus.pending(newest.get("reason") or "Warning", newest.get("message") or "")
+        return [e for e in items if (e.get("involvedObject") or {}).get("name") == subject]
+
+
+def _newest(events: Iterable[Mapping[str, Any]]) -> Mapping[str, Any] | None:
+    return max(events, key=_event_time, default=None)
 
 
 def _event_time(event: Mapping[str, Any]) -> str:

@@ -166,6 +166,10 @@ def settled_pod_status(pod: Mapping[str, Any], now: float) -> StepStatus:
     return current
 
 
+# PodScheduled=False reasons of a pod that waits for a node: an autoscaler may be making one
+UNSCHEDULABLE = frozenset({"Unschedulable"})
+
+
 def pending_status(pod: Mapping[str, Any]) -> StepStatus:
     """A Pending step with the scheduler's or kubelet's reason, if any."""
     status = pod.get("status") or {}
