@@ -83,6 +83,9 @@ TENANT_SCHEMA = Shape(
                     "all_running_timeout_s": _opt(
                         Float, "Cancel a gang not all Running this long after its first pod."
                     ),
+                    "provisioning_timeout_s": _opt(
+                        Float, "More time while an autoscaler says a waiting pod's node comes."
+                    ),
                 }
             ),
             "All-or-nothing admission of multi-node steps.",

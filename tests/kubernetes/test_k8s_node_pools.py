@@ -1,5 +1,7 @@
-"""Pre-flight on a tenant whose host autoscales: a step no node holds now is refused only when
-no declared node pool could create a node for it (`node_pools`, autoscaling.py).
+"""Pre-flight and gang admission on a tenant whose host autoscales: a step no node holds now
+is refused only when no declared node pool could create a node for it (`node_pools`,
+autoscaling.py); the guard creates a gang whose missing nodes a pool can create; a partial
+gang gets `provisioning_timeout_s` more while its nodes are being provisioned.
 
 The tenant's API is the emulator's (one 8 CPU / 16Gi node, or none); the pools are declared.
 """
@@ -12,11 +14,14 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from kubernetes.client import SchedulingV1Api
+from kubernetes.client import CoreV1Api, SchedulingV1Api
 
 from k8s_ai_orchestrator.backends.base import LaunchRequest
+from k8s_ai_orchestrator.backends.kubernetes.admission.base import AttemptJob
+from k8s_ai_orchestrator.backends.kubernetes.admission.guard import waiting_for_room
 from k8s_ai_orchestrator.backends.kubernetes.api import ApiRetry
 from k8s_ai_orchestrator.backends.kubernetes.config import KubernetesConfig
+from k8s_ai_orchestrator.backends.kubernetes.gang_admission import GangAdmission
 from k8s_ai_orchestrator.backends.kubernetes.preflight import Preflight
 from k8s_ai_orchestrator.errors import ConfigError, SubmitError
 from k8s_ai_orchestrator.spec import resolve_spec
@@ -118,3 +123,37 @@ def test_bad_node_pools_are_refused_with_the_key_and_the_fix(pools: Any, says: s
     raw = {"tenants": {"a": {"kubeconfig": "/k", "node_pools": pools}}}
     with pytest.raises(ConfigError, match=says):
         KubernetesConfig.from_dict(raw)
+
+
+@pytest.mark.parametrize(("pools", "waits"), [([], True), ([HIGHMEM], False)])
+def test_the_guard_creates_a_gang_whose_missing_nodes_a_pool_can_create(
+    emulators: dict[str, Any], pools: list[Any], waits: bool
+) -> None:
+    emu = emulators["small"]
+    config = KubernetesConfig.from_dict(
+        {
+            "tenants": {
+                "small": {"kubeconfig": emu.tenant("small").kubeconfig_path, "node_pools": pools}
+            }
+        }
+    )
+    spec = resolve_spec({"cpu": 4, "memory": "4Gi", "nodes": 2})
+    request = LaunchRequest("run", "gang", 0, [sys.executable], {}, spec, tenant="small")
+    job = AttemptJob(request, "small", "default", "gang-job")
+    core = CoreV1Api(emu.tenant("small").api_client())
+    why = waiting_for_room(config, ApiRetry(retries=0), core, job)
+    if waits:
+        assert why is not None and why.waiting == "WaitingForGangRoom"
+        assert "1 of the 2 nodes it needs have room for one pod now (n1)" in why.message
+    else:
+        assert why is None
+
+
+def test_a_partial_gang_gets_more_time_while_its_nodes_are_being_provisioned() -> None:
+    raw = {"all_running_timeout_s": 120, "provisioning_timeout_s": 600}
+    gangs = GangAdmission.from_dict(raw, "kubernetes.tenants.t")
+    assert gangs.partial_limit_s(provisioning=False) == 120
+    assert gangs.partial_limit_s(provisioning=True) == 720
+    assert GangAdmission.from_dict(None, "t").provisioning_timeout_s == 900
+    with pytest.raises(ConfigError, match="provisioning_timeout_s=-1"):
+        GangAdmission.from_dict({"provisioning_timeout_s": -1}, "t")

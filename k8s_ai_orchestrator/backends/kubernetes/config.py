@@ -27,7 +27,8 @@ from ...errors import ConfigError, config_number
 from .api_values import security_context
 from .autoscaling import NodePool, node_pools
 from .dra import GpuRequest
-from .names import DNS_SUBDOMAIN, label_key_problem
+from .gang_admission import VCLUSTER_WORKLOAD, GangAdmission
+from .names import label_key_problem
 
 DEFAULT_SECURITY_CONTEXT: Mapping[str, Any] = {
     "runAsNonRoot": True,
@@ -52,100 +53,6 @@ class PriorityClasses:
     def of(self, preemptible: bool) -> str:
         """The class of a step that is (or is not) preemptible."""
         return self.preemptible if preemptible else self.default
-
-
-GANG_ADMISSION_MODES = ("guard", "workload", "kueue")
-# vCluster's open-source syncer (v0.34) copies no scheduling.k8s.io PodGroups to the host and
-# drops a pod's `schedulingGroup` (its Kubernetes types predate it): the host scheduler would
-# bind a gang's pods one by one, so `workload` on a vCluster tenant is refused, not silently
-# ungang-ed.
-VCLUSTER_WORKLOAD = (
-    "{where}: gang_admission.mode: workload cannot gang on vCluster '{name}': vCluster's syncer "
-    "copies no scheduling.k8s.io PodGroups to the host cluster and drops the pods' "
-    "schedulingGroup, so the host scheduler would place a gang's pods one by one. Use mode: "
-    "guard (the executor's own all-or-nothing admission) or mode: kueue on this tenant"
-)
-
-
-@dataclass(frozen=True)
-class GangAdmission:
-    """How a tenant admits multi-node gangs all-or-nothing (`gang_admission` in its config).
-
-    `guard`, the executor's own: the Job is created only when the tenant's nodes and quota
-    have room for every pod, and the whole gang is deleted when not all its pods run within
-    `all_running_timeout_s` of the first one, so a partial gang never holds GPUs.
-
-    `workload`, the Kubernetes gang-scheduling API (`scheduling.k8s.io/v1beta1`, Kubernetes
-    1.37 with the `GenericWorkload` feature gate): the Job is created at once with a
-    `PodGroup` (gang `minCount` = nodes) that its pods join, and the scheduler binds all of
-    them or none. The all-running timeout stays as a safety net. Refused on a `vcluster:`
-    tenant (`VCLUSTER_WORKLOAD`): the scheduler must see the PodGroup.
-
-    `kueue`, Kueue (v0.17+) in the tenant: every Job of the tenant is created suspended with
-    the `kueue.x-k8s.io/queue-name: <local_queue>` label, and Kueue unsuspends it once its
-    ClusterQueue has quota for all of its pods (preempting lower-priority steps by its
-    ClusterQueue's preemption policy). The all-running timeout stays as a safety net.
-
-    Example:
-        >>> GangAdmission.from_dict({"all_running_timeout_s": 120}, "kubernetes.tenants.t")
-        GangAdmission(mode='guard', all_running_timeout_s=120.0, local_queue=None)
-        >>> GangAdmission.from_dict({"mode": "kueue", "local_queue": "gpu"}, "t").kueue
-        True
-    """
-
-    mode: str = "guard"
-    all_running_timeout_s: float = 300.0  # first pod Running → every pod Running, or cancel
-    local_queue: str | None = None  # mode kueue: the LocalQueue of the tenant's Jobs
-
-    @property
-    def podgroups(self) -> bool:
-        """Whether gangs join a PodGroup (`workload`) instead of waiting for the guard."""
-        return self.mode == "workload"
-
-    @property
-    def kueue(self) -> bool:
-        """Whether Kueue admits the tenant's Jobs (every step, not only gangs)."""
-        return self.mode == "kueue"
-
-    @property
-    def guarded(self) -> bool:
-        """Whether gangs wait for the executor's own room check before their Job exists."""
-        return self.mode == "guard"
-
-    @classmethod
-    def from_dict(cls, raw: Mapping[str, Any] | None, where: str) -> GangAdmission:
-        where = f"{where}.gang_admission"
-        raw = dict(raw or {})
-        _check_keys(raw, {"mode", "all_running_timeout_s", "local_queue"}, where)
-        mode = raw.get("mode", "guard")
-        if mode not in GANG_ADMISSION_MODES:
-            raise ConfigError(
-                f"{where}.mode={mode!r} is not one of {', '.join(GANG_ADMISSION_MODES)}; use "
-                "guard (the executor's own all-or-nothing admission)"
-            )
-        timeout = config_number(
-            raw.get("all_running_timeout_s", cls.all_running_timeout_s),
-            f"{where}.all_running_timeout_s",
-            above=True,
-        )
-        queue = _opt_str(raw, "local_queue", where)
-        if mode == "kueue" and not queue:
-            raise ConfigError(
-                f"{where}: mode kueue needs local_queue, the name of the Kueue LocalQueue in "
-                "the tenant's namespace that points at the tenant's ClusterQueue (the tenant "
-                "chart's kueue.localQueue, k8s-ai by default)"
-            )
-        if queue is not None and mode != "kueue":
-            raise ConfigError(
-                f"{where}.local_queue is only read with mode: kueue (mode is {mode!r}); remove "
-                "it or set mode: kueue"
-            )
-        if queue is not None and DNS_SUBDOMAIN.problem(queue):
-            raise ConfigError(
-                f"{where}.local_queue={queue!r} is not a Kubernetes object name (lowercase "
-                "letters, digits, '-' and '.', starting and ending with a letter or digit)"
-            )
-        return cls(mode=mode, all_running_timeout_s=float(timeout), local_queue=queue)
 
 
 @dataclass(frozen=True)

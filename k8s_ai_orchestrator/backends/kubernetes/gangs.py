@@ -124,5 +124,6 @@ def partial_gang(
         f"gang step '{step}' in tenant '{tenant}': only {running} of {nodes} pods were "
         f"running {limit_s:g}s after the first one started (waiting pod: {why}); the whole "
         f"gang was deleted so that a partial gang holds no GPUs; free room for {nodes} pods "
-        f"or raise kubernetes.tenants.{tenant}.gang_admission.all_running_timeout_s",
+        f"or raise kubernetes.tenants.{tenant}.gang_admission.all_running_timeout_s (and "
+        "provisioning_timeout_s, the time added while an autoscaler says a node is coming)",
     )

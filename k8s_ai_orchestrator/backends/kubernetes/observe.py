@@ -33,6 +33,7 @@ from .growth import PodGrowth
 from .jobapi import JobApi
 from .logs import LogStreams, read_tail
 from .pending import PendingExplainer
+from .scaleup import NODE_COMING
 from .status import (
     container_ages,
     deleted_pod_status,
@@ -149,7 +150,8 @@ class AttemptObserver:
         waiting = pending_pod(pods)
         last = self._pending.explain(handle, attempt.namespace, waiting, self.core(attempt))
         why = f"{last.waiting}: {last.message}" if last.waiting else "no reason reported yet"
-        limit = self._config.tenant(attempt.tenant).gang_admission.all_running_timeout_s
+        gangs = self._config.tenant(attempt.tenant).gang_admission
+        limit = gangs.partial_limit_s(provisioning=last.waiting in NODE_COMING)
         status = partial_gang(
             handle.step_key,
             attempt.tenant,

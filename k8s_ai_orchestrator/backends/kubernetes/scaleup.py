@@ -36,6 +36,8 @@ _INCOMPATIBLE = re.compile(
     r"incompatible with nodepool \"(?P<pool>[^\"]+)\"(?:, daemonset overhead=\{[^}]*\})?,? ?"
     r"(?P<why>.*)"
 )
+# the events that say a node is on its way for the pod (the wait should end by itself)
+NODE_COMING = frozenset({"Nominated", "TriggeredScaleUp"})
 _WHY_CHARS = 160  # a pool's reason can list every requirement; its start says enough
 
 
@@ -45,7 +47,11 @@ class ScaleEvent:
 
     reason: str  # the event's reason, the Pending note's key
     text: str  # what it means, as a sentence a person acts on
-    coming: bool  # a node is on its way (the wait should end by itself)
+
+    @property
+    def coming(self) -> bool:
+        """A node is on its way for the pod."""
+        return self.reason in NODE_COMING
 
 
 def _nominated(message: str, at: str) -> ScaleEvent:
@@ -56,11 +62,10 @@ def _nominated(message: str, at: str) -> ScaleEvent:
             "Nominated",
             f"waiting for a node from NodePool '{claim['pool']}' (NodeClaim {claim['claim']}, "
             f"launched for it{since})",
-            coming=True,
         )
     node = _NODE.search(message)
     where = f"node {node['node']}" if node else "a node"
-    return ScaleEvent("Nominated", f"waiting for {where}, which Karpenter chose for it", True)
+    return ScaleEvent("Nominated", f"waiting for {where}, which Karpenter chose for it")
 
 
 def _karpenter_refusal(message: str, at: str) -> ScaleEvent:
@@ -78,7 +83,6 @@ def _karpenter_refusal(message: str, at: str) -> ScaleEvent:
     return ScaleEvent(
         "FailedScheduling",
         "Karpenter will not create a node for it: " + "; ".join(reasons),
-        coming=False,
     )
 
 
@@ -89,7 +93,7 @@ def _triggered(message: str, at: str) -> ScaleEvent:
     ]
     grows = ", ".join(groups) or message
     return ScaleEvent(
-        "TriggeredScaleUp", f"waiting for a node: the cluster autoscaler grows {grows}", True
+        "TriggeredScaleUp", f"waiting for a node: the cluster autoscaler grows {grows}"
     )
 
 
@@ -98,7 +102,7 @@ def _after_colon(reason: str, prefix: str) -> Callable[[str, str], ScaleEvent]:
 
     def read(message: str, at: str) -> ScaleEvent:
         said = message.split(":", 1)[1].strip() if ":" in message else message
-        return ScaleEvent(reason, f"{prefix}: {said or 'no reason given'}", coming=False)
+        return ScaleEvent(reason, f"{prefix}: {said or 'no reason given'}")
 
     return read
 

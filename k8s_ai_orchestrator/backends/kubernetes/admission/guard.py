@@ -2,9 +2,11 @@
 
 A gang's Job is created only when the tenant's nodes have room for every pod at once
 (`capacity.gang_room`, counting what lower-priority preemptible pods hold as free, since the
-scheduler preempts them) and its ResourceQuotas have room for all of them
-(`capacity.quota_lines`). Until then the Job is held back: the step is Pending with reason
-`WaitingForGangRoom`, and room is looked for again every `pending_events_interval_s`.
+scheduler preempts them) — or, on a tenant with autoscaled `node_pools`, when the pools can
+create nodes for the pods the nodes have no room for — and its ResourceQuotas have room for
+all of them (`capacity.quota_lines`). Until then the Job is held back: the step is Pending
+with reason `WaitingForGangRoom`, and room is looked for again every
+`pending_events_interval_s`.
 
 Example:
     >>> guard = GuardAdmission(tools)  # doctest: +SKIP
@@ -27,6 +29,7 @@ from kubernetes.client.exceptions import ApiException
 from ....spec import ComputeSpec
 from ...base import LaunchRequest, StepStatus
 from ..api import ApiRetry
+from ..autoscaling import pool_verdict
 from ..capacity import GangRoom, gang_needs, gang_room, quota_lines, quota_of, step_needs
 from ..config import KubernetesConfig, TenantConfig
 from ..dra import host_fit
@@ -77,7 +80,9 @@ def waiting_for_room(
     """None when every pod of the gang fits now, else why its Job waits (Pending). A gang
     claiming its GPUs through DRA is counted without them (`host_fit`): the scheduler
     allocates its devices, and a rank pod left waiting for them ends as a partial gang."""
-    spec = host_fit(job.request.spec, config.gpus_of(config.tenant(job.tenant)))
+    tenant = config.tenant(job.tenant)
+    spec = host_fit(job.request.spec, config.gpus_of(tenant))
+    labels = {config.gpu_type_label: spec.gpu_type} if spec.gpu_type else {}
     room = read_gang_room(
         core,
         retry,
@@ -85,10 +90,13 @@ def waiting_for_room(
         namespace=job.namespace,
         needs=step_needs(spec),
         needed=spec.nodes,
-        node_labels={config.gpu_type_label: spec.gpu_type} if spec.gpu_type else {},
+        node_labels=labels,
         reclaimable_class=None if spec.preemptible else config.priority_classes.preemptible,
     )
-    short = None if room.enough else room.describe()
+    missing = spec.nodes - room.fits
+    pools = pool_verdict(tenant.node_pools, step_needs(spec), pods=missing, node_labels=labels)
+    grows = bool(tenant.node_pools) and pools.holds(missing)  # the autoscaler makes the rest
+    short = None if room.enough or grows else room.describe()
     short = short or _quota_short(retry, core, job, spec)
     if short is None:
         return None
