@@ -132,6 +132,63 @@ def test_an_unschedulable_step_is_pending_with_the_real_scheduler_message(
             backend.cancel(step)
 
 
+def test_a_step_for_an_autoscaled_pool_waits_pending_with_the_autoscalers_word(
+    real_kube: RealKube, clock: FakeClock
+) -> None:
+    """An 8-GPU step (the largest node has 4) on a tenant whose host declares an 8-GPU pool is
+    not refused: it is created and waits Pending with the real scheduler's message. When the
+    autoscaler on the host nominates a node for its host pod (the event Karpenter writes,
+    recorded from a real cluster), the syncer copies the event to the tenant pod and the
+    step's Pending reason becomes the autoscaler's word, the scheduler's message after it."""
+    raw = tenant_config(real_kube)
+    pool = {"name": "gpu-8", "node": {"cpu": 64, "memory": "900Gi", "gpu": 8}}
+    raw["tenants"]["team-a"]["node_pools"] = [pool]
+    backend = KubernetesBackend(
+        KubernetesConfig.from_dict(raw),
+        allowed_tenants=TENANTS,
+        default_tenant="team-a",
+        clock=clock,
+        sleep=lambda s: None,
+    )
+    handle = backend.submit(python_step("pass", step="train", cpu=8, memory="32Gi", gpu=8))
+    try:
+        pending = wait_until(real_kube, backend, handle, lambda s: s.waiting == "Unschedulable")
+        assert "Insufficient nvidia.com/gpu" in pending.message
+        (host_pod,) = [
+            p
+            for p in real_kube.pods("host", "vcluster-team-a")
+            if p["metadata"]["name"].startswith(handle.job_id)
+        ]
+        meta = host_pod["metadata"]
+        CoreV1Api(real_kube.host.api_client()).create_namespaced_event(
+            meta["namespace"],
+            {
+                "metadata": {"name": f"{meta['name']}.karpenter", "namespace": meta["namespace"]},
+                "involvedObject": {
+                    "kind": "Pod",
+                    "name": meta["name"],
+                    "namespace": meta["namespace"],
+                    "uid": meta["uid"],
+                },
+                "reason": "Nominated",
+                "message": "Pod should schedule on: nodeclaim/gpu-8-x7k2q",
+                "type": "Normal",
+                "source": {"component": "karpenter"},
+                "firstTimestamp": "2026-12-03T14:02:11Z",
+                "lastTimestamp": "2026-12-03T14:02:11Z",
+                "count": 1,
+            },
+        )
+        word = wait_until(real_kube, backend, handle, lambda s: s.waiting == "Nominated")
+        assert word.message.startswith(
+            "waiting for a node from NodePool 'gpu-8' (NodeClaim gpu-8-x7k2q, launched for it "
+            "at 14:02:11 UTC); the scheduler: 0/2 nodes are available"
+        ), word.message
+    finally:
+        backend.cancel(handle)
+        backend.close()
+
+
 def test_a_step_needing_more_gpus_than_any_node_fails_in_pre_flight(
     backend: KubernetesBackend,
 ) -> None:
