@@ -34,6 +34,20 @@ KARPENTER_NO_INSTANCE = (
     '{"cpu":"1210m","memory":"4336Mi","nvidia.com/gpu":"1","pods":"6"} and requirements '
     "karpenter.k8s.aws/instance-family In [g5 p3 p4]"
 )
+# Karpenter v1.14.1 (kwok provider) on the test plane: a 9-GPU pod no shape holds, a pod for a
+# pool at its limit, a pod that does not tolerate the GPU pool's taint (tests/karpenter/README.md)
+KARPENTER_1_14_NO_SHAPE = (
+    "Failed to schedule pod, no instance type has enough resources, requirements=karpenter.kwok"
+    ".sh/kwoknodeclass In [default], karpenter.sh/initialized In [true], karpenter.sh/nodepool "
+    "In [cpu], karpenter.sh/registered In [true], node.kubernetes.io/instance-type In [cpu-16 "
+    'cpu-32 cpu-8], resources={"cpu":"8","memory":"64Gi","nvidia.com/gpu":"9","pods":"1"}; no '
+    "instance type has enough resources, requirements=karpenter.sh/nodepool In [gpu], "
+    'resources={"cpu":"8"}'
+)
+KARPENTER_1_14_LIMIT = (
+    "Failed to schedule pod, did not tolerate taint (taint=nvidia.com/gpu=present:NoSchedule); "
+    "all available instance types exceed limits for nodepool (NodePool=gpu)"
+)
 CA_TRIGGERED = "pod triggered scale-up: [{aks-gpunp-98036146-vmss 1->2 (max: 2)}]"
 CA_NOT_TRIGGERED = "pod didn't trigger scale-up: 2 max node group size reached"
 CA_FAILED = (
@@ -70,6 +84,22 @@ CA_FAILED = (
             "FailedScheduling",
             KARPENTER_NO_INSTANCE,
             "NodePool 'gpu-pool' cannot hold it (no instance type satisfied resources",
+            False,
+        ),
+        (
+            "FailedScheduling",
+            KARPENTER_1_14_NO_SHAPE,
+            "Karpenter will not create a node for it: NodePool 'cpu' cannot hold it (no instance "
+            "type has enough resources); NodePool 'gpu' cannot hold it (no instance type has "
+            "enough resources)",
+            False,
+        ),
+        (
+            "FailedScheduling",
+            KARPENTER_1_14_LIMIT,
+            "Karpenter will not create a node for it: did not tolerate taint "
+            "(taint=nvidia.com/gpu=present:NoSchedule); NodePool 'gpu' is at its limit "
+            "(spec.limits)",
             False,
         ),
         (

@@ -31,11 +31,13 @@ KARPENTER_REFUSAL = "Failed to schedule pod, "  # Karpenter's FailedScheduling, 
 _NODECLAIM = re.compile(r"nodeclaim/(?P<claim>(?P<pool>[a-z0-9.-]+?)-[a-z0-9]{5})\b")
 _NODE = re.compile(r"\bnode/(?P<node>\S+)")
 _GROUP = re.compile(r"\{(?P<group>\S+) (?P<old>\d+)->(?P<new>\d+) \(max: (?P<max>\d+)\)\}")
-_AT_LIMIT = re.compile(r"exceed limits for nodepool:? \"(?P<pool>[^\"]+)\"")
-_INCOMPATIBLE = re.compile(
-    r"incompatible with nodepool \"(?P<pool>[^\"]+)\"(?:, daemonset overhead=\{[^}]*\})?,? ?"
-    r"(?P<why>.*)"
+# where a Karpenter clause names its NodePool: `nodepool "gpu"` (v1.0–1.3), `(NodePool=gpu)`
+# (klog references, v1.4+), or only the pool's requirement `karpenter.sh/nodepool In [gpu]`
+_POOL = re.compile(
+    r'nodepool:? "(?P<quoted>[^"]+)"|NodePool="?(?P<ref>[\w.-]+)"?'
+    r"|karpenter\.sh/nodepool In \[(?P<requirement>[\w.-]+)\]"
 )
+_PREFIX = re.compile(r'^incompatible with nodepool "[^"]+",(?: daemonset overhead=\{[^}]*\},)? ?')
 # the events that say a node is on its way for the pod (the wait should end by itself)
 NODE_COMING = frozenset({"Nominated", "TriggeredScaleUp"})
 _WHY_CHARS = 160  # a pool's reason can list every requirement; its start says enough
@@ -69,20 +71,21 @@ def _nominated(message: str, at: str) -> ScaleEvent:
 
 
 def _karpenter_refusal(message: str, at: str) -> ScaleEvent:
-    reasons = []
-    for part in message[len(KARPENTER_REFUSAL) :].split("; "):
-        limit, incompatible = _AT_LIMIT.search(part), _INCOMPATIBLE.match(part)
-        if limit is not None:
-            reasons.append(f"NodePool '{limit['pool']}' is at its limit (spec.limits)")
-        elif incompatible is not None:
-            why = incompatible["why"].strip()
+    """Karpenter's FailedScheduling: one clause per NodePool, joined by "; "."""
+    reasons: list[str] = []
+    for clause in (c.strip() for c in message[len(KARPENTER_REFUSAL) :].split("; ")):
+        found = _POOL.search(clause)
+        pool = next((g for g in found.groups() if g), None) if found else None
+        if "exceed limits for nodepool" in clause:
+            reason = f"NodePool '{pool}' is at its limit (spec.limits)"
+        else:
+            why = _PREFIX.sub("", clause).split(", requirements=")[0].strip()
             why = why if len(why) <= _WHY_CHARS else why[:_WHY_CHARS].rstrip() + " …"
-            reasons.append(f"NodePool '{incompatible['pool']}' cannot hold it ({why})")
-        elif part.strip():
-            reasons.append(part.strip())
+            reason = f"NodePool '{pool}' cannot hold it ({why})" if pool else why
+        if reason and reason not in reasons:
+            reasons.append(reason)
     return ScaleEvent(
-        "FailedScheduling",
-        "Karpenter will not create a node for it: " + "; ".join(reasons),
+        "FailedScheduling", "Karpenter will not create a node for it: " + "; ".join(reasons)
     )
 
 
