@@ -2,8 +2,10 @@
 
 Example:
     >>> from k8s_ai_orchestrator.launch.settings import ExecutorSettings
-    >>> make_backend("local", ExecutorSettings.from_config({"local": {"cpus": 1}})).name
+    >>> backend = make_backend("local", ExecutorSettings.from_config({"local": {"cpus": 1}}))
+    >>> backend.name
     'local'
+    >>> backend.close()  # its thread stopped, its temp folder removed
 """
 
 from __future__ import annotations

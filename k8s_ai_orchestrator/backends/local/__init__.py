@@ -12,8 +12,10 @@ Process trees (memory, CPU time, killing a tree) are measured by `k8s_ai_orchest
 which the step pod's memory reporter shares.
 
 Example:
-    >>> LocalBackend(LocalCapacity(cpus=1, memory_bytes=2 * 1024**3, gpus=0)).name
+    >>> backend = LocalBackend(LocalCapacity(cpus=1, memory_bytes=2 * 1024**3, gpus=0))
+    >>> backend.name
     'local'
+    >>> backend.close()  # its thread stopped, its temp folder removed
 """
 
 from .backend import OOM_EXIT_CODE, LocalBackend
