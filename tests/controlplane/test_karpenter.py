@@ -2,7 +2,9 @@
 pod that fits a NodePool gets a NodeClaim and a Node, and is bound to it; the Node has no Ready
 condition until something plays its kubelet (the node agent's adoption, still to come), so its
 NodeClaim is never initialized; once the Node is Ready, the pod's removal makes Karpenter
-consolidate the empty node away; nothing stays behind."""
+consolidate the empty node away; `xl` and `gpu-8` sized pods get the high-memory and GPU
+pools' shapes up to the pool's limit, and Karpenter's events on the pods say why one waits;
+nothing stays behind."""
 
 from __future__ import annotations
 
@@ -24,6 +26,7 @@ from k8s_ai_orchestrator.testing.controlplane.karpenter import (
     CATALOG,
     DEFAULT_POOLS,
     GROUP,
+    INSTANCE_TYPE_LABEL,
     NODEPOOL_LABEL,
     VERSION,
     KarpenterProcess,
@@ -61,15 +64,29 @@ class Host:
         self.namespace = f"karp-{uuid.uuid4().hex[:6]}"
         self.core.create_namespace({"metadata": {"name": self.namespace}})
 
-    def create_pod(self, name: str, cpu: str) -> None:
+    def create_pod(self, name: str, cpu: str, memory: str = "1Gi", gpus: int = 0) -> None:
+        """A pod asking for `cpu`, `memory` and `gpus` (tolerating the GPU pool's taint)."""
+        requests = {"cpu": cpu, "memory": memory}
+        spec: Obj = {}
+        if gpus:
+            requests["nvidia.com/gpu"] = str(gpus)
+            spec["tolerations"] = [{"key": "nvidia.com/gpu", "operator": "Exists"}]
+        limits = {k: v for k, v in requests.items() if k == "nvidia.com/gpu"}
         container = {
             "name": "main",
             "image": "probe",
             "command": ["true"],
-            "resources": {"requests": {"cpu": cpu, "memory": "1Gi"}},
+            "resources": {"requests": requests, "limits": limits},
         }
-        pod = {"metadata": {"name": name}, "spec": {"containers": [container]}}
+        pod = {"metadata": {"name": name}, "spec": {**spec, "containers": [container]}}
         self.core.create_namespaced_pod(self.namespace, pod)
+
+    def karpenter_events(self, pod: str) -> list[str]:
+        """The messages of the events Karpenter wrote about `pod`."""
+        events = self.core.list_namespaced_event(
+            self.namespace, field_selector=f"involvedObject.name={pod}"
+        )
+        return [e.message for e in events.items if e.reporting_component == "karpenter"]
 
     def pod(self, name: str) -> Obj:
         found = self.core.read_namespaced_pod(name, self.namespace)
@@ -108,7 +125,7 @@ class Host:
         while not (result := check()):
             if time.monotonic() > deadline:
                 component = self.karpenter.component
-                tail = component.log_tail(10) if component else ""
+                tail = component.log_tail(5) if component else ""
                 raise AssertionError(f"not after {timeout_s:.0f} s: {what}\n{tail}")
             time.sleep(0.5)
         return result
@@ -158,7 +175,7 @@ def test_pending_pod_gets_a_node_of_the_cpu_pool_that_stays_not_ready(autoscaled
     nodes = host.wait_for(lambda: host.nodes("cpu"), LAUNCH_BOUND_S, "a Node of pool cpu")
     assert len(claims) == 1 and len(nodes) == 1
     node = nodes[0]
-    assert node["metadata"]["labels"]["node.kubernetes.io/instance-type"] == "cpu-8"
+    assert node["metadata"]["labels"][INSTANCE_TYPE_LABEL] == "cpu-8"
     assert node["spec"]["providerID"].startswith("kwok://")
     assert host.node_claims("highmem") == [] and host.node_claims("gpu") == []
 
@@ -217,4 +234,61 @@ def test_node_made_ready_is_initialized_and_consolidated_once_empty(autoscaled: 
         lambda: not host.node_claims("cpu") and not host.nodes("cpu"),
         CONSOLIDATION_BOUND_S,
         f"the empty node {name} consolidated away",
+    )
+
+
+@pytest.mark.controlplane
+@pytest.mark.karpenter
+def test_xl_and_gpu_8_pods_get_their_pools_shapes_up_to_the_pools_limit(autoscaled: Host) -> None:
+    host = autoscaled
+    # First a pod no shape holds: while the gpu pool has room, Karpenter says so per pool (at
+    # the pool's limit it would only say that).
+    host.create_pod("too-many-gpus", cpu="8", memory="64Gi", gpus=9)
+    host.wait_for(
+        lambda: any(
+            "no instance type has enough resources" in m and "nodepool In [gpu]" in m
+            for m in host.karpenter_events("too-many-gpus")
+        ),
+        LAUNCH_BOUND_S,
+        "Karpenter's event that no shape of pool gpu holds 9 GPUs",
+    )
+    host.create_pod("mosaic", cpu="72", memory="450Gi")
+    for n in range(3):  # the gpu pool's limit (16 GPUs) holds two gpu-8 nodes
+        host.create_pod(f"embed-{n}", cpu="8", memory="64Gi", gpus=8)
+
+    host.wait_for(lambda: host.nodes("highmem"), LAUNCH_BOUND_S, "a Node of pool highmem")
+    assert [n["metadata"]["labels"][INSTANCE_TYPE_LABEL] for n in host.nodes("highmem")] == [
+        "mem-96"
+    ]
+    host.wait_for(lambda: len(host.nodes("gpu")) == 2, LAUNCH_BOUND_S, "two Nodes of pool gpu")
+    for node in host.nodes("gpu"):
+        assert node["metadata"]["labels"][INSTANCE_TYPE_LABEL] == "gpu-8"
+        assert node["status"]["allocatable"]["nvidia.com/gpu"] == "8"
+    assert host.node_claims("cpu") == []
+
+    def bound() -> set[str]:
+        pods = host.core.list_namespaced_pod(host.namespace).items
+        return {p.metadata.name for p in pods if p.spec.node_name}
+
+    host.wait_for(lambda: len(bound()) == 3, LAUNCH_BOUND_S, "mosaic and two embed pods bound")
+    [waiting] = {f"embed-{n}" for n in range(3)} - bound()
+    host.wait_for(
+        lambda: any(
+            "exceed limits for nodepool (NodePool=gpu)" in m for m in host.karpenter_events(waiting)
+        ),
+        LAUNCH_BOUND_S,
+        f"Karpenter's event that pool gpu is at its limit, on {waiting}",
+    )
+    assert len(host.nodes("gpu")) == 2
+
+    for pod in ("mosaic", "too-many-gpus", *(f"embed-{n}" for n in range(3))):
+        host.delete_pod(pod)
+    for claim in host.node_claims("gpu") + host.node_claims("highmem"):
+        host.custom.delete_cluster_custom_object(
+            GROUP, VERSION, "nodeclaims", claim["metadata"]["name"]
+        )
+    host.wait_for(
+        lambda: not host.nodes("gpu") and not host.nodes("highmem"),
+        CONSOLIDATION_BOUND_S,
+        "the deleted NodeClaims' Nodes gone",
     )

@@ -327,7 +327,7 @@ class KarpenterProcess:
             # a short batch window: a test's pending pod is provisioned for in about 2 s
             "BATCH_IDLE_DURATION": "1s",
             "BATCH_MAX_DURATION": "2s",
-            "LOG_LEVEL": "debug",
+            "LOG_LEVEL": "info",
         }
 
     def _install(self, api: client.ApiClient) -> None:
