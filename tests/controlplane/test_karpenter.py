@@ -23,6 +23,7 @@ from kubernetes import client
 
 from k8s_ai_orchestrator.testing.controlplane import ControlPlane
 from k8s_ai_orchestrator.testing.controlplane.karpenter import (
+    AUTOSCALED,
     CATALOG,
     DEFAULT_POOLS,
     GROUP,
@@ -65,9 +66,10 @@ class Host:
         self.core.create_namespace({"metadata": {"name": self.namespace}})
 
     def create_pod(self, name: str, cpu: str, memory: str = "1Gi", gpus: int = 0) -> None:
-        """A pod asking for `cpu`, `memory` and `gpus` (tolerating the GPU pool's taint)."""
+        """A pod asking for `cpu`, `memory` and `gpus` (tolerating the GPU pool's taint) that
+        only an autoscaled node takes (the session plane may have the node agent's nodes)."""
         requests = {"cpu": cpu, "memory": memory}
-        spec: Obj = {}
+        spec: Obj = {"nodeSelector": dict(AUTOSCALED)}
         if gpus:
             requests["nvidia.com/gpu"] = str(gpus)
             spec["tolerations"] = [{"key": "nvidia.com/gpu", "operator": "Exists"}]

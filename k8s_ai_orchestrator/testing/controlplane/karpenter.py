@@ -59,6 +59,10 @@ GPU = "nvidia.com/gpu"
 ZONE = "zone-a"
 LOOPBACK = "127.0.0.1"
 GPU_TAINT = {"key": GPU, "value": "present", "effect": "NoSchedule"}  # as the plane's GPU node
+# On every node of the default pools: a pod that selects it never lands on the node agent's
+# fixed nodes of the same plane.
+AUTOSCALED_LABEL = "k8s-ai-orchestrator/autoscaled"
+AUTOSCALED = {AUTOSCALED_LABEL: "true"}
 
 
 @dataclass(frozen=True)
@@ -140,9 +144,13 @@ class PoolSpec:
 
 
 DEFAULT_POOLS = (
-    PoolSpec("cpu", ("cpu-8", "cpu-16", "cpu-32"), {"cpu": "64"}, weight=30),
-    PoolSpec("highmem", ("mem-96",), {"cpu": "192", "memory": "1536Gi"}, weight=20),
-    PoolSpec("gpu", ("gpu-1", "gpu-8"), {GPU: "16"}, taints=(GPU_TAINT,), weight=10),
+    PoolSpec("cpu", ("cpu-8", "cpu-16", "cpu-32"), {"cpu": "64"}, weight=30, labels=AUTOSCALED),
+    PoolSpec(
+        "highmem", ("mem-96",), {"cpu": "192", "memory": "1536Gi"}, weight=20, labels=AUTOSCALED
+    ),
+    PoolSpec(
+        "gpu", ("gpu-1", "gpu-8"), {GPU: "16"}, taints=(GPU_TAINT,), weight=10, labels=AUTOSCALED
+    ),
 )
 
 
