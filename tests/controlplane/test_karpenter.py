@@ -23,6 +23,11 @@ from kubernetes import client
 
 from k8s_ai_orchestrator.testing.controlplane import ControlPlane
 from k8s_ai_orchestrator.testing.controlplane.karpenter import (
+    KarpenterProcess,
+    launched_nodes,
+    start_karpenter,
+)
+from k8s_ai_orchestrator.testing.controlplane.karpenterpools import (
     AUTOSCALED,
     CATALOG,
     DEFAULT_POOLS,
@@ -30,11 +35,8 @@ from k8s_ai_orchestrator.testing.controlplane.karpenter import (
     INSTANCE_TYPE_LABEL,
     NODEPOOL_LABEL,
     VERSION,
-    KarpenterProcess,
     catalog_json,
-    launched_nodes,
     node_pool,
-    start_karpenter,
 )
 
 Obj = dict[str, Any]
