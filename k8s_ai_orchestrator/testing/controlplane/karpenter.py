@@ -35,6 +35,7 @@ from typing import Any
 import yaml
 from kubernetes import client, config
 
+from .apiobjects import create_if_absent, create_or_replace, delete_if_present, not_established
 from .cluster import ApiServer
 from .karpenterpools import (
     CATALOG,
@@ -51,7 +52,6 @@ from .karpenterpools import (
     catalog_json,
     node_pool,
 )
-from .kueue import _create, _create_or_replace, _delete, _not_established
 from .process import Component, ControlPlaneError, HttpsTarget, Probe, free_port
 
 Obj = dict[str, Any]
@@ -162,7 +162,7 @@ class KarpenterProcess:
             with self.api_client() as api:
                 custom = client.CustomObjectsApi(api)
                 for pool in self.node_pools:
-                    _delete(
+                    delete_if_present(
                         lambda name: custom.delete_cluster_custom_object(
                             GROUP, VERSION, "nodepools", name
                         ),
@@ -213,23 +213,23 @@ class KarpenterProcess:
         extensions = client.ApiextensionsV1Api(api)
         crds = [yaml.safe_load(path.read_text()) for path in sorted(self.bin_dir.glob("crds/*"))]
         for crd in crds:
-            _create_or_replace(extensions, "custom_resource_definition", crd)
+            create_or_replace(extensions, "custom_resource_definition", crd)
         names = [crd["metadata"]["name"] for crd in crds]
-        self._poll(lambda: _not_established(extensions, names), "CRDs established")
+        self._poll(lambda: not_established(extensions, names), "CRDs established")
         custom = client.CustomObjectsApi(api)
         node_class = {
             "apiVersion": f"{NODE_CLASS_GROUP}/{NODE_CLASS_VERSION}",
             "kind": NODE_CLASS_KIND,
             "metadata": {"name": NODE_CLASS},
         }
-        _create(
+        create_if_absent(
             lambda body: custom.create_cluster_custom_object(
                 NODE_CLASS_GROUP, NODE_CLASS_VERSION, "kwoknodeclasses", body
             ),
             node_class,
         )
         for pool in self.node_pools:
-            _create(
+            create_if_absent(
                 lambda body: custom.create_cluster_custom_object(GROUP, VERSION, "nodepools", body),
                 node_pool(pool),
             )
@@ -293,15 +293,15 @@ def _remove_launched(api: client.ApiClient) -> None:
     no_finalizers = {"metadata": {"finalizers": None}}
     for claim in custom.list_cluster_custom_object(GROUP, VERSION, "nodeclaims")["items"]:
         name = claim["metadata"]["name"]
-        _delete(
+        delete_if_present(
             lambda n: custom.patch_cluster_custom_object(
                 GROUP, VERSION, "nodeclaims", n, no_finalizers
             ),
             name,
         )
-        _delete(
+        delete_if_present(
             lambda n: custom.delete_cluster_custom_object(GROUP, VERSION, "nodeclaims", n), name
         )
     for name in launched_nodes(core):
-        _delete(lambda n: core.patch_node(n, no_finalizers), name)
-        _delete(core.delete_node, name)
+        delete_if_present(lambda n: core.patch_node(n, no_finalizers), name)
+        delete_if_present(core.delete_node, name)
