@@ -20,6 +20,7 @@ from typing import Any
 
 import pytest
 from kubernetes import client
+from kubernetes.client.exceptions import ApiException
 
 from k8s_ai_orchestrator.testing.controlplane import ControlPlane
 from k8s_ai_orchestrator.testing.controlplane.karpenter import (
@@ -44,6 +45,7 @@ Obj = dict[str, Any]
 LAUNCH_BOUND_S = 60.0
 # consolidateAfter 5 s, then Karpenter's disruption pass and the node's drain and deletion.
 CONSOLIDATION_BOUND_S = 90.0
+STATUS_HEARTBEAT_S = 10.0  # how often the test, playing a kubelet, renews a Node's Ready
 
 
 def test_catalog_holds_the_size_classes_at_their_ends() -> None:
@@ -65,6 +67,8 @@ class Host:
         self.core = client.CoreV1Api(self.api)
         self.custom = client.CustomObjectsApi(self.api)
         self.namespace = f"karp-{uuid.uuid4().hex[:6]}"
+        self._heartbeats: dict[str, float] = {}  # node → when mark_ready last wrote Ready
+        self._ready_since: dict[str, str] = {}
         self.core.create_namespace({"metadata": {"name": self.namespace}})
 
     def create_pod(self, name: str, cpu: str, memory: str = "1Gi", gpus: int = 0) -> None:
@@ -111,17 +115,28 @@ class Host:
         return [dict(self.api.sanitize_for_serialization(n)) for n in found.items]
 
     def mark_ready(self, node: str) -> None:
-        """What a kubelet's first status does (and the node agent's adoption will): Ready."""
+        """What a kubelet's status does (and the node agent's adoption will): Ready, with a
+        fresh heartbeat at most every 10 s (the node-lifecycle controller turns a node whose
+        heartbeat is 50 s old Unknown); a Node already gone is left alone."""
+        now = time.monotonic()
+        if now - self._heartbeats.get(node, -STATUS_HEARTBEAT_S) < STATUS_HEARTBEAT_S:
+            return
         stamp = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        since = self._ready_since.setdefault(node, stamp)
         ready = {
             "type": "Ready",
             "status": "True",
             "reason": "KubeletReady",
             "message": "played by the test",
             "lastHeartbeatTime": stamp,
-            "lastTransitionTime": stamp,
+            "lastTransitionTime": since,
         }
-        self.core.patch_node_status(node, {"status": {"conditions": [ready]}})
+        try:
+            self.core.patch_node_status(node, {"status": {"conditions": [ready]}})
+        except ApiException as error:
+            if error.status != 404:
+                raise
+        self._heartbeats[node] = now
 
     def wait_for(self, check: Callable[[], Any], timeout_s: float, what: str) -> Any:
         """`check()`'s first true result; on timeout the failure shows Karpenter's log tail."""
@@ -233,12 +248,12 @@ def test_node_made_ready_is_initialized_and_consolidated_once_empty(autoscaled: 
         "the NodeClaim Initialized",
     )
 
+    def consolidated() -> bool:
+        host.mark_ready(name)  # as a kubelet keeps its node Ready until the node goes
+        return not host.node_claims("cpu") and not host.nodes("cpu")
+
     host.delete_pod("needs-4-cpu")
-    host.wait_for(
-        lambda: not host.node_claims("cpu") and not host.nodes("cpu"),
-        CONSOLIDATION_BOUND_S,
-        f"the empty node {name} consolidated away",
-    )
+    host.wait_for(consolidated, CONSOLIDATION_BOUND_S, f"the empty node {name} consolidated away")
 
 
 @pytest.mark.controlplane
