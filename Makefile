@@ -1,13 +1,13 @@
 # make demo: run the example pipeline on the embedded local backend.
 # make test: install system packages the tests need (Slurm, munge, Chromium), then run pytest.
 # make test-fast: lint, types, doctests and the unit + emulator tests (no Slurm, browser, daemon,
-# real control plane or Kueue): under 5 minutes, nothing to install beyond the venv.
+# real control plane, Kueue or Karpenter): under 5 minutes, nothing to install beyond the venv.
 PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test test-fast checks lint typecheck bench soak system-deps kubeplane kueue-background node-background vcluster-background slurm-background slurm-current wheel-smoke clean
+.PHONY: demo test test-fast checks lint typecheck bench soak system-deps kubeplane kueue-background karpenter-background node-background vcluster-background slurm-background slurm-current wheel-smoke clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -38,6 +38,14 @@ kueue-background:
 	@if command -v go >/dev/null 2>&1 && ! bash scripts/build-kueue.sh --check >/dev/null 2>&1; then \
 	  mkdir -p artifacts; echo "make: building Kueue in the background (artifacts/kueue-build.log)"; \
 	  nohup nice -n 19 bash scripts/build-kueue.sh > artifacts/kueue-build.log 2>&1 < /dev/null & \
+	fi
+
+# Karpenter with its kwok cloud provider (tests/karpenter, Go, about 5 min cold on 2 cores)
+# builds the same way, with the same lowest priority. Its log: artifacts/karpenter-build.log.
+karpenter-background:
+	@if command -v go >/dev/null 2>&1 && ! bash scripts/build-karpenter.sh --check >/dev/null 2>&1; then \
+	  mkdir -p artifacts; echo "make: building Karpenter in the background (artifacts/karpenter-build.log)"; \
+	  nohup nice -n 19 bash scripts/build-karpenter.sh > artifacts/karpenter-build.log 2>&1 < /dev/null & \
 	fi
 
 # The real node's programs (containerd, CNI plugins, pause; tests/node, Go, about 7-14 min
@@ -74,7 +82,7 @@ slurm-background:
 	fi
 
 FAST_MARKERS := not slurm and not browser and not daemon and not controlplane and not contract \
-  and not kueue and not realnode and not vcluster and not slow
+  and not kueue and not karpenter and not realnode and not vcluster and not slow
 
 checks: $(STAMP)
 	$(BIN)/ruff check k8s_ai_orchestrator example_project tests benchmarks
@@ -83,7 +91,7 @@ checks: $(STAMP)
 	$(BIN)/lint-imports
 	$(BIN)/pytest -q -p no:cacheprovider --doctest-modules k8s_ai_orchestrator example_project
 
-test: kueue-background node-background vcluster-background slurm-background $(STAMP) system-deps kubeplane checks
+test: kueue-background karpenter-background node-background vcluster-background slurm-background $(STAMP) system-deps kubeplane checks
 	$(BIN)/pytest -q
 	bash scripts/wheel-smoke.sh $(BIN)/python
 

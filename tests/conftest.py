@@ -12,6 +12,7 @@ from tests.plane_fixtures import (
     control_plane,
     gang_plane,
     host,
+    karpenter_bin_dir,
     kubeplane_bin_dir,
     kueue_bin_dir,
     kueue_team_a,
@@ -40,6 +41,7 @@ __all__ = [
     "control_plane",
     "gang_plane",
     "host",
+    "karpenter_bin_dir",
     "kubeplane_bin_dir",
     "kueue_bin_dir",
     "kueue_team_a",
@@ -85,7 +87,7 @@ def test_out(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Markers must match the components tests use; tests on the real node, the real vCluster
-    syncer or the current Slurm, then on Kueue, run last: `make test` builds them in the
+    syncer, Karpenter or the current Slurm, then on Kueue, run last: `make test` builds them in the
     background meanwhile."""
     check_markers(items)
 
@@ -95,7 +97,8 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             return 2
         callspec = getattr(item, "callspec", None)
         current_slurm = callspec is not None and callspec.params.get("versioned_cluster") == "24.11"
-        return 1 if names & {"node_bin_dir", "vcluster_bin_dir"} or current_slurm else 0
+        late_builds = {"node_bin_dir", "vcluster_bin_dir", "karpenter_bin_dir"}
+        return 1 if names & late_builds or current_slurm else 0
 
     items.sort(key=late)
 

@@ -6,9 +6,9 @@ Outside CI the tests skip when `kubeplane` is not built yet (building takes ~20 
 CI=true a missing Go or a failed build fails them, and the fixture builds the binary itself if
 it is not cached. KUBEPLANE_BIN_DIR points at a prebuilt binary directory instead. Kueue
 (`kueue_team_a`, scripts/build-kueue.sh) follows the same rules, with KUEUE_BIN_DIR, and so do
-the real node's programs (`node_bin_dir`, scripts/build-node.sh), with K8S_AI_NODE_BIN_DIR, and
-the real vCluster syncer (`vcluster_bin_dir`, scripts/build-vcluster.sh), with
-K8S_AI_VCLUSTER_BIN_DIR.
+Karpenter (`karpenter_bin_dir`, scripts/build-karpenter.sh), with KARPENTER_BIN_DIR, the real
+node's programs (`node_bin_dir`, scripts/build-node.sh), with K8S_AI_NODE_BIN_DIR, and the real
+vCluster syncer (`vcluster_bin_dir`, scripts/build-vcluster.sh), with K8S_AI_VCLUSTER_BIN_DIR.
 """
 
 from __future__ import annotations
@@ -33,9 +33,11 @@ from k8s_ai_orchestrator.testing.controlplane import (
 )
 from k8s_ai_orchestrator.testing.controlplane.agent import NodeSpec
 from k8s_ai_orchestrator.testing.controlplane.binary import (
+    KarpenterUnavailable,
     KueueUnavailable,
     NodeProgramsUnavailable,
     VClusterUnavailable,
+    build_karpenter,
     build_kueue,
     build_node,
     build_vcluster,
@@ -50,6 +52,7 @@ from tests.requirements import REAL_PLANE_PARAM, VCLUSTER_PARAM, in_ci, require
 BUILD_SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "build-kubeplane.sh"
 VCLUSTER_VALUES = Path(__file__).resolve().parents[1] / "helm" / "vcluster-values.yaml"
 KUEUE_BUILD_SCRIPT = BUILD_SCRIPT.with_name("build-kueue.sh")
+KARPENTER_BUILD_SCRIPT = BUILD_SCRIPT.with_name("build-karpenter.sh")
 NODE_BUILD_SCRIPT = BUILD_SCRIPT.with_name("build-node.sh")
 VCLUSTER_BUILD_SCRIPT = BUILD_SCRIPT.with_name("build-vcluster.sh")
 TENANTS = ("team-a", "team-b")
@@ -79,6 +82,7 @@ def _built(env: str, build: Callable[..., Path], script: Path, what: str) -> Pat
     except (
         KubeplaneUnavailable,
         KueueUnavailable,
+        KarpenterUnavailable,
         NodeProgramsUnavailable,
         VClusterUnavailable,
     ) as error:
@@ -210,6 +214,13 @@ def vcluster_plane(kubeplane_bin_dir: Path, vcluster_bin_dir: Path) -> Iterator[
 def kueue_bin_dir() -> Path:
     """The directory of the Kueue build; built here only under CI."""
     return _built("KUEUE_BIN_DIR", build_kueue, KUEUE_BUILD_SCRIPT, "Kueue")
+
+
+@pytest.fixture(scope="session")
+def karpenter_bin_dir() -> Path:
+    """The directory of the Karpenter build (core and kwok provider); built here only under
+    CI."""
+    return _built("KARPENTER_BIN_DIR", build_karpenter, KARPENTER_BUILD_SCRIPT, "Karpenter")
 
 
 @pytest.fixture(scope="session")

@@ -30,6 +30,7 @@ import pytest
 FIXTURE_MARKERS = {
     "kubeplane_bin_dir": "controlplane",  # every real-plane fixture starts from it
     "kueue_bin_dir": "kueue",
+    "karpenter_bin_dir": "karpenter",
     "node_bin_dir": "realnode",
     "vcluster_bin_dir": "vcluster",
     "slurm_accounting": "slurm",

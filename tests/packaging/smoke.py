@@ -53,6 +53,7 @@ def check_test_doubles(files: list[str]) -> None:
     """The doubles a user tests pipelines with ship; this repository's contract checks do not."""
     from k8s_ai_orchestrator.testing.controlplane import build_kubeplane, start_control_plane
     from k8s_ai_orchestrator.testing.controlplane.agent import NodeAgent
+    from k8s_ai_orchestrator.testing.controlplane.karpenter import start_karpenter
     from k8s_ai_orchestrator.testing.controlplane.kube import RealKube
     from k8s_ai_orchestrator.testing.controlplane.kueue import start_kueue
     from k8s_ai_orchestrator.testing.controlplane.syncer import TenantSyncer
@@ -61,7 +62,7 @@ def check_test_doubles(files: list[str]) -> None:
 
     for double in (KubeEmulator, LocalSlurmCluster, build_kubeplane, start_control_plane):
         assert callable(double), double
-    for double in (NodeAgent, RealKube, TenantSyncer, start_kueue):
+    for double in (NodeAgent, RealKube, TenantSyncer, start_kueue, start_karpenter):
         assert callable(double), double
     contract = [f for f in files if f.startswith("k8s_ai_orchestrator/testing/kube/contract")]
     assert contract == [], f"the wheel ships the repository's contract checks: {contract}"

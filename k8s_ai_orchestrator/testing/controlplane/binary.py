@@ -1,6 +1,6 @@
 """Find or build the `kubeplane` binary (`scripts/build-kubeplane.sh`), Kueue
-(`scripts/build-kueue.sh`), the real node's programs (`scripts/build-node.sh`) and the real
-vCluster syncer (`scripts/build-vcluster.sh`).
+(`scripts/build-kueue.sh`), Karpenter (`scripts/build-karpenter.sh`), the real node's programs
+(`scripts/build-node.sh`) and the real vCluster syncer (`scripts/build-vcluster.sh`).
 
 Example:
     >>> bin_dir = build_kubeplane(Path("scripts/build-kubeplane.sh"))  # doctest: +SKIP
@@ -28,6 +28,11 @@ class KubeplaneUnavailable(ControlPlaneError):
 class KueueUnavailable(ControlPlaneError):
     """No Kueue build and no way (or no leave) to build it; the caller decides whether that is
     fatal."""
+
+
+class KarpenterUnavailable(ControlPlaneError):
+    """No Karpenter build and no way (or no leave) to build it; the caller decides whether
+    that is fatal."""
 
 
 class NodeProgramsUnavailable(ControlPlaneError):
@@ -87,6 +92,30 @@ def build_kueue(script: Path, *, check_only: bool = False, run: Runner = _run) -
         "Kueue",
         "about 10 min on 2 cores the first time",
         KueueUnavailable,
+        check_only=check_only,
+        run=run,
+    )
+
+
+def build_karpenter(script: Path, *, check_only: bool = False, run: Runner = _run) -> Path:
+    """Run `scripts/build-karpenter.sh` (a no-op when cached) and return the directory with the
+    `karpenter` binary (core and its kwok cloud provider) and its CRDs (`crds/`).
+
+    Example:
+        >>> bin_dir = build_karpenter(Path("scripts/build-karpenter.sh"))  # doctest: +SKIP
+        >>> (bin_dir / "karpenter").exists()  # doctest: +SKIP
+        True
+
+    Raises:
+        KarpenterUnavailable: the script found no `go`, or (`check_only`) no cached build.
+        ControlPlaneError: the build failed.
+    """
+    return _build(
+        script,
+        "karpenter",
+        "Karpenter",
+        "about 5 min on 2 cores the first time",
+        KarpenterUnavailable,
         check_only=check_only,
         run=run,
     )

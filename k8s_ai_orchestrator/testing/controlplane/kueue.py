@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import base64
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
@@ -39,6 +39,7 @@ import yaml
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 
+from .apiobjects import create_if_absent, create_or_replace, delete_if_present, not_established
 from .cluster import ApiServer
 from .process import Component, ControlPlaneError, HttpsTarget, Probe, free_port
 
@@ -226,8 +227,8 @@ class KueueProcess:
         try:
             with self.api_client() as api:
                 admission = client.AdmissionregistrationV1Api(api)
-                _delete(admission.delete_mutating_webhook_configuration, MUTATING)
-                _delete(admission.delete_validating_webhook_configuration, VALIDATING)
+                delete_if_present(admission.delete_mutating_webhook_configuration, MUTATING)
+                delete_if_present(admission.delete_validating_webhook_configuration, VALIDATING)
         finally:
             if self.component is not None:
                 self.component.stop()
@@ -262,23 +263,23 @@ class KueueProcess:
             for path in sorted((self.bin_dir / "crds").glob("*.yaml"))
         ]
         for crd in crds:
-            _create_or_replace(extensions, "custom_resource_definition", crd)
+            create_or_replace(extensions, "custom_resource_definition", crd)
         names = [crd["metadata"]["name"] for crd in crds]
-        self._poll(lambda: _not_established(extensions, names), "CRDs established")
+        self._poll(lambda: not_established(extensions, names), "CRDs established")
         core = client.CoreV1Api(api)
-        _create(core.create_namespace, {"metadata": {"name": NAMESPACE}})
+        create_if_absent(core.create_namespace, {"metadata": {"name": NAMESPACE}})
         secret = {"metadata": {"name": WEBHOOK_SECRET}, "type": "Opaque"}
-        _create(lambda body: core.create_namespaced_secret(NAMESPACE, body), secret)
+        create_if_absent(lambda body: core.create_namespaced_secret(NAMESPACE, body), secret)
         service = {
             "metadata": {"name": WEBHOOK_SERVICE},
             "spec": {"type": "ExternalName", "externalName": LOOPBACK},
         }
-        _create(lambda body: core.create_namespaced_service(NAMESPACE, body), service)
+        create_if_absent(lambda body: core.create_namespaced_service(NAMESPACE, body), service)
         admission = client.AdmissionregistrationV1Api(api)
         manifests = (self.bin_dir / "webhook-manifests.yaml").read_text()
         for body in webhook_configurations(manifests, self.ports.webhook):
             kind = "mutating" if body["kind"] == "MutatingWebhookConfiguration" else "validating"
-            _create_or_replace(admission, f"{kind}_webhook_configuration", body)
+            create_or_replace(admission, f"{kind}_webhook_configuration", body)
 
     def _wait_ready(self, component: Component, api: client.ApiClient) -> None:
         core, batch = client.CoreV1Api(api), client.BatchV1Api(api)
@@ -332,15 +333,6 @@ def start_kueue(
     return kueue.start()
 
 
-def _not_established(extensions: client.ApiextensionsV1Api, names: Iterable[str]) -> str | None:
-    for name in names:
-        crd = extensions.read_custom_resource_definition(name)
-        conditions = {c.type: c.status for c in crd.status.conditions or []}
-        if conditions.get("Established") != "True":
-            return f"CRD {name} is not Established"
-    return None
-
-
 def _job_webhook_fails(batch: client.BatchV1Api) -> str | None:
     """Why a dry-run create of an unsuspended labelled Job does not come back suspended."""
     job = {
@@ -361,35 +353,3 @@ def _job_webhook_fails(batch: client.BatchV1Api) -> str | None:
     if not created.spec.suspend:
         return "dry-run Job create: the Job is not suspended (Kueue's webhook was not called)"
     return None
-
-
-def _create(create: Callable[[Obj], Any], body: Obj) -> None:
-    """Create, or leave the existing object as it is."""
-    try:
-        create(body)
-    except ApiException as error:
-        if error.status != 409:
-            raise
-
-
-def _create_or_replace(api: Any, kind: str, body: Obj) -> None:
-    """Create the cluster-scoped object, or replace the existing one with `body` (this start's
-    ports), through `api`'s `create_<kind>`, `read_<kind>` and `replace_<kind>`."""
-    try:
-        getattr(api, f"create_{kind}")(body)
-        return
-    except ApiException as error:
-        if error.status != 409:
-            raise
-    name = body["metadata"]["name"]
-    version = getattr(api, f"read_{kind}")(name).metadata.resource_version
-    metadata = {**body["metadata"], "resourceVersion": version}
-    getattr(api, f"replace_{kind}")(name, {**body, "metadata": metadata})
-
-
-def _delete(delete: Callable[[str], Any], name: str) -> None:
-    try:
-        delete(name)
-    except ApiException as error:
-        if error.status != 404:
-            raise
