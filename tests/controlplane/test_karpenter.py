@@ -22,6 +22,7 @@ import pytest
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
+from k8s_ai_orchestrator.backends.kubernetes import KubernetesBackend, KubernetesConfig
 from k8s_ai_orchestrator.testing.controlplane import ControlPlane
 from k8s_ai_orchestrator.testing.controlplane.karpenter import (
     KarpenterProcess,
@@ -39,6 +40,8 @@ from k8s_ai_orchestrator.testing.controlplane.karpenterpools import (
     catalog_json,
     node_pool,
 )
+from k8s_ai_orchestrator.testing.controlplane.kube import RealKube
+from tests.kubernetes.k8s_support import NAMESPACE, TENANTS, python_step, tenant_config, wait_until
 
 Obj = dict[str, Any]
 # Karpenter batches pending pods for up to 2 s, then launches; the node appears at once.
@@ -311,3 +314,41 @@ def test_xl_and_gpu_8_pods_get_their_pools_shapes_up_to_the_pools_limit(autoscal
         CONSOLIDATION_BOUND_S,
         "the deleted NodeClaims' Nodes gone",
     )
+
+
+@pytest.mark.controlplane
+@pytest.mark.karpenter
+def test_a_step_no_pool_can_hold_waits_with_karpenters_refusal_as_its_reason(
+    autoscaled: Host, real_kube: RealKube
+) -> None:
+    """The executor's 9-GPU step in tenant team-a, whose config declares a GPU pool of 16-GPU
+    nodes (a declaration the cluster no longer matches: its largest GPU shape has 8): pre-flight
+    lets it wait; Karpenter, on the host, finds no shape for its host pod, and its
+    `FailedScheduling`, copied to the tenant pod by the syncer, becomes the step's Pending
+    reason, naming the pool. No NodeClaim is made; nothing is left."""
+    raw = tenant_config(real_kube)
+    raw["tenants"]["team-a"]["node_pools"] = [
+        {"name": "gpu", "node": {"cpu": 64, "memory": "512Gi", "gpu": 16}}
+    ]
+    backend = KubernetesBackend(
+        KubernetesConfig.from_dict(raw), allowed_tenants=TENANTS, default_tenant="team-a"
+    )
+    handle = backend.submit(python_step("pass", step="train", cpu=8, memory="32Gi", gpu=9))
+    try:
+        word = wait_until(
+            real_kube,
+            backend,
+            handle,
+            lambda s: s.message.startswith("Karpenter will not create a node for it: "),
+            LAUNCH_BOUND_S,
+        )
+        assert word.waiting == "FailedScheduling"
+        assert (
+            "NodePool 'gpu' cannot hold it (no instance type has enough resources)" in word.message
+        )
+        assert "; the scheduler: 0/" in word.message
+        assert autoscaled.node_claims("gpu") == []
+    finally:
+        backend.cancel(handle)
+        backend.close()
+    real_kube.wait_for(lambda: real_kube.pods("team-a", NAMESPACE) == [], 120)
