@@ -54,7 +54,7 @@ class Relaunches:
         known = status.state is StepState.FAILED and not (live.attempt.vanished and failure)
         reason = _infrastructure(status) if known else None
         if reason is None and interrupted(failure):
-            reason = FailureReason.PREEMPTED
+            reason = _coming(status) or FailureReason.PREEMPTED
         if reason is None:
             return None
         decision = decide(self._settings.relaunch, live.history, reason)
@@ -150,6 +150,14 @@ def with_preemptor(live: StepAttempts, caps: Capabilities, message: str) -> str:
     if not who or who in message:
         return message
     return f"{message}; {who}" if message else who
+
+
+def _coming(status: StepStatus) -> FailureReason | None:
+    """What a still running attempt is being disrupted by (its pod inside the grace period of
+    an eviction or preemption), when the step process told of its interruption first."""
+    if status.state is StepState.RUNNING and status.reason in RELAUNCH_REASONS:
+        return status.reason
+    return None
 
 
 def _infrastructure(status: StepStatus) -> FailureReason | None:

@@ -10,6 +10,7 @@ import pytest
 from k8s_ai_orchestrator.backends.base import FailureReason, StepState
 from k8s_ai_orchestrator.backends.kubernetes.status import (
     OOM_SETTLE_S,
+    carry_disruption,
     deleted_pod_status,
     oom_unsettled,
     pod_status,
@@ -167,3 +168,19 @@ def test_a_sigkill_is_never_held_for_an_oom_without_a_memory_limit_or_with_a_pod
     no_limit["spec"]["containers"] = [{}]
     assert not oom_unsettled(no_limit, AT_END + 1)
     assert not oom_unsettled(pod("Failed", reason="Evicted", terminated=sigkill), AT_END + 1)
+
+
+def test_an_eviction_a_vcluster_status_copy_erased_is_still_an_eviction() -> None:
+    """vCluster's syncer replaces a deleting tenant pod's status with its host pod's, which has
+    no DisruptionTarget: the condition the tenant's API server set at eviction is kept."""
+    target = {"type": "DisruptionTarget", "status": "True", "reason": "EvictionByEvictionAPI"}
+    evicted = pod("Running", conditions=[target])
+    copied = pod("Failed", terminated={"exitCode": 143, "reason": "Error"})
+    for state in (evicted, copied):
+        state["metadata"]["uid"] = "u1"
+    assert pod_status(copied).reason == FailureReason.ERROR
+    assert pod_status(carry_disruption(evicted, copied)).reason == FailureReason.EVICTED
+    assert deleted_pod_status(carry_disruption(evicted, copied)).reason == FailureReason.EVICTED
+    other = {**copied, "metadata": {"name": "p", "uid": "u2"}}  # a new pod of the same name
+    assert carry_disruption(evicted, other) is other
+    assert carry_disruption(None, copied) is copied

@@ -239,6 +239,39 @@ def condition_of(status: Mapping[str, Any], kind: str) -> Mapping[str, Any] | No
     return None
 
 
+def carry_disruption(
+    before: Mapping[str, Any] | None, after: Mapping[str, Any]
+) -> Mapping[str, Any]:
+    """`after` (a pod's new state), with the `DisruptionTarget=True` condition `before` (its
+    previous state, the same pod) had and `after` lacks.
+
+    The API server sets that condition when it evicts or preempts a pod, and Kubernetes never
+    takes it back. vCluster's syncer does: while the host pod is being deleted, it replaces the
+    tenant pod's whole status with the host pod's, and the host pod, deleted by the syncer
+    rather than evicted, has no such condition. So a tenant pod evicted through the tenant's
+    API shows it for a moment only; the pod's end is still an eviction.
+
+    Example:
+        >>> target = {"type": "DisruptionTarget", "status": "True",
+        ...     "reason": "EvictionByEvictionAPI"}
+        >>> evicted = {"metadata": {"uid": "u1"},
+        ...     "status": {"phase": "Running", "conditions": [target]}}
+        >>> copied = {"metadata": {"uid": "u1"}, "status": {"phase": "Failed"}}
+        >>> pod_status(carry_disruption(evicted, copied)).reason
+        <FailureReason.EVICTED: 'Evicted'>
+    """
+    if before is None or (before.get("metadata") or {}).get("uid") != (
+        after.get("metadata") or {}
+    ).get("uid"):
+        return after
+    seen = condition_of(before.get("status") or {}, "DisruptionTarget")
+    status = after.get("status") or {}
+    if seen is None or seen.get("status") != "True" or condition_of(status, "DisruptionTarget"):
+        return after
+    conditions = [*(status.get("conditions") or ()), seen]
+    return {**after, "status": {**status, "conditions": conditions}}
+
+
 def container_ages(pods: Iterable[Mapping[str, Any]], now: float) -> tuple[float, float | None]:
     """How long before `now` (epoch seconds) the pods' containers first started and last
     ended, by the kubelet's timestamps: what an adopted attempt ran while no run worker

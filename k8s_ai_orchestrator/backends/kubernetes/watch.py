@@ -26,6 +26,7 @@ from kubernetes.client.exceptions import ApiException
 from kubernetes.watch.watch import iter_resp_lines
 
 from .jobs import JOB_LABEL
+from .status import carry_disruption
 
 Pod = Mapping[str, Any]
 _MAX_BACKOFF_S = 30.0
@@ -172,6 +173,7 @@ class PodWatch:
             if p.get("kind", "Pod") == "Pod"
         }
         with self._lock:
+            fresh = {name: carry_disruption(self._pods.get(name), p) for name, p in fresh.items()}
             for name, pod in self._pods.items():
                 if name not in fresh:
                     self._deleted[_job_of(pod)] = pod
@@ -220,6 +222,7 @@ class PodWatch:
             return version  # only pods are watched; tolerate a server that streams more
         name, job = pod["metadata"]["name"], _job_of(pod)
         with self._lock:
+            pod = carry_disruption(self._pods.get(name), pod)
             if kind == "DELETED":
                 self._pods.pop(name, None)
                 self._by_job.get(job, set()).discard(name)
