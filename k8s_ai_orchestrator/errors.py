@@ -6,6 +6,8 @@ Every message says what went wrong, where (step, tenant, job) and what to do nex
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable, Mapping
+from typing import Any
 
 
 class OrchestratorError(Exception):
@@ -71,6 +73,27 @@ class RunRefusedError(OrchestratorError):
     def __init__(self, message: str, problems: dict[str, tuple[str, ...]]) -> None:
         super().__init__(message)
         self.problems = problems
+
+
+def check_keys(raw: Any, allowed: Iterable[str], where: str) -> None:
+    """A `ConfigError` unless `raw` is a mapping whose keys are all in `allowed`; the message
+    names the section, the unknown keys and the allowed ones.
+
+    Example:
+        >>> check_keys({"mode": "guard", "timeout": 5}, {"mode"}, "gang_admission")
+        Traceback (most recent call last):
+        ...
+        k8s_ai_orchestrator.errors.ConfigError: gang_admission: unknown key(s) ['timeout']; \
+allowed: mode
+    """
+    if not isinstance(raw, Mapping):
+        raise ConfigError(f"{where} must be a mapping, got {type(raw).__name__}")
+    allowed = set(allowed)
+    unknown = set(raw) - allowed
+    if unknown:
+        raise ConfigError(
+            f"{where}: unknown key(s) {sorted(unknown)}; allowed: {', '.join(sorted(allowed))}"
+        )
 
 
 def config_number(

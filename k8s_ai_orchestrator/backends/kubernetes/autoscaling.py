@@ -37,7 +37,7 @@ from typing import Any
 
 from kubernetes.utils import parse_quantity
 
-from ...errors import ConfigError
+from ...errors import ConfigError, check_keys
 from .capacity import Needs, show
 
 KINDS = ("cpu", "memory", "gpu")  # what a pool's node and limit may name
@@ -53,11 +53,13 @@ class NodePool:
     labels: Mapping[str, str] = field(default_factory=dict)  # labels its nodes carry
     limit: Mapping[str, Decimal] = field(default_factory=dict)  # its ceiling; absent: none
 
-    def nodes_for(self, needs: Needs) -> int | None:
+    def short_of(self, needs: Needs) -> list[str]:
+        """The kinds of `needs` one pod asks more of than the pool's node holds."""
+        return [kind for kind in needs if needs[kind] > self.node.get(kind, Decimal(0))]
+
+    def nodes_under_limit(self, needs: Needs) -> int | None:
         """How many nodes, each holding one pod of `needs`, fit under the limit (None: no
-        limit); 0 when the node shape itself cannot hold the pod."""
-        if any(needs[kind] > self.node.get(kind, Decimal(0)) for kind in needs):
-            return 0
+        limit)."""
         counts = [int(self.limit[k] // needs[k]) for k in self.limit if needs.get(k)]
         return min(counts) if counts else None
 
@@ -76,13 +78,7 @@ def node_pools(raw: Any, where: str) -> tuple[NodePool, ...]:
 
 
 def _pool(raw: Any, where: str) -> NodePool:
-    if not isinstance(raw, Mapping):
-        raise ConfigError(f"{where} must be a mapping, got {type(raw).__name__}")
-    unknown = sorted(set(raw) - _POOL_KEYS)
-    if unknown:
-        raise ConfigError(
-            f"{where}: unknown key(s) {unknown}; allowed: {', '.join(sorted(_POOL_KEYS))}"
-        )
+    check_keys(raw, _POOL_KEYS, where)
     name = raw.get("name")
     if not isinstance(name, str) or not name:
         raise ConfigError(f"{where}.name must be the pool's name (its NodePool or node group)")
@@ -103,11 +99,7 @@ def _pool(raw: Any, where: str) -> NodePool:
 
 
 def _amounts(raw: Any, where: str) -> dict[str, Decimal]:
-    if not isinstance(raw, Mapping):
-        raise ConfigError(f"{where} must be a mapping of {', '.join(KINDS)}")
-    unknown = sorted(set(raw) - set(KINDS))
-    if unknown:
-        raise ConfigError(f"{where}: unknown key(s) {unknown}; allowed: {', '.join(KINDS)}")
+    check_keys(raw, KINDS, where)
     amounts = {}
     for kind, value in raw.items():
         try:
@@ -148,17 +140,17 @@ def pool_verdict(
     reasons = []
     for pool in pools:
         missing = {k: v for k, v in node_labels.items() if pool.labels.get(k) != v}
-        count = pool.nodes_for(needs)
+        short = pool.short_of(needs)
         if missing:
             wanted = ", ".join(f"{k}={v}" for k, v in missing.items())
             reasons.append(f"pool '{pool.name}' nodes do not carry {wanted}")
-        elif count == 0 and any(needs[k] > pool.node.get(k, Decimal(0)) for k in needs):
-            short = [k for k in needs if needs[k] > pool.node.get(k, Decimal(0))]
+        elif short:
             reasons.append(
                 f"pool '{pool.name}' creates nodes of at most "
                 + ", ".join(f"{k} {show(k, pool.node.get(k, Decimal(0)))}" for k in short)
             )
         else:
+            count = pool.nodes_under_limit(needs)
             nodes[pool.name] = count
             if count is not None and count < pods:
                 limit = ", ".join(f"{k} {show(k, v)}" for k, v in pool.limit.items())

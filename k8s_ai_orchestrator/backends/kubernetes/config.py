@@ -23,7 +23,7 @@ from typing import Any
 
 from dagster_k8s.job import USER_DEFINED_K8S_CONFIG_KEY, get_user_defined_k8s_config
 
-from ...errors import ConfigError, config_number
+from ...errors import ConfigError, check_keys, config_number
 from .api_values import security_context
 from .autoscaling import NodePool, node_pools
 from .dra import GpuRequest
@@ -81,7 +81,7 @@ class TenantConfig:
     @classmethod
     def from_dict(cls, name: str, raw: Mapping[str, Any]) -> TenantConfig:
         where = f"kubernetes.tenants.{name}"
-        _check_keys(raw, _TENANT_KEYS, where)
+        check_keys(raw, _TENANT_KEYS, where)
         has_file, has_vcluster = "kubeconfig" in raw, "vcluster" in raw
         if has_file == has_vcluster:
             raise ConfigError(
@@ -160,12 +160,12 @@ class KubernetesConfig:
             ConfigError: kubernetes: unknown key(s) ['imagee']; allowed: ...
         """
         raw = dict(raw or {})
-        _check_keys(raw, _TOP_KEYS, "kubernetes")
+        check_keys(raw, _TOP_KEYS, "kubernetes")
         tenants_raw = raw.get("tenants") or {}
         if not isinstance(tenants_raw, Mapping):
             raise ConfigError("kubernetes.tenants must map tenant names to their settings")
         priority = raw.get("priority_classes") or {}
-        _check_keys(priority, {"default", "preemptible"}, "kubernetes.priority_classes")
+        check_keys(priority, {"default", "preemptible"}, "kubernetes.priority_classes")
         defaults = cls()
         return cls(
             tenants={name: TenantConfig.from_dict(name, t) for name, t in tenants_raw.items()},
@@ -309,16 +309,6 @@ def _refuse_kubeconfig_contents(value: Any, where: str) -> None:
             f"{where} holds kubeconfig contents, not a path: run config is stored by Dagster, "
             "so its credentials would be too; write the kubeconfig to a file (or a mounted "
             "Secret) and give its path, or use 'vcluster' + 'host_namespace'"
-        )
-
-
-def _check_keys(raw: Any, allowed: frozenset[str] | set[str], where: str) -> None:
-    if not isinstance(raw, Mapping):
-        raise ConfigError(f"{where} must be a mapping, got {type(raw).__name__}")
-    unknown = set(raw) - set(allowed)
-    if unknown:
-        raise ConfigError(
-            f"{where}: unknown key(s) {sorted(unknown)}; allowed: {', '.join(sorted(allowed))}"
         )
 
 

@@ -43,7 +43,7 @@ from typing import Any
 from kubernetes.client import ApiClient, CustomObjectsApi
 from kubernetes.client.exceptions import ApiException
 
-from ...errors import ConfigError, SubmitError
+from ...errors import ConfigError, SubmitError, check_keys
 from ...spec import ComputeSpec
 from .api import ApiRetry, api_message, create_for_job, job_owner
 from .names import DNS_SUBDOMAIN
@@ -83,13 +83,7 @@ class GpuRequest:
         """The checked section; `ConfigError` naming the key, the value and what is allowed."""
         if raw is None:
             return cls()
-        if not isinstance(raw, Mapping):
-            raise ConfigError(f"{where} must be a mapping, got {type(raw).__name__}")
-        unknown = sorted(set(raw) - _KEYS)
-        if unknown:
-            raise ConfigError(
-                f"{where}: unknown key(s) {unknown}; allowed: {', '.join(sorted(_KEYS))}"
-            )
+        check_keys(raw, _KEYS, where)
         request = raw.get("request", "device_plugin")
         if request not in REQUESTS:
             raise ConfigError(

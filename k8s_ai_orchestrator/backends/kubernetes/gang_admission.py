@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from ...errors import ConfigError, config_number
+from ...errors import ConfigError, check_keys, config_number
 from .names import DNS_SUBDOMAIN
 
 GANG_ADMISSION_MODES = ("guard", "workload", "kueue")
@@ -93,11 +93,7 @@ class GangAdmission:
     def from_dict(cls, raw: Mapping[str, Any] | None, where: str) -> GangAdmission:
         where = f"{where}.gang_admission"
         raw = dict(raw or {})
-        unknown = sorted(set(raw) - _KEYS)
-        if unknown:
-            raise ConfigError(
-                f"{where}: unknown key(s) {unknown}; allowed: {', '.join(sorted(_KEYS))}"
-            )
+        check_keys(raw, _KEYS, where)
         mode = raw.get("mode", "guard")
         if mode not in GANG_ADMISSION_MODES:
             raise ConfigError(

@@ -83,18 +83,19 @@ def waiting_for_room(
     tenant = config.tenant(job.tenant)
     spec = host_fit(job.request.spec, config.gpus_of(tenant))
     labels = {config.gpu_type_label: spec.gpu_type} if spec.gpu_type else {}
+    needs = step_needs(spec)
     room = read_gang_room(
         core,
         retry,
         tenant=job.tenant,
         namespace=job.namespace,
-        needs=step_needs(spec),
+        needs=needs,
         needed=spec.nodes,
         node_labels=labels,
         reclaimable_class=None if spec.preemptible else config.priority_classes.preemptible,
     )
     missing = spec.nodes - room.fits
-    pools = pool_verdict(tenant.node_pools, step_needs(spec), pods=missing, node_labels=labels)
+    pools = pool_verdict(tenant.node_pools, needs, pods=missing, node_labels=labels)
     grows = bool(tenant.node_pools) and pools.holds(missing)  # the autoscaler makes the rest
     short = None if room.enough or grows else room.describe()
     short = short or _quota_short(retry, core, job, spec)
