@@ -6,9 +6,12 @@ import ipaddress
 import json
 from pathlib import Path
 
+import yaml
 from cryptography import x509
 
 from k8s_ai_orchestrator.testing.controlplane import Gates, flags, pki, write_kubeconfig
+
+VCLUSTER_VALUES = Path(__file__).resolve().parents[2] / "helm" / "vcluster-values.yaml"
 
 
 def test_serving_certificate_is_signed_by_the_ca_for_loopback(tmp_path: Path) -> None:
@@ -40,6 +43,19 @@ def test_only_the_host_runs_node_lifecycle_and_neither_runs_volume_or_ipam_contr
     assert "-node-lifecycle-controller" in flags.TENANT_CONTROLLERS
     for disabled in ("-node-ipam-controller", "-persistentvolume-binder-controller"):
         assert disabled in flags.HOST_CONTROLLERS and disabled in flags.TENANT_CONTROLLERS
+
+
+def test_tenants_run_no_taint_eviction_as_our_recommended_vcluster_values_set() -> None:
+    """The tenant's taint manager would act on lagging copies of host nodes; our vCluster
+    values turn it off (their controller list is vCluster's own less it), and so does the
+    plane's tenant controller manager."""
+    values = yaml.safe_load(VCLUSTER_VALUES.read_text())
+    manager = values["controlPlane"]["distro"]["k8s"]["controllerManager"]
+    [controllers] = [a for a in manager["extraArgs"] if a.startswith("--controllers=")]
+    disabled = controllers.removeprefix("--controllers=").split(",")
+    assert "-taint-eviction-controller" in disabled and "-nodelifecycle" in disabled
+    assert "-taint-eviction-controller" in flags.TENANT_CONTROLLERS
+    assert "-taint-eviction-controller" not in flags.HOST_CONTROLLERS
 
 
 def test_apiserver_gets_quota_admission_gates_and_runtime_config(tmp_path: Path) -> None:

@@ -20,9 +20,9 @@ from k8s_ai_orchestrator.backends.base import LaunchRequest
 from k8s_ai_orchestrator.backends.kubernetes.admission.base import AttemptJob
 from k8s_ai_orchestrator.backends.kubernetes.admission.guard import waiting_for_room
 from k8s_ai_orchestrator.backends.kubernetes.api import ApiRetry
+from k8s_ai_orchestrator.backends.kubernetes.backend import KubernetesBackend
 from k8s_ai_orchestrator.backends.kubernetes.config import KubernetesConfig
 from k8s_ai_orchestrator.backends.kubernetes.gang_admission import GangAdmission
-from k8s_ai_orchestrator.backends.kubernetes.preflight import Preflight
 from k8s_ai_orchestrator.errors import ConfigError, SubmitError
 from k8s_ai_orchestrator.spec import resolve_spec
 from k8s_ai_orchestrator.testing.kube import KubeEmulator, NodeSpec
@@ -50,15 +50,30 @@ def emulators() -> Iterator[dict[str, Any]]:
         yield {"small": small, "empty": empty}
 
 
-def check(emulators: dict[str, Any], tags: dict[str, Any], pools: list[Any], where: str) -> None:
+def check(
+    emulators: dict[str, Any],
+    tags: dict[str, Any],
+    pools: list[Any],
+    where: str,
+    selector: dict[str, str] | None = None,
+) -> None:
+    """The executor's validation of one step (its Job built, then pre-flight); `selector`
+    goes into the steps' pods as `step_k8s_config` node_selector."""
     emu = emulators[where]
-    config = KubernetesConfig.from_dict(
-        {"tenants": {where: {"kubeconfig": emu.tenant(where).kubeconfig_path, "node_pools": pools}}}
-    )
+    raw: dict[str, Any] = {
+        "image": "k8s-ai-test:latest",
+        "gang_workdir": "/shared/gangs",
+        "tenants": {where: {"kubeconfig": emu.tenant(where).kubeconfig_path, "node_pools": pools}},
+    }
+    if selector:
+        raw["step_k8s_config"] = {"pod_spec_config": {"node_selector": selector}}
     spec = resolve_spec(tags)
     request = LaunchRequest("run", "big", 0, [sys.executable], {}, spec, tenant=where)
-    api = emu.tenant(where).api_client()
-    Preflight(config, ApiRetry(retries=0)).run(request, config.tenant(where), api)
+    backend = KubernetesBackend(KubernetesConfig.from_dict(raw), allowed_tenants=[where])
+    try:
+        backend.validate(request)
+    finally:
+        backend.close()
 
 
 @pytest.mark.parametrize("where", ["small", "empty"])
@@ -68,6 +83,22 @@ def test_a_step_larger_than_every_node_waits_for_a_pool_that_can_create_its_node
     with caplog.at_level(logging.INFO):
         check(emulators, {"size": "xl"}, [HIGHMEM], where)
     assert "can create its node(s) from pool(s) highmem" in caplog.text
+
+
+def test_nodes_and_pools_count_only_with_the_labels_the_steps_pods_select(
+    emulators: dict[str, Any], caplog: pytest.LogCaptureFixture
+) -> None:
+    """n1 holds a 4 CPU step, but not one whose pods select `pool: highmem`, which only the
+    pool's nodes carry; a pool whose nodes lack the label does not count either."""
+    tags = {"cpu": 4, "memory": "4Gi"}
+    labelled = {**HIGHMEM, "labels": {"pool": "highmem"}}
+    with caplog.at_level(logging.INFO):
+        check(emulators, tags, [labelled], "small", selector={"pool": "highmem"})
+    assert "can create its node(s) from pool(s) highmem" in caplog.text
+    with pytest.raises(SubmitError, match="pool 'highmem' nodes do not carry pool=highmem"):
+        check(emulators, tags, [HIGHMEM], "small", selector={"pool": "highmem"})
+    with pytest.raises(SubmitError, match="no schedulable node with pool=highmem"):
+        check(emulators, tags, [], "small", selector={"pool": "highmem"})
 
 
 def test_without_pools_the_same_step_is_refused_by_the_largest_node(

@@ -152,7 +152,7 @@ class KubernetesBackend:
         core = CoreV1Api(prepared.api_client)
         listing = None if create else partial(self._retry.call, "list pods", tenant)
         watch = self._watches.of_run(tenant, namespace, request.run_id, core, list_first=listing)
-        job = AttemptJob(request, tenant, namespace, name)
+        job = AttemptJob(request, tenant, namespace, name, prepared.node_labels)
         attempt = Attempt(job, watch, prepared.admission, self._clock())
         attempt.adopted, attempt.ended_unseen = not create, job_status(found or {})
         if create:

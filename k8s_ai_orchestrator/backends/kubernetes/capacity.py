@@ -156,7 +156,7 @@ def quota_of(quota: Any) -> tuple[str, Mapping[str, str], Mapping[str, str]]:
 
 def schedulable(node: Any, node_labels: Mapping[str, str]) -> bool:
     """Whether pods may land on the node (kubernetes-client model): not cordoned, and with
-    every label of `node_labels` (a GPU type)."""
+    every label of `node_labels` (the nodeSelector of the pods counted)."""
     labels = node.metadata.labels or {}
     cordoned = bool(node.spec and node.spec.unschedulable)
     return not cordoned and all(labels.get(k) == v for k, v in node_labels.items())

@@ -134,6 +134,17 @@ def build_job(
     return manifest
 
 
+def pod_node_selector(manifest: Mapping[str, Any]) -> dict[str, str]:
+    """The nodeSelector of a Job manifest's pods (the step's `dagster-k8s/config`, the size's
+    `gpu_node_selectors`, the GPU model): the labels a node needs to hold one of them.
+
+    Example:
+        >>> pod_node_selector({"spec": {"template": {"spec": {"nodeSelector": {"pool": "gpu"}}}}})
+        {'pool': 'gpu'}
+    """
+    return dict(manifest["spec"]["template"]["spec"].get("nodeSelector") or {})
+
+
 def _user_config(
     request: LaunchRequest, tags: Mapping[str, str], config: KubernetesConfig
 ) -> UserDefinedDagsterK8sConfig:

@@ -22,6 +22,7 @@ Example:
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 from decimal import Decimal
 from typing import Any
 
@@ -63,9 +64,17 @@ class Preflight:
         self._retry = retry
         self._checked: set[tuple[Any, ...]] = set()
 
-    def run(self, request: LaunchRequest, tenant: TenantConfig, api_client: ApiClient) -> None:
-        """Raise `SubmitError` if the step can never run in the tenant. A step claiming its
-        GPUs through DRA is checked without them: nodes and quotas hold no nvidia.com/gpu."""
+    def run(
+        self,
+        request: LaunchRequest,
+        tenant: TenantConfig,
+        api_client: ApiClient,
+        node_labels: Mapping[str, str],
+    ) -> None:
+        """Raise `SubmitError` if the step can never run in the tenant. Nodes and node pools
+        count only where their labels match `node_labels` (the nodeSelector of the step's
+        pods). A step claiming its GPUs through DRA is checked without them: nodes and quotas
+        hold no nvidia.com/gpu."""
         spec, gpus = request.spec, self._config.gpus_of(tenant)
         dra = claims_gpus(spec, gpus)
         access_key = (tenant.name, tenant.namespace)
@@ -84,11 +93,12 @@ class Preflight:
             spec.gpu_type,
             spec.nodes,
             spec.tasks_per_node,
+            tuple(sorted(node_labels.items())),
         )
         if fit_key not in self._checked:
             fit = host_fit(spec, gpus)
             self._check_quota(request.step_key, fit, tenant, api_client)
-            self._check_nodes(request.step_key, fit, tenant, api_client)
+            self._check_nodes(request.step_key, fit, tenant, api_client, node_labels)
             if dra:
                 self._check_devices(request.step_key, spec, tenant, gpus, api_client)
             self._checked.add(fit_key)
@@ -223,14 +233,18 @@ class Preflight:
                     )
 
     def _check_nodes(
-        self, step: str, spec: ComputeSpec, tenant: TenantConfig, api_client: ApiClient
+        self,
+        step: str,
+        spec: ComputeSpec,
+        tenant: TenantConfig,
+        api_client: ApiClient,
+        selector: Mapping[str, str],
     ) -> None:
         """Some nodes (as many as a gang has pods) hold one pod of the step: nodes that exist,
-        or nodes the tenant's autoscaled `node_pools` can create."""
+        or nodes the tenant's autoscaled `node_pools` can create, with `selector`'s labels."""
         nodes = self._list_nodes(step, spec, tenant, api_client)
         if nodes is None:
             return
-        selector = {self._config.gpu_type_label: spec.gpu_type} if spec.gpu_type else {}
         needs = step_needs(spec)
         largest: dict[str, Decimal] = {kind: Decimal(0) for kind in needs}
         fitting = []
@@ -268,7 +282,8 @@ class Preflight:
                 "add nodes to the host cluster's pool (and sync them into the vCluster)"
             )
         short = [k for k in needs if needs[k] > largest[k]] or list(needs)
-        where = f" with {self._config.gpu_type_label}={spec.gpu_type}" if selector else ""
+        where = " with " + ", ".join(f"{k}={v}" for k, v in sorted(selector.items()))
+        where = where if selector else ""
         raise SubmitError(
             f"{refused}: no schedulable node{where} has enough allocatable "
             + ", ".join(

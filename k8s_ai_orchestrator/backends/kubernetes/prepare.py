@@ -26,7 +26,7 @@ from .admission import Admission, Admissions
 from .api import ApiRetry, api_message
 from .config import KubernetesConfig, TenantConfig
 from .growth import PodGrowth
-from .jobs import build_job, config_problems, manifest_problems
+from .jobs import build_job, config_problems, manifest_problems, pod_node_selector
 from .preflight import Preflight
 from .tenants import TenantConnections
 
@@ -40,6 +40,11 @@ class Prepared:
     manifest: dict[str, Any]  # the attempt's Job
     api_client: ApiClient  # the tenant's
     admission: Admission  # the mode that admits it
+
+    @property
+    def node_labels(self) -> dict[str, str]:
+        """The nodeSelector of the attempt's pods."""
+        return pod_node_selector(self.manifest)
 
 
 class Preparer:
@@ -69,13 +74,14 @@ class Preparer:
         self._growth = growth
         self._admissions = admissions
         self._default_tenant = default_tenant
-        self._shapes: set[tuple[object, ...]] = set()  # step shapes whose Job `check` built
+        # step shapes whose Job `check` built → its pods' nodeSelector
+        self._shapes: dict[tuple[object, ...], dict[str, str]] = {}
 
     def prepare(self, request: LaunchRequest) -> Prepared:
         """The checked step; `ConfigError` or `SubmitError` naming what to fix."""
         request, settings = self._resolve(request)
         manifest = self._manifest(request, settings)
-        api_client, admission = self._admit(request, settings)
+        api_client, admission = self._admit(request, settings, pod_node_selector(manifest))
         return Prepared(request, settings, manifest, api_client, admission)
 
     def check(self, request: LaunchRequest) -> None:
@@ -85,9 +91,8 @@ class Preparer:
         request, settings = self._resolve(request)
         shape = _shape(request)
         if shape not in self._shapes:
-            self._manifest(request, settings)
-            self._shapes.add(shape)
-        self._admit(request, settings)
+            self._shapes[shape] = pod_node_selector(self._manifest(request, settings))
+        self._admit(request, settings, self._shapes[shape])
 
     def _resolve(self, request: LaunchRequest) -> tuple[LaunchRequest, TenantConfig]:
         tenant = request.tenant or request.spec.tenant or self._default_tenant
@@ -118,12 +123,14 @@ class Preparer:
             raise _names_error(request, tenant, problems)
         return manifest
 
-    def _admit(self, request: LaunchRequest, settings: TenantConfig) -> tuple[ApiClient, Admission]:
+    def _admit(
+        self, request: LaunchRequest, settings: TenantConfig, node_labels: dict[str, str]
+    ) -> tuple[ApiClient, Admission]:
         tenant = str(request.tenant)
         api_client = self._tenants.client(tenant, request.step_key)
         admission = self._admissions.of(settings.gang_admission, request.spec)
         try:
-            self._preflight.run(request, settings, api_client)
+            self._preflight.run(request, settings, api_client, node_labels)
             admission.prepare(request, settings, api_client)
         except ApiException as error:
             raise SubmitError(

@@ -29,8 +29,10 @@ HOST_CONTROLLERS = (
     "-persistentvolume-expander-controller",
     "-ttl-controller",
 )
-# vCluster's virtual controller manager: the host owns the nodes, so no node lifecycle either.
-TENANT_CONTROLLERS = (*HOST_CONTROLLERS, "-node-lifecycle-controller")
+# vCluster's virtual controller manager: the host owns the nodes, so no node lifecycle either;
+# and, as our recommended vCluster values set (helm/vcluster-values.yaml), no taint eviction:
+# the host's evicts from the host's nodes, the tenant's would act on lagging copies of them.
+TENANT_CONTROLLERS = (*HOST_CONTROLLERS, "-node-lifecycle-controller", "-taint-eviction-controller")
 
 
 @dataclass(frozen=True)

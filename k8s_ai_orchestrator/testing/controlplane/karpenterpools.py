@@ -157,3 +157,28 @@ def node_pool(pool: PoolSpec) -> Obj:
             },
         },
     }
+
+
+def declared_pools(
+    pools: Iterable[PoolSpec] = DEFAULT_POOLS, catalog: Iterable[KwokShape] = CATALOG
+) -> list[Obj]:
+    """The tenant config's `node_pools` that declare these NodePools to the executor: per pool
+    its largest shape (the most GPUs, then the most CPUs), its labels and its limits.
+
+    Example:
+        >>> declared_pools()[2]["node"], declared_pools()[2]["limit"]
+        ({'cpu': 64, 'memory': '512Gi', 'gpu': 8}, {'gpu': '16'})
+    """
+    shapes = {shape.name: shape for shape in catalog}
+    declared = []
+    for pool in pools:
+        own = [shapes[name] for name in pool.shapes]
+        largest = max(own, key=lambda shape: (shape.gpus, shape.cpu))
+        node: Obj = {"cpu": largest.cpu, "memory": largest.memory}
+        if largest.gpus:
+            node["gpu"] = largest.gpus
+        limit = {("gpu" if kind == GPU else kind): value for kind, value in pool.limits.items()}
+        declared.append(
+            {"name": pool.name, "node": node, "labels": dict(pool.labels), "limit": limit}
+        )
+    return declared

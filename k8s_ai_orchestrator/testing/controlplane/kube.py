@@ -5,6 +5,8 @@ vCluster-style syncer per tenant on a running `ControlPlane` (but for the tenant
 `synced_elsewhere`, left to the real vCluster syncer: `vclustersyncer`), and offers the
 emulator's test surface (`tenant(name).kubeconfig_path`, `api_client()`, `pods`, `jobs`, `events`,
 `evict_pod`, `preempt_pod`, `wait_for`, `processes_alive`), so the same test can run on both.
+The agent also adopts the Nodes Karpenter launches on the host (`karpenter.py`), so pods run
+on them too.
 
 `fresh()` returns a view that hides every object that exists now: a session-wide plane then
 looks empty to each test.
@@ -33,6 +35,7 @@ from ..kube.nodes import NodeSpec
 from .agent import NodeAgent
 from .agent.dra import DraGpus
 from .cluster import ApiServer, ControlPlane
+from .karpenterpools import NODEPOOL_LABEL
 from .syncer import TenantSyncer, translate
 
 Obj = dict[str, Any]
@@ -75,6 +78,7 @@ class RealKube:
     fronts: dict[str, ApiServer] = field(default_factory=dict)
     _clients: dict[str, client.ApiClient] = field(default_factory=dict)
     dra_gpus: Sequence[DraGpus] = ()  # fake GPUs the node agent publishes as DRA devices
+    node_boot_s: float = 0.0  # how long a Node Karpenter launches takes to join (agent)
 
     # -- lifecycle -----------------------------------------------------------------------------
 
@@ -87,6 +91,8 @@ class RealKube:
             self.workdir / "agent",
             client_ca=self.plane.host.ca_file,
             dra_gpus=self.dra_gpus,
+            adopt_selector=NODEPOOL_LABEL,  # the Nodes Karpenter launches, when it runs here
+            adopt_after_s=self.node_boot_s,
         )
         self.agent.start()
         for name, server in self.plane.tenants.items():
@@ -154,6 +160,10 @@ class RealKube:
     def tenant(self, name: str) -> ServerView:
         """A tenant's apiserver."""
         return ServerView(self.fronts.get(name) or self.plane.tenants[name])
+
+    def adopted(self) -> list[str]:
+        """The host Nodes the node agent adopted and still serves (Karpenter's)."""
+        return sorted(self.agent.adopted) if self.agent is not None else []
 
     def host_namespace(self, tenant: str) -> str:
         """The host namespace of a tenant (its `vc-<tenant>` secret and its pods)."""

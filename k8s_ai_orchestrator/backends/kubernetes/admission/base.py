@@ -15,8 +15,8 @@ Example:
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from kubernetes.client import ApiClient
@@ -36,6 +36,7 @@ class AttemptJob:
     tenant: str  # where it runs
     namespace: str  # the Job's namespace in the tenant
     name: str  # the Job's name (the attempt's handle)
+    node_labels: Mapping[str, str] = field(default_factory=dict)  # its pods' nodeSelector
 
     @property
     def step(self) -> str:

@@ -82,7 +82,7 @@ def waiting_for_room(
     allocates its devices, and a rank pod left waiting for them ends as a partial gang."""
     tenant = config.tenant(job.tenant)
     spec = host_fit(job.request.spec, config.gpus_of(tenant))
-    labels = {config.gpu_type_label: spec.gpu_type} if spec.gpu_type else {}
+    labels = job.node_labels
     needs = step_needs(spec)
     room = read_gang_room(
         core,

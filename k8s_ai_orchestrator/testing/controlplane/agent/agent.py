@@ -8,6 +8,12 @@ applies in-place resizes (`pods/resize`) when the node has room, and serves `/co
 and `/stats/summary` (one server per node) so `pods/log` and the node proxy work through the
 apiserver.
 
+With `adopt_selector`, it also adopts the host Nodes that match it as they appear (the Nodes an
+autoscaler's cloud provider creates with no kubelet behind them, as Karpenter's kwok provider
+does): it patches their status Ready with their allocatable, keeps their leases, runs the pods
+bound to them (also those bound before it adopted the Node) and lets them go when the Node is
+deleted.
+
 Example:
     >>> nodes = [NodeSpec("node-a", cpu="8", memory="16Gi")]
     >>> with NodeAgent(host_kubeconfig, nodes, workdir) as agent:  # doctest: +SKIP
@@ -25,14 +31,17 @@ from pathlib import Path
 from types import TracebackType
 
 from kubernetes import client, config
+from kubernetes.client.rest import ApiException
 
 from ...kube.kubelet import Kubelet
 from ...kube.nodes import NodeSpec
-from ...kube.store import ClusterState
+from ...kube.store import ClusterState, Obj
 from .. import pki
+from ..informer import Informer
+from ..patches import STRATEGIC
 from .dra import ClaimPreparer, DraGpus, publish
 from .logserver import LogServer
-from .nodes import NodeHeartbeat, node_address, node_object
+from .nodes import NodeHeartbeat, adopted_status, age_s, node_address, node_object
 from .remote import RemoteStore
 
 TICK_S = 0.1  # while containers run: memory sampling and exits
@@ -51,6 +60,10 @@ class NodeAgent:
             `--kubelet-client-certificate`); None serves anyone.
         address: the nodes' InternalIP, where their servers listen (`node_address()`).
         dra_gpus: fake GPUs published as DRA devices (`dra.py`: the agent plays their driver).
+        adopt_selector: a label selector of host Nodes to adopt (see the module docstring).
+        adopt_after_s: adopt a Node only this long after it was created: the time a real
+            machine takes to boot and its kubelet to register (0: at once, as kwok's Nodes
+            appear with nothing to boot).
     """
 
     def __init__(
@@ -61,8 +74,10 @@ class NodeAgent:
         client_ca: Path | None = None,
         address: str | None = None,
         dra_gpus: Sequence[DraGpus] = (),
+        adopt_selector: str | None = None,
+        adopt_after_s: float = 0.0,
     ) -> None:
-        if not nodes or len({n.name for n in nodes}) != len(nodes):
+        if not (nodes or adopt_selector) or len({n.name for n in nodes}) != len(nodes):
             names = [n.name for n in nodes]
             raise ValueError(f"a node agent needs distinct node names, got {names}")
         self.node_names = tuple(n.name for n in nodes)
@@ -78,8 +93,8 @@ class NodeAgent:
         self.api_client = config.new_client_from_config(config_file=str(kubeconfig))
         self._wake = threading.Event()
         self._stop = threading.Event()
-        mine = set(self.node_names)
-        self.store = RemoteStore(self.api_client, "host", mine.__contains__, self._wake.set)
+        self._mine = set(self.node_names)  # with the adopted nodes
+        self.store = RemoteStore(self.api_client, "host", self._mine.__contains__, self._wake.set)
         state = ClusterState()
         state.stores[self.store.name] = self.store
         self._nodes_view = state.new_store("nodes")  # what the kubelet checks for Ready
@@ -90,23 +105,26 @@ class NodeAgent:
         ca = pki.write_ca(self.workdir / "pki", "k8s-ai-node-agent")
         self.address = address or node_address()
         hosts = list(dict.fromkeys([self.address, "127.0.0.1", "localhost"]))
-        serving = pki.write_serving_cert(ca, self.workdir / "serving", hosts)
-        self.servers = {
-            n.name: LogServer(
-                self.log_lookup,
-                serving,
-                stats=partial(self.kubelet.summary, n.name),
-                address=self.address,
-                client_ca=client_ca,
-            )
-            for n in nodes
-        }
-        version = client.VersionApi(self.api_client).get_code().git_version
-        self._specs = {n.name: n for n in nodes}
+        self._serving = pki.write_serving_cert(ca, self.workdir / "serving", hosts)
+        self._client_ca = client_ca
+        self.servers = {n.name: self._server(n.name) for n in nodes}
+        self._version = client.VersionApi(self.api_client).get_code().git_version
         self.node_objects = [
-            node_object(n, version, self.servers[n.name].port, self.address) for n in nodes
+            node_object(n, self._version, self.servers[n.name].port, self.address) for n in nodes
         ]
         self.heartbeat = NodeHeartbeat(self.api_client, self.node_objects)
+        self.adopted: dict[str, Obj] = {}  # adopted node name → the Node as adopted
+        self.adopt_after_s = adopt_after_s
+        self._host_nodes = (
+            Informer(
+                self.api_client,
+                client.CoreV1Api(self.api_client).list_node,
+                self._wake.set,
+                label_selector=adopt_selector,
+            )
+            if adopt_selector
+            else None
+        )
         self._loop = threading.Thread(target=self._run, name="agent-kubelet", daemon=True)
         self._errors: list[BaseException] = []
 
@@ -122,6 +140,8 @@ class NodeAgent:
         if self.dra_gpus:
             publish(self.api_client, self.dra_gpus)
         self.store.start()
+        if self._host_nodes is not None:
+            self._host_nodes.start()
         self._loop.start()
         return self
 
@@ -134,7 +154,9 @@ class NodeAgent:
         self.kubelet.stop()
         self.heartbeat.stop()
         self.store.stop()
-        for server in self.servers.values():
+        if self._host_nodes is not None:
+            self._host_nodes.stop()
+        for server in list(self.servers.values()):
             server.stop()
 
     def __enter__(self) -> NodeAgent:
@@ -171,10 +193,61 @@ class NodeAgent:
 
     # -- internals -------------------------------------------------------------------------------
 
+    def _server(self, node: str) -> LogServer:
+        """The (not yet started) `/containerLogs` and `/stats/summary` server of `node`."""
+        return LogServer(
+            self.log_lookup,
+            self._serving,
+            stats=partial(self.kubelet.summary, node),
+            address=self.address,
+            client_ca=self._client_ca,
+        )
+
+    def _follow_host_nodes(self) -> None:
+        """Adopt the matching Nodes that appeared, let go of those that were deleted."""
+        if self._host_nodes is None:
+            return
+        present = {n["metadata"]["name"]: n for n in self._host_nodes.items()}
+        for name, node in present.items():
+            meta = node["metadata"]
+            if name in self.adopted or meta.get("deletionTimestamp"):
+                continue
+            if age_s(meta.get("creationTimestamp")) >= self.adopt_after_s:
+                self._adopt(node)
+        for name in [n for n in self.adopted if n not in present]:
+            self._release(name)
+
+    def _adopt(self, node: Obj) -> None:
+        name = node["metadata"]["name"]
+        server = self._server(name).start()
+        status = adopted_status(node, self._version, server.port, self.address)
+        try:
+            client.CoreV1Api(self.api_client).patch_node_status(
+                name, {"status": status}, _content_type=STRATEGIC
+            )
+            self.heartbeat.add(name)
+        except ApiException as error:
+            server.stop()
+            if error.status == 404:
+                return  # deleted before it was adopted
+            raise
+        self.servers[name] = server
+        self.adopted[name] = {**node, "status": {**(node.get("status") or {}), **status}}
+        self._nodes_view.put("nodes", self.adopted[name])
+        self._mine.add(name)
+
+    def _release(self, name: str) -> None:
+        self._mine.discard(name)
+        self._nodes_view.remove("nodes", "", name)
+        self.heartbeat.remove(name)
+        self.servers.pop(name).stop()
+        del self.adopted[name]
+
     def _run(self) -> None:
         while not self._stop.is_set():
             self._wake.clear()
             try:
+                self._follow_host_nodes()
                 self.kubelet.tick()
             except Exception as error:  # noqa: BLE001 - one bad pass must not stop the node
                 self._errors.append(error)

@@ -6,10 +6,20 @@ Each node is created with its status (capacity = allocatable, GPUs as `nvidia.co
 Ready condition's heartbeat every minute, so the node-lifecycle controller removes the
 `not-ready` taint the admission plugin puts on a new node and never adds `unreachable`.
 
+A Node that exists already (one an autoscaler's cloud provider created, as Karpenter's kwok
+provider does, with no kubelet behind it) is adopted instead: `adopted_status` is the status the
+agent patches onto it, sized by the allocatable the provider wrote (its capacity is only the
+requests of the pod it was made for), and the heartbeat takes it on with `add`.
+
 Example:
     >>> obj = node_object(NodeSpec("n1", cpu="4", memory="8Gi", gpus=2), "v1.37.2", 10250)
     >>> obj["status"]["allocatable"]["nvidia.com/gpu"], obj["status"]["nodeInfo"]["kubeletVersion"]
     ('2', 'v1.37.2')
+    >>> made = {"metadata": {"name": "kwok-gpu-1"}, "status": {"capacity": {"cpu": "8"},
+    ...     "allocatable": {"cpu": "63900m", "memory": "511Gi", "nvidia.com/gpu": "8"}}}
+    >>> status = adopted_status(made, "v1.37.2", 10250)
+    >>> status["capacity"]["cpu"], status["allocatable"]["nvidia.com/gpu"]
+    ('63900m', '8')
 """
 
 from __future__ import annotations
@@ -32,6 +42,7 @@ LEASE_DURATION_S = 40
 LEASE_RENEW_S = 10.0
 STATUS_HEARTBEAT_S = 60.0
 _PRESSURE = ("MemoryPressure", "DiskPressure", "PIDPressure")
+GPU = "nvidia.com/gpu"
 
 
 def _now() -> str:
@@ -53,6 +64,19 @@ def _conditions() -> list[dict[str, str]]:
     return [
         {**c, "lastHeartbeatTime": stamp, "lastTransitionTime": stamp} for c in (*pressure, ready)
     ]
+
+
+def age_s(created: str | None, now: datetime | None = None) -> float:
+    """Seconds since an object's `creationTimestamp` (infinite when it has none).
+
+    Example:
+        >>> age_s("2026-12-03T10:00:00Z", datetime(2026, 12, 3, 10, 0, 30, tzinfo=UTC))
+        30.0
+    """
+    if not created:
+        return float("inf")
+    since = datetime.strptime(created, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC)
+    return ((now or datetime.now(UTC)) - since).total_seconds()
 
 
 def node_address() -> str:
@@ -107,14 +131,31 @@ def node_object(
     }
 
 
+def adopted_status(
+    node: dict[str, Any], version: str, log_port: int, address: str = "127.0.0.1"
+) -> dict[str, Any]:
+    """The status the agent patches onto a Node it adopts: what `node_object` reports for a
+    node of the Node's allocatable (cpu, memory, `nvidia.com/gpu`), with the agent's address
+    and log port."""
+    allocatable = (node.get("status") or {}).get("allocatable") or {}
+    spec = NodeSpec(
+        node["metadata"]["name"],
+        cpu=str(allocatable.get("cpu", "1")),
+        memory=str(allocatable.get("memory", "1Gi")),
+        gpus=int(allocatable.get(GPU, 0)),
+    )
+    return dict(node_object(spec, version, log_port, address)["status"])
+
+
 class NodeHeartbeat:
-    """Registers nodes, then renews their leases and Ready heartbeats until stopped."""
+    """Registers nodes, then renews their leases and Ready heartbeats until stopped; nodes
+    adopted later join with `add` and leave with `remove`."""
 
     def __init__(self, api_client: client.ApiClient, nodes: list[dict[str, Any]]) -> None:
         self.core = client.CoreV1Api(api_client)
         self.leases = client.CoordinationV1Api(api_client)
         self.nodes = nodes
-        self.paused: set[str] = set()  # node names whose heartbeats stopped (a lost node)
+        self.names = [node["metadata"]["name"] for node in nodes]  # the nodes kept alive
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="agent-heartbeat", daemon=True)
 
@@ -132,6 +173,15 @@ class NodeHeartbeat:
             self._renew(name, create=True)
         self._thread.start()
 
+    def add(self, name: str) -> None:
+        """Keep an existing Node alive from now on (its lease is created here)."""
+        self._renew(name, create=True)
+        self.names = [*self.names, name]
+
+    def remove(self, name: str) -> None:
+        """Stop renewing a node that is gone (its lease goes with it: the Node owns it)."""
+        self.names = [n for n in self.names if n != name]
+
     def stop(self) -> None:
         """Stop renewing (the nodes stay registered)."""
         self._stop.set()
@@ -140,10 +190,7 @@ class NodeHeartbeat:
         since_status = 0.0
         while not self._stop.wait(LEASE_RENEW_S):
             since_status += LEASE_RENEW_S
-            for node in self.nodes:
-                name = node["metadata"]["name"]
-                if name in self.paused:
-                    continue
+            for name in self.names:
                 try:
                     self._renew(name)
                     if since_status >= STATUS_HEARTBEAT_S:

@@ -4,7 +4,9 @@ The emulator's `Kubelet` reads and writes a `Store`. `RemoteStore` gives it the 
 surface over a real apiserver, the way a kubelet talks to one:
 
 - `list("pods")` is a watch-fed cache of the pods bound to this agent's nodes (one list+watch
-  of all pods, relisted when the watch expires), so the kubelet loop costs no requests;
+  of all pods, relisted when the watch expires), so the kubelet loop costs no requests; the
+  cache holds every bound pod and `is_mine` is asked at each list, so a node the agent adopts
+  brings the pods already bound to it;
 - `put("pods", pod)` writes `pods/status` (a strategic merge patch, so conditions others
   added, such as DisruptionTarget, are kept; bound to the pod's uid, so it never lands on a
   new pod of the same name) only when the status differs from what was last sent, and, once
@@ -33,6 +35,10 @@ from ..informer import Informer
 from ..patches import STRATEGIC, replaced, status_patch
 
 
+def _node_of(pod: Obj) -> str:
+    return str((pod.get("spec") or {}).get("nodeName") or "")
+
+
 class RemoteStore(Store):
     """See the module docstring.
 
@@ -53,11 +59,12 @@ class RemoteStore(Store):
         super().__init__(name, ClusterState())  # the kubelet's view; objects live in the API
         self.api_client = api_client
         self.core = client.CoreV1Api(api_client)
+        self.is_mine = is_mine
         self.pods = Informer(
             api_client,
             self.core.list_pod_for_all_namespaces,
             on_change,
-            keep=lambda pod: is_mine((pod.get("spec") or {}).get("nodeName") or ""),
+            keep=lambda pod: bool(_node_of(pod)),
         )
         self._sent: dict[str, Obj] = {}  # uid → the status last written
         self._final_deleted: set[str] = set()
@@ -80,8 +87,12 @@ class RemoteStore(Store):
         """Cached pods bound to this agent's nodes (the only list the kubelet makes)."""
         if resource != "pods":
             raise ValueError(f"RemoteStore lists only pods, not {resource}")
-        pods = self.pods.items()
-        return [p for p in pods if namespace is None or p["metadata"]["namespace"] == namespace]
+        return [
+            pod
+            for pod in self.pods.items()
+            if self.is_mine(_node_of(pod))
+            and (namespace is None or pod["metadata"]["namespace"] == namespace)
+        ]
 
     def get(self, resource: str, namespace: str, name: str) -> Obj | None:
         """A secret or configmap from the API, an event from this agent's own, else None."""
