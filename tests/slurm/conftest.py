@@ -1,7 +1,8 @@
 """Real Slurm clusters (3 nodes, two with 2 fake GPUs) for the whole test session: Debian's
 22.05 packages (`slurm_cluster`) and a current Slurm built from source beside them
 (`slurm_current_cluster`, scripts/build-slurm.sh); `versioned_cluster` runs a test on both,
-and `transport` over both transports (`any_backend`, `executor_slurm`).
+and `transport` over both transports (`any_backend`, `executor_slurm`); the end-to-end modules
+(`slurm_pairs`) run each version and each transport once (`PAIRS`).
 Each keeps accounting as production does: a slurmdbd of its own (Debian's 22.05 one, or the
 build's) with its own database in one MariaDB server the session starts (`slurm_accounting`)."""
 
@@ -25,6 +26,24 @@ PREFIX_ENV = "K8S_AI_SLURM_PREFIX"  # a current Slurm's prefix, instead of the s
 VERSIONS = ("22.05", "24.11")  # Debian's packages; scripts/build-slurm.sh's build
 TRANSPORTS = ("cli", "rest")
 TOKEN_ENV = "K8S_AI_TEST_SLURM_JWT"  # where `executor_slurm` puts the REST token
+# The (version, transport) pairs of an end-to-end module (`slurm_pairs`): each version and
+# each transport once. The backend-level modules (lifecycle, gang, transports), where the
+# transports differ, run all four; an end-to-end run adds Dagster, not transport paths.
+PAIRS = {(VERSIONS[0], TRANSPORTS[0]), (VERSIONS[1], TRANSPORTS[1])}
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Leave out the other two pairs of the `slurm_pairs` modules' tests (deselected, as
+    `-m` would: they are not skips)."""
+    left_out = []
+    for item in items:
+        params = getattr(getattr(item, "callspec", None), "params", {})
+        pair = (params.get("versioned_cluster"), params.get("transport"))
+        if item.get_closest_marker("slurm_pairs") and None not in pair and pair not in PAIRS:
+            left_out.append(item)
+    if left_out:
+        config.hook.pytest_deselected(items=left_out)
+        items[:] = [item for item in items if item not in left_out]
 
 
 def _require_slurm(prefix: Path | None = None) -> None:

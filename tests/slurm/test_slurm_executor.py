@@ -17,7 +17,7 @@ from k8s_ai_orchestrator.backends.slurm.states import expand_hostlist
 from k8s_ai_orchestrator.testing.slurm import LocalSlurmCluster
 from tests.slurm.gang_jobs import defs
 
-pytestmark = [pytest.mark.slurm, pytest.mark.timeout(240)]
+pytestmark = [pytest.mark.slurm, pytest.mark.slurm_pairs, pytest.mark.timeout(240)]
 
 ROOT = Path(__file__).parents[2]
 JOBS = ReconstructableRepository.for_module(

@@ -27,7 +27,7 @@ from tests.pipes.pipes_support import (
     materialize_tiles,
 )
 
-pytestmark = [pytest.mark.slurm, pytest.mark.timeout(240)]
+pytestmark = [pytest.mark.slurm, pytest.mark.slurm_pairs, pytest.mark.timeout(240)]
 
 
 @pytest.fixture

@@ -12,7 +12,7 @@ from dagster import DagsterInstance
 from k8s_ai_orchestrator.testing.slurm import LocalSlurmCluster
 from tests.checkpoint import reruns
 
-pytestmark = [pytest.mark.slurm, pytest.mark.timeout(300)]
+pytestmark = [pytest.mark.slurm, pytest.mark.slurm_pairs, pytest.mark.timeout(300)]
 
 
 @pytest.fixture

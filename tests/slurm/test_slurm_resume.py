@@ -19,7 +19,7 @@ from k8s_ai_orchestrator.launch.settings import ExecutorSettings
 from k8s_ai_orchestrator.testing.kube.emulator import wait_until
 from k8s_ai_orchestrator.testing.slurm import LocalSlurmCluster
 
-pytestmark = [pytest.mark.slurm, pytest.mark.timeout(300)]
+pytestmark = [pytest.mark.slurm, pytest.mark.slurm_pairs, pytest.mark.timeout(300)]
 
 
 @pytest.fixture
