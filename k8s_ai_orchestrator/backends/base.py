@@ -141,6 +141,7 @@ class ResourceUsage:
     nodes: tuple[str, ...] = ()
     cpu_used_seconds: float | None = None  # measured CPU time of the step's processes
     peak_cpu: float | None = None  # measured peak cores in use (over windows of about 1 s)
+    ended: str = ""  # why the attempt ended (a FailureReason), "" when its step ended it
 
 
 class GrowOutcome(enum.StrEnum):

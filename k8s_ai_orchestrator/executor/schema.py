@@ -253,6 +253,19 @@ CONFIG_SCHEMA = {
         ),
         'How compute(memory="auto") / cpu="auto" are sized from earlier runs.',
     ),
+    "prices": _opt(
+        Shape(
+            {
+                "cpu_hour": _opt(Float, "Per CPU-hour reserved; >= 0."),
+                "memory_gib_hour": _opt(Float, "Per GiB-hour of memory reserved; >= 0."),
+                "gpu_hour": _opt(Float, "Per GPU-hour of a GPU model without its own price."),
+                "gpu_hour_by_type": _opt(Map(str, Float), "Per GPU-hour, by compute(gpu_type)."),
+                "preemptible_factor": _opt(Float, "× the price of preemptible steps; (0, 1]."),
+                "currency": _opt(String, "A label for the figures (USD)."),
+            }
+        ),
+        "What reserved resources cost: each step's cost and waste in its summary (docs/cost.md).",
+    ),
     "max_preemption_retries": Field(Int, default_value=3, description="Relaunches; >= 0."),
     "grace_period_s": Field(Float, default_value=30.0, description="SIGTERM → SIGKILL; >= 0."),
     "poll_interval_s": Field(

@@ -211,11 +211,11 @@ class AIStepHandler:
         status = self._observe(live, step_context)[0]  # an ended one's last read waits for it
         self.tails.after_final(live, status, (backend, caps), step_context)
         gone = live.attempt.vanished
-        live.usage.append(ResourceUsage() if gone else backend.usage(live.attempt.handle))
+        live.finished(ResourceUsage() if gone else backend.usage(live.attempt.handle), status)
         self.attention.ended(live.attempt.handle.job_id)
         if final:
             del self._live[key]
-            self._event(step_context, *live.summary(key))
+            self._event(step_context, *live.summary(key, self._settings.prices))
 
     def close(self) -> None:
         for live in self._live.values():

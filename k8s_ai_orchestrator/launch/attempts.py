@@ -27,6 +27,7 @@ from ..backends.base import (
     StepStatus,
 )
 from ..spec import ComputeSpec, format_memory
+from .cost import Prices, ended, step_costs
 from .lifecycle import Attempt, Note, NoteKind, Observation, resize_message
 from .plan import PlannedStep
 from .relaunch import StepHistory
@@ -113,6 +114,10 @@ class StepAttempts:
         message = resize_message(self.history.step_key, resize, self.grow_at)
         return Note(NoteKind.RESIZE, message, meta)
 
+    def finished(self, usage: ResourceUsage, status: StepStatus) -> None:
+        """Account a finished attempt: what it reserved and, when it failed, why."""
+        self.usage.append(replace(usage, ended=ended(status.state, status.reason)))
+
     def record_resize(self, new_bytes: int) -> None:
         """The attempt in flight was grown in place: it now holds `new_bytes`."""
         tried = self.history.memory_tried
@@ -141,8 +146,9 @@ class StepAttempts:
         used = json.dumps([usage_record(u) for u in self.usage], separators=(",", ":"))
         return {**self.history_metadata(), USAGE_KEY: used}
 
-    def summary(self, key: str) -> tuple[str, dict[str, Any]]:
-        """The step's closing line and metadata: where it ran, what it reserved, what it used."""
+    def summary(self, key: str, prices: Prices | None = None) -> tuple[str, dict[str, Any]]:
+        """The step's closing line and metadata: where it ran, what it reserved, what it used,
+        what that cost and what of it was wasted (`cost.py`)."""
         total = ResourceUsage(
             cpu_seconds=sum(u.cpu_seconds for u in self.usage),
             memory_gib_seconds=sum(u.memory_gib_seconds for u in self.usage),
@@ -160,13 +166,15 @@ class StepAttempts:
             "gpu_seconds": round(total.gpu_seconds, 2),
             "wall_seconds": round(total.wall_seconds, 2),
             **self.measured_metadata(),
+            **step_costs(self.usage, self.spec, prices),
         }
         measured = [u.cpu_used_seconds for u in self.usage if u.cpu_used_seconds is not None]
         used = f"; used {sum(measured):.1f} CPU-s (measured)" if measured else ""
+        cost = f"; cost {meta['cost']:.2f} {meta['currency']}" if "cost" in meta else ""
         message = (
             f"Step '{key}' reserved {total.cpu_seconds:.1f} CPU-s, "
             f"{total.memory_gib_seconds:.1f} GiB-s, {total.gpu_seconds:.1f} GPU-s (size × wall "
-            f"time) over {len(self.usage)} attempt(s) on {self.backend}{used}"
+            f"time) over {len(self.usage)} attempt(s) on {self.backend}{used}{cost}"
         )
         return message, meta
 

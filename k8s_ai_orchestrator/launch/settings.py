@@ -26,6 +26,7 @@ from ..spec import (
     parse_size_table,
 )
 from .autosize import AutoSizing
+from .cost import Prices
 from .relaunch import OomEscalation, RelaunchPolicy
 
 LOCAL_KEYS = {"cpus", "memory", "gpus", "oversize", "log_dir", "start_method"}
@@ -50,6 +51,7 @@ class ExecutorSettings:
     gang_backend: str | None = None  # multi-node steps: slurm | kubernetes | local; None = auto
     growth: MemoryGrowth | None = None  # grow memory in place (oom_escalation.grow_at)
     auto_sizing: AutoSizing = AutoSizing()  # how compute(memory="auto") is sized
+    prices: Prices | None = None  # what reserved resources cost; None: resource-hours only
 
     @classmethod
     def from_config(cls, raw: Mapping[str, Any]) -> ExecutorSettings:
@@ -126,6 +128,7 @@ class ExecutorSettings:
             grace_period_s=float(config_number(raw.get("grace_period_s", 30.0), "grace_period_s")),
             poll_interval_s=poll,
             idle_poll_interval_s=_idle_poll(raw, poll),
+            prices=Prices.from_config(raw.get("prices"), "executor config: prices"),
         )
 
     def check_memory_cap(self, step_key: str, spec: ComputeSpec) -> None:

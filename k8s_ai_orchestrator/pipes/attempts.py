@@ -90,7 +90,7 @@ class PipesAttempts:
                     self._request(spec, attempt, {**env, **bootstrap}), reader
                 )
             if status.state is StepState.SUCCEEDED:
-                message, meta = live.summary(self._planned.key)
+                message, meta = live.summary(self._planned.key, self._settings.prices)
                 self._log(message)
                 return PipesClientCompletedInvocation(
                     session,
@@ -138,7 +138,7 @@ class PipesAttempts:
             return None if at is None else round(launched_wall + at - launched_at, 3)
 
         usage = backend.usage(handle)
-        live.usage.append(usage)
+        live.finished(usage, status)
         self._attempt_rows.append(
             {
                 "attempt": request.attempt + 1,

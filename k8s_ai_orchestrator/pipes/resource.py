@@ -58,6 +58,7 @@ SETTINGS_KEYS = (
     "max_preemption_retries",
     "grace_period_s",
     "poll_interval_s",
+    "prices",
 )
 
 
@@ -93,6 +94,9 @@ class AICompute(ConfigurableResource, PipesClient):  # type: ignore[misc]
     max_preemption_retries: int = 3
     grace_period_s: float = Field(default=30.0, description="SIGTERM → SIGKILL, for the save")
     poll_interval_s: float = Field(default=0.5, description="How often the attempt is checked")
+    prices: dict[str, Any] | None = Field(
+        default=None, description="{cpu_hour, memory_gib_hour, gpu_hour, ...}: the cost figures"
+    )
 
     _calls: int = PrivateAttr(default=0)
     _message_files: list[str] = PrivateAttr(default_factory=list)  # local: removed after run

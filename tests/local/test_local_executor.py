@@ -84,13 +84,25 @@ def test_step_allocating_past_its_limit_fails_as_oom_killed(instance, test_out):
 
 @pytest.mark.slow
 def test_oom_killed_step_is_relaunched_with_double_memory_until_it_fits(instance, test_out):
-    result = run(instance, "oom", {"local": {"cpus": 2}})
+    prices = {"cpu_hour": 0.04, "memory_gib_hour": 0.005, "currency": "EUR"}
+    result = run(instance, "oom", {"local": {"cpus": 2}, "prices": prices})
     assert result.success
     attempts = [e["attempt"] for e in recorded(test_out) if e["name"] == "hog"]
     assert attempts == [0, 1, 2]  # 256Mi, 512Mi, then 1Gi fits 600Mi
     messages = engine_messages(instance, result.run_id)
     assert any("256Mi → 512Mi" in m for m in messages)
     assert any("512Mi → 1Gi" in m for m in messages)
+    # the step's summary: what its three attempts cost, two of them wasted by OOM kills
+    [summary] = [m for m in messages if m.startswith("Step 'hog_600mi' reserved")]
+    assert "over 3 attempt(s)" in summary and " EUR" in summary
+    [meta] = [
+        {k: v.value for k, v in r.dagster_event.engine_event_data.metadata.items()}
+        for r in instance.all_logs(result.run_id, of_type=DagsterEventType.ENGINE_EVENT)
+        if (r.dagster_event.message or "").startswith("Step 'hog_600mi' reserved")
+    ]
+    assert 0 < meta["k8s_ai/waste_oom_killed_cost"] < meta["k8s_ai/cost"]
+    assert meta["k8s_ai/waste_interrupted_cost"] == 0
+    assert meta["k8s_ai/waste_oom_killed_cpu_seconds"] > 0
 
 
 @pytest.mark.slow

@@ -120,7 +120,7 @@ def test_a_preempted_program_is_relaunched_and_resumes_from_its_checkpoint(
     preempter = threading.Thread(target=preempt_after_two_tiles)
     preempter.start()
     result = materialize_tiles(
-        local_ai(),
+        local_ai(prices={"cpu_hour": 0.04, "memory_gib_hour": 0.005}),
         {"cpu": 0.5, "memory": "256Mi"},
         env,
         f"file://{ckpt}",
@@ -133,6 +133,9 @@ def test_a_preempted_program_is_relaunched_and_resumes_from_its_checkpoint(
     metadata = materialization_metadata(result)
     assert metadata["attempt"] == 1 and metadata["resumed_at"] >= 2 and metadata["tiles"] == 8
     assert metadata["reasons"] == "Preempted" and metadata["preemptions"] == 1
+    # the materialization's cost: both attempts, the first one's as interrupted waste
+    assert 0 < metadata["waste_interrupted_cost"] < metadata["cost"]
+    assert metadata["waste_oom_killed_cost"] == 0 and metadata["currency"] == "USD"
     logs = log_messages(instance, result.run_id)
     assert any(
         m.startswith("Relaunching: step 'tiles-pipes' was Preempted; relaunching at the same size")

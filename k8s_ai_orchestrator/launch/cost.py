@@ -1,0 +1,153 @@
+"""What a step's attempts cost and what of it was wasted: pure, from what each attempt reserved.
+
+An attempt reserves its size for its wall time (`ResourceUsage`: CPU-, GiB- and GPU-seconds).
+With `prices` in the executor config, that is money too; without, it stays CPU-, GiB- and
+GPU-seconds, never a made-up price. Waste is split by cause:
+
+- `oom_killed`: attempts killed for memory; the next attempt redoes all their work;
+- `interrupted`: attempts preempted, evicted or lost. An upper bound: a step that checkpoints
+  redoes only what it did since its last save, which the executor does not see yet;
+- `unused_memory`: memory reserved above the measured peak, for the wall time of the attempts
+  whose peak the backend measured (none on Kubernetes without in-place growth).
+
+Example:
+    >>> prices = Prices.from_config({"cpu_hour": 0.04, "memory_gib_hour": 0.005,
+    ...     "gpu_hour": 2.0, "gpu_hour_by_type": {"h100": 4.0}, "preemptible_factor": 0.5})
+    >>> spec = ComputeSpec(cpu=8, memory_bytes=64 * 2**30, gpu=1, gpu_type="h100")
+    >>> from dataclasses import replace
+    >>> done = ResourceUsage(cpu_seconds=28800, memory_gib_seconds=230400, gpu_seconds=3600,
+    ...     wall_seconds=3600, max_rss_bytes=32 * 2**30)
+    >>> oom = replace(done, max_rss_bytes=None, ended="OOMKilled")
+    >>> figures = step_costs([oom, done], spec, prices)
+    >>> figures["cost"], figures["waste_oom_killed_cost"], figures["waste_unused_memory_cost"]
+    (9.28, 4.64, 0.16)
+    >>> step_costs([done], spec, None)["waste_unused_memory_gib_seconds"]
+    115200.0
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..backends.base import RELAUNCH_REASONS, FailureReason, ResourceUsage, StepState
+from ..errors import ConfigError, check_keys, config_number
+from ..spec import ComputeSpec
+
+GiB = 2**30
+MONEY_DIGITS = 6  # a seconds-long step on a CPU costs millionths
+_KEYS = ("cpu_hour", "memory_gib_hour", "gpu_hour", "gpu_hour_by_type", "preemptible_factor")
+_CURRENCY = "currency"
+WASTE_CAUSES = {  # a finished attempt's reason → the waste it counts as
+    FailureReason.OOM_KILLED.value: "oom_killed",
+    **{reason.value: "interrupted" for reason in RELAUNCH_REASONS},
+}
+
+
+@dataclass(frozen=True)
+class Prices:
+    """Per-hour prices of what a step reserves (`prices` in the executor config)."""
+
+    cpu_hour: float = 0.0  # per CPU-hour
+    memory_gib_hour: float = 0.0  # per GiB-hour
+    gpu_hour: float = 0.0  # per GPU-hour of a GPU whose model has no price of its own
+    gpu_hour_by_type: Mapping[str, float] = field(default_factory=dict)  # per `gpu_type`
+    preemptible_factor: float = 1.0  # × the price of a `preemptible=True` step (spot capacity)
+    currency: str = "USD"  # only a label in the figures
+
+    @classmethod
+    def from_config(cls, raw: Any, where: str = "prices") -> Prices | None:
+        """The checked section; None when absent. `ConfigError` names the key and the fix."""
+        if raw is None:
+            return None
+        check_keys(raw, (*_KEYS, _CURRENCY), where)
+        by_type = raw.get("gpu_hour_by_type") or {}
+        if not isinstance(by_type, Mapping):
+            raise ConfigError(
+                f"{where}.gpu_hour_by_type must map a gpu_type to its price per GPU-hour, e.g. "
+                "{h100: 4.0}"
+            )
+        factor = config_number(raw.get("preemptible_factor", 1.0), f"{where}.preemptible_factor")
+        if not 0 < factor <= 1:
+            raise ConfigError(
+                f"{where}.preemptible_factor={factor!r}: preemptible capacity costs a fraction "
+                "of the on-demand price; give a number in (0, 1], e.g. 0.35"
+            )
+        currency = raw.get(_CURRENCY, "USD")
+        if not isinstance(currency, str) or not currency.strip():
+            raise ConfigError(f"{where}.currency={currency!r}: give a label such as USD or EUR")
+        return cls(
+            cpu_hour=_price(raw, "cpu_hour", where),
+            memory_gib_hour=_price(raw, "memory_gib_hour", where),
+            gpu_hour=_price(raw, "gpu_hour", where),
+            gpu_hour_by_type={
+                str(model): config_number(price, f"{where}.gpu_hour_by_type.{model}")
+                for model, price in by_type.items()
+            },
+            preemptible_factor=factor,
+            currency=currency.strip(),
+        )
+
+    def of(self, usage: ResourceUsage, spec: ComputeSpec) -> float:
+        """What one attempt's reservation costs."""
+        gpu = self.gpu_hour_by_type.get(spec.gpu_type or "", self.gpu_hour)
+        hourly = (
+            usage.cpu_seconds * self.cpu_hour
+            + usage.memory_gib_seconds * self.memory_gib_hour
+            + usage.gpu_seconds * gpu
+        ) / 3600
+        return hourly * (self.preemptible_factor if spec.preemptible else 1.0)
+
+
+def _price(raw: Mapping[str, Any], key: str, where: str) -> float:
+    return config_number(raw.get(key, 0.0), f"{where}.{key}")
+
+
+def ended(state: StepState, reason: FailureReason | None) -> str:
+    """What a finished attempt's `ResourceUsage.ended` records: the reason of a failed one."""
+    return reason.value if state is StepState.FAILED and reason is not None else ""
+
+
+def step_costs(
+    attempts: Sequence[ResourceUsage], spec: ComputeSpec, prices: Prices | None
+) -> dict[str, Any]:
+    """The step's waste over its finished attempts in CPU-, GiB- and GPU-seconds (metadata
+    values) and, with `prices`, its cost and the waste's."""
+    waste: dict[str, list[ResourceUsage]] = {"oom_killed": [], "interrupted": []}
+    for attempt in attempts:
+        cause = WASTE_CAUSES.get(attempt.ended)
+        if cause is not None:
+            waste[cause].append(attempt)
+    unused = [_unused_memory(a) for a in attempts if a.max_rss_bytes]
+    figures: dict[str, Any] = {}
+    for cause, used in waste.items():
+        figures.update(_seconds(f"waste_{cause}", used))
+    if unused:
+        figures["waste_unused_memory_gib_seconds"] = round(sum(unused), 2)
+    if prices is None:
+        return figures
+    figures["cost"] = round(sum(prices.of(a, spec) for a in attempts), MONEY_DIGITS)
+    figures["currency"] = prices.currency
+    for cause, used in waste.items():
+        figures[f"waste_{cause}_cost"] = round(sum(prices.of(u, spec) for u in used), MONEY_DIGITS)
+    if unused:
+        memory_only = ResourceUsage(memory_gib_seconds=sum(unused))
+        figures["waste_unused_memory_cost"] = round(prices.of(memory_only, spec), MONEY_DIGITS)
+    return figures
+
+
+def _unused_memory(usage: ResourceUsage) -> float:
+    """GiB-seconds reserved above the measured peak (requested GiB = GiB-s / wall)."""
+    if not usage.wall_seconds or usage.max_rss_bytes is None:
+        return 0.0
+    requested_gib = usage.memory_gib_seconds / usage.wall_seconds
+    return max(0.0, requested_gib - usage.max_rss_bytes / GiB) * usage.wall_seconds
+
+
+def _seconds(prefix: str, used: Sequence[ResourceUsage]) -> dict[str, float]:
+    return {
+        f"{prefix}_cpu_seconds": round(sum(u.cpu_seconds for u in used), 2),
+        f"{prefix}_memory_gib_seconds": round(sum(u.memory_gib_seconds for u in used), 2),
+        f"{prefix}_gpu_seconds": round(sum(u.gpu_seconds for u in used), 2),
+    }

@@ -1,0 +1,104 @@
+"""What a step's attempts cost and what was wasted (`launch/cost.py`): prices from the executor
+config, checked before anything runs; the waste split by cause (OOM-killed attempts,
+interrupted attempts, memory reserved above the measured peak); every attempt counted once,
+also across a run worker that died (the figures travel in the launch metadata)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from k8s_ai_orchestrator.backends.base import FailureReason, ResourceUsage, StepState, StepStatus
+from k8s_ai_orchestrator.errors import ConfigError
+from k8s_ai_orchestrator.launch.attempts import StepAttempts, usage_from_metadata
+from k8s_ai_orchestrator.launch.cost import Prices, step_costs
+from k8s_ai_orchestrator.launch.plan import PlannedStep
+from k8s_ai_orchestrator.launch.settings import ExecutorSettings
+from k8s_ai_orchestrator.spec import GiB, resolve_spec
+
+PRICES = {"cpu_hour": 0.04, "memory_gib_hour": 0.005, "gpu_hour": 2.0}
+HOUR = 3600.0
+
+
+def reserved(cpu: float, memory_gib: float, gpu: int = 0, hours: float = 1.0) -> ResourceUsage:
+    wall = hours * HOUR
+    return ResourceUsage(cpu * wall, memory_gib * wall, gpu * wall, wall)
+
+
+def test_an_oom_killed_and_a_preempted_attempt_are_waste_by_cause_and_the_last_is_not() -> None:
+    spec = resolve_spec({"cpu": 4, "memory": "16Gi"})
+    prices = Prices.from_config(PRICES)
+    attempts = [
+        replace(reserved(4, 16), ended=FailureReason.OOM_KILLED.value),
+        replace(reserved(4, 32, hours=0.5), ended=FailureReason.PREEMPTED.value),
+        reserved(4, 32, hours=2),
+    ]
+    figures = step_costs(attempts, spec, prices)
+    # 4 CPU × 0.04 + 16 GiB × 0.005 = 0.24 for the first hour; 0.32 / h at 32 GiB after it
+    assert figures["waste_oom_killed_cost"] == pytest.approx(0.24)
+    assert figures["waste_interrupted_cost"] == pytest.approx(0.16)
+    assert figures["cost"] == pytest.approx(0.24 + 0.16 + 0.64)
+    assert figures["waste_oom_killed_cpu_seconds"] == 4 * HOUR
+    assert figures["waste_interrupted_memory_gib_seconds"] == 32 * HOUR / 2
+    assert "waste_unused_memory_cost" not in figures  # no attempt's peak was measured
+
+
+def test_memory_reserved_above_the_measured_peak_is_waste_and_without_prices_no_money() -> None:
+    spec = resolve_spec({"cpu": 1, "memory": "8Gi"})
+    attempt = replace(reserved(1, 8), max_rss_bytes=2 * GiB)
+    figures = step_costs([attempt], spec, None)
+    assert figures["waste_unused_memory_gib_seconds"] == 6 * HOUR
+    assert not [key for key in figures if key.endswith("_cost") or key in ("cost", "currency")]
+
+
+def test_a_gpu_models_own_price_and_the_preemptible_factor_apply() -> None:
+    prices = Prices.from_config(
+        {**PRICES, "gpu_hour_by_type": {"h100": 4.0}, "preemptible_factor": 0.5, "currency": "EUR"}
+    )
+    assert prices is not None
+    h100 = resolve_spec({"cpu": 8, "memory": "64Gi", "gpu": 1, "gpu_type": "h100"})
+    other = resolve_spec({"cpu": 8, "memory": "64Gi", "gpu": 1, "gpu_type": "l4"})
+    spot = resolve_spec({"cpu": 8, "memory": "64Gi", "gpu": 1, "preemptible": True})
+    usage = reserved(8, 64, gpu=1)
+    base = 8 * 0.04 + 64 * 0.005
+    assert prices.of(usage, h100) == pytest.approx(base + 4.0)
+    assert prices.of(usage, other) == pytest.approx(base + 2.0)
+    assert prices.of(usage, spot) == pytest.approx((base + 2.0) * 0.5)
+    assert step_costs([usage], h100, prices)["currency"] == "EUR"
+
+
+@pytest.mark.parametrize(
+    ("raw", "says"),
+    [
+        ({"cpu_hours": 1}, r"prices: unknown key\(s\) \['cpu_hours'\]"),
+        ({"cpu_hour": -1}, r"prices\.cpu_hour=-1"),
+        ({"gpu_hour": "cheap"}, r"prices\.gpu_hour='cheap'"),
+        ({"preemptible_factor": 0}, r"preemptible_factor=0.*\(0, 1\]"),
+        ({"preemptible_factor": 1.5}, r"preemptible_factor=1\.5"),
+        ({"gpu_hour_by_type": ["h100"]}, "gpu_hour_by_type must map a gpu_type"),
+        ({"gpu_hour_by_type": {"h100": -4}}, r"gpu_hour_by_type\.h100=-4"),
+        ({"currency": ""}, "currency=''"),
+    ],
+)
+def test_bad_prices_are_refused_with_the_key_before_anything_runs(raw: object, says: str) -> None:
+    with pytest.raises(ConfigError, match=says):
+        ExecutorSettings.from_config({"prices": raw})
+
+
+def test_each_attempt_is_counted_once_with_how_it_ended_also_after_a_resumed_run_worker() -> None:
+    """The executor records why each attempt ended with what it reserved; a run worker that
+    takes over reads the finished attempts back from the launch metadata, reasons included."""
+    step = PlannedStep("embed", resolve_spec({"cpu": 2, "memory": "4Gi"}), "local", None)
+    live = StepAttempts.of(step, None)
+    oom = StepStatus(StepState.FAILED, FailureReason.OOM_KILLED, "exit 137")
+    live.finished(reserved(2, 4, hours=0.25), oom)
+    live.finished(reserved(2, 8, hours=0.5), StepStatus(StepState.SUCCEEDED))
+    assert [u.ended for u in live.usage] == ["OOMKilled", ""]
+
+    resumed = StepAttempts.of(step, None)
+    resumed.usage = usage_from_metadata(live.launch_metadata()["usage_before"])
+    assert resumed.usage == live.usage
+    _, meta = resumed.summary("embed", Prices.from_config(PRICES))
+    assert meta["waste_oom_killed_cost"] == pytest.approx((2 * 0.04 + 4 * 0.005) / 4)
+    assert meta["cost"] == pytest.approx((2 * 0.04 + 4 * 0.005) / 4 + (2 * 0.04 + 8 * 0.005) / 2)
