@@ -37,7 +37,8 @@ from k8s_ai_orchestrator.report import (
     summarize,
 )
 from k8s_ai_orchestrator.report.files import screenshot_png
-from k8s_ai_orchestrator.report.summary import COLUMNS, PENDING_COLOR
+from k8s_ai_orchestrator.report.summary import COLUMNS, PENDING_COLOR, money
+from k8s_ai_orchestrator.report.timeline import Usage, usage_from
 
 ROOT = Path(__file__).parents[1]
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
@@ -282,11 +283,29 @@ def test_summary_table_has_one_cell_per_column_for_each_step():
         "reserved CPU-s": "40.0",
         "reserved GiB-s": "80.0",
         "reserved GPU-s": "7200.0",
+        "cost": "—",  # the run had no prices
+        "wasted": "—",
         "s lost": "4.0",
         "outcome": "succeeded",
     }
     assert (embed["node"], embed["reserved CPU-s"], embed["outcome"]) == ("—", "—", "cancelled")
     assert [row.cpu_share for row in summary.rows] == [1.0, 0.0]
+
+
+def test_a_priced_steps_cost_and_waste_come_from_its_summary_into_the_table_and_a_card():
+    meta = {
+        "k8s_ai/cpu_seconds": 40.0,
+        "k8s_ai/cost": 1.5,
+        "k8s_ai/currency": "EUR",
+        "k8s_ai/waste_oom_killed_cost": 0.5,
+        "k8s_ai/waste_interrupted_cost": 0.25,
+        "k8s_ai/waste_unused_memory_cost": 0.1,
+    }
+    usage = usage_from(meta, "k8s_ai/")
+    assert (usage.cost, usage.wasted, usage.currency) == (1.5, 0.85, "EUR")
+    assert money(usage) == ("1.5000 EUR", "0.8500 EUR")
+    assert usage.plus(Usage(cost=0.5, wasted=0.0, currency="EUR")).cost == 2.0
+    assert usage_from({"k8s_ai/cpu_seconds": 1.0}, "k8s_ai/").cost is None
 
 
 def test_summary_timeline_has_a_bar_per_attempt_in_seconds_since_the_run_started():

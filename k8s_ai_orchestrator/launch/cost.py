@@ -39,6 +39,7 @@ GiB = 2**30
 MONEY_DIGITS = 6  # a seconds-long step on a CPU costs millionths
 _KEYS = ("cpu_hour", "memory_gib_hour", "gpu_hour", "gpu_hour_by_type", "preemptible_factor")
 _CURRENCY = "currency"
+CAUSES = ("oom_killed", "interrupted", "unused_memory")  # what waste is split into
 WASTE_CAUSES = {  # a finished attempt's reason → the waste it counts as
     FailureReason.OOM_KILLED.value: "oom_killed",
     **{reason.value: "interrupted" for reason in RELAUNCH_REASONS},

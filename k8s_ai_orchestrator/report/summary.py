@@ -17,7 +17,7 @@ import math
 from dataclasses import dataclass
 
 from ..spec import format_memory
-from .model import Attempt, Measured, RunReport, StepTimeline
+from .model import Attempt, Measured, RunReport, StepTimeline, Usage
 
 COLORS = {
     "succeeded": "#2e9d5b",
@@ -54,6 +54,8 @@ COLUMNS = (
     "reserved CPU-s",
     "reserved GiB-s",
     "reserved GPU-s",
+    "cost",
+    "wasted",
     "s lost",
     "outcome",
 )
@@ -275,6 +277,7 @@ def _cards(report: RunReport) -> tuple[Card, ...]:
         Card("memory GiB-hours", f"{total.memory_gib_seconds / 3600:.3f}"),
         Card("GPU-hours", f"{total.gpu_seconds / 3600:.3f}"),
         Card("over-sized steps", str(sum(_oversized(s.measured) for s in report.steps))),
+        *([Card("cost (wasted)", " (".join(money(total)) + ")")] if total.cost is not None else []),
     )
 
 
@@ -337,11 +340,26 @@ def _table_row(step: StepTimeline, max_cpu: float) -> TableRow:
         f"{u.cpu_seconds:.1f}" if u else "—",
         f"{u.memory_gib_seconds:.1f}" if u else "—",
         f"{u.gpu_seconds:.1f}" if u else "—",
+        *money(u),
         f"{step.seconds_lost:.1f}" if step.timed else "—",
         step.outcome,
     )
     share = u.cpu_seconds / max_cpu if u and max_cpu else 0.0
     return TableRow(cells, cpu_share=share)
+
+
+def money(usage: Usage | None) -> tuple[str, str]:
+    """The cost and wasted cells: "—" where the run had no `prices` (docs/cost.md).
+
+    Example:
+        >>> money(Usage(cost=1.23456, wasted=0.4, currency="EUR"))
+        ('1.2346 EUR', '0.4000 EUR')
+        >>> money(Usage())
+        ('—', '—')
+    """
+    if usage is None or usage.cost is None:
+        return "—", "—"
+    return f"{usage.cost:.4f} {usage.currency}", f"{usage.wasted or 0.0:.4f} {usage.currency}"
 
 
 def _oversized(measured: Measured | None) -> bool:

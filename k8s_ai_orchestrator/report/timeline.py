@@ -15,6 +15,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..launch.cost import CAUSES
+
 OOM = "OOMKilled"
 PREEMPTION_REASONS = frozenset({"Preempted", "Evicted", "Lost"})
 
@@ -94,6 +96,9 @@ class Usage:
     memory_gib_seconds: float = 0.0
     gpu_seconds: float = 0.0
     wall_seconds: float = 0.0
+    cost: float | None = None  # at the executor's `prices` (docs/cost.md); None: no prices
+    wasted: float | None = None  # the part of `cost` that OOM kills, interruptions and unused
+    currency: str = ""  # memory wasted
 
     @property
     def cpu_hours(self) -> float:
@@ -101,13 +106,20 @@ class Usage:
         return self.cpu_seconds / 3600
 
     def plus(self, other: Usage) -> Usage:
-        """The sum of two usages."""
+        """The sum of two usages (a cost only where both, or either alone, have one)."""
         return Usage(
             self.cpu_seconds + other.cpu_seconds,
             self.memory_gib_seconds + other.memory_gib_seconds,
             self.gpu_seconds + other.gpu_seconds,
             self.wall_seconds + other.wall_seconds,
+            _sum(self.cost, other.cost),
+            _sum(self.wasted, other.wasted),
+            self.currency or other.currency,
         )
+
+
+def _sum(a: float | None, b: float | None) -> float | None:
+    return None if a is None and b is None else (a or 0.0) + (b or 0.0)
 
 
 @dataclass(frozen=True)
@@ -190,8 +202,8 @@ class RunReport:
 
     Example:
         >>> report = RunReport("813621f2", "vegetation_risk", "SUCCESS", 0.0, 30.0, steps=())
-        >>> (report.duration_seconds, report.total_usage)
-        (30.0, Usage(cpu_seconds=0.0, memory_gib_seconds=0.0, gpu_seconds=0.0, wall_seconds=0.0))
+        >>> (report.duration_seconds, report.total_usage.cpu_seconds)
+        (30.0, 0.0)
     """
 
     run_id: str
@@ -224,11 +236,16 @@ class RunReport:
 
 def usage_from(meta: Mapping[str, Any], prefix: str = "") -> Usage:
     """The `Usage` in a summary's metadata (`prefix` is `k8s_ai/` on the executor's events)."""
+    cost = meta.get(prefix + "cost")
+    wasted = [meta.get(prefix + f"waste_{cause}_cost") for cause in CAUSES]
     return Usage(
         cpu_seconds=float(meta.get(prefix + "cpu_seconds", 0.0)),
         memory_gib_seconds=float(meta.get(prefix + "memory_gib_seconds", 0.0)),
         gpu_seconds=float(meta.get(prefix + "gpu_seconds", 0.0)),
         wall_seconds=float(meta.get(prefix + "wall_seconds", 0.0)),
+        cost=None if cost is None else float(cost),
+        wasted=None if cost is None else sum(float(w or 0.0) for w in wasted),
+        currency=str(meta.get(prefix + "currency", "")),
     )
 
 
