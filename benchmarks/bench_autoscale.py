@@ -65,8 +65,9 @@ from k8s_ai_orchestrator.testing.priorityclasses import install_priority_classes
 ROOT = Path(__file__).resolve().parents[1]
 TENANT, NAMESPACE = "team-a", "default"
 POLL_S = 0.25
-# the pipeline's stages; each step: (name, size fields)
-STAGES: tuple[tuple[tuple[str, dict[str, Any]], ...], ...] = (  # noqa: UP040 - see Stages
+Stages = tuple[tuple[tuple[str, dict[str, Any]], ...], ...]  # each step: (name, size fields)
+# the pipeline's stages
+STAGES: Stages = (
     (("prep", {"cpu": 4, "memory": "8Gi"}),),
     (
         ("mosaic", {"cpu": 72, "memory": "450Gi"}),
@@ -155,9 +156,6 @@ class Run:
     end: float
     busy_node_s: float  # step-seconds running (each step holds one node)
     failures: list[str]
-
-
-Stages = tuple[tuple[tuple[str, dict[str, Any]], ...], ...]
 
 
 def run_pipeline(

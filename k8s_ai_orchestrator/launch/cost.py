@@ -115,7 +115,7 @@ def step_costs(
 ) -> dict[str, Any]:
     """The step's waste over its finished attempts in CPU-, GiB- and GPU-seconds (metadata
     values) and, with `prices`, its cost and the waste's."""
-    waste: dict[str, list[ResourceUsage]] = {"oom_killed": [], "interrupted": []}
+    waste: dict[str, list[ResourceUsage]] = {cause: [] for cause in WASTE_CAUSES.values()}
     for attempt in attempts:
         cause = WASTE_CAUSES.get(attempt.ended)
         if cause is not None:

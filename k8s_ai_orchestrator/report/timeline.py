@@ -97,8 +97,9 @@ class Usage:
     gpu_seconds: float = 0.0
     wall_seconds: float = 0.0
     cost: float | None = None  # at the executor's `prices` (docs/cost.md); None: no prices
-    wasted: float | None = None  # the part of `cost` that OOM kills, interruptions and unused
-    currency: str = ""  # memory wasted
+    # the part of `cost` wasted by OOM kills, interruptions and memory reserved but unused
+    wasted: float | None = None
+    currency: str = ""
 
     @property
     def cpu_hours(self) -> float:

@@ -282,8 +282,8 @@ class Preflight:
                 "add nodes to the host cluster's pool (and sync them into the vCluster)"
             )
         short = [k for k in needs if needs[k] > largest[k]] or list(needs)
-        where = " with " + ", ".join(f"{k}={v}" for k, v in sorted(selector.items()))
-        where = where if selector else ""
+        labels = ", ".join(f"{k}={v}" for k, v in sorted(selector.items()))
+        where = f" with {labels}" if selector else ""
         raise SubmitError(
             f"{refused}: no schedulable node{where} has enough allocatable "
             + ", ".join(

@@ -40,11 +40,7 @@ class Prepared:
     manifest: dict[str, Any]  # the attempt's Job
     api_client: ApiClient  # the tenant's
     admission: Admission  # the mode that admits it
-
-    @property
-    def node_labels(self) -> dict[str, str]:
-        """The nodeSelector of the attempt's pods."""
-        return pod_node_selector(self.manifest)
+    node_labels: dict[str, str]  # the nodeSelector of the attempt's pods
 
 
 class Preparer:
@@ -81,8 +77,9 @@ class Preparer:
         """The checked step; `ConfigError` or `SubmitError` naming what to fix."""
         request, settings = self._resolve(request)
         manifest = self._manifest(request, settings)
-        api_client, admission = self._admit(request, settings, pod_node_selector(manifest))
-        return Prepared(request, settings, manifest, api_client, admission)
+        labels = pod_node_selector(manifest)
+        api_client, admission = self._admit(request, settings, labels)
+        return Prepared(request, settings, manifest, api_client, admission, labels)
 
     def check(self, request: LaunchRequest) -> None:
         """What `prepare` checks, creating nothing: the executor's validation of every step

@@ -16,6 +16,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..kube.quantity import GPU
+
 Obj = dict[str, Any]
 
 GROUP = "karpenter.sh"
@@ -27,7 +29,6 @@ NODE_CLASS = "default"
 NODEPOOL_LABEL = "karpenter.sh/nodepool"  # on every NodeClaim and Node Karpenter launches
 PROVIDER_PREFIX = "kwok://"  # the providerID of the Nodes the kwok provider creates
 INSTANCE_TYPE_LABEL = "node.kubernetes.io/instance-type"
-GPU = "nvidia.com/gpu"
 ZONE = "zone-a"
 GPU_TAINT = {"key": GPU, "value": "present", "effect": "NoSchedule"}  # as the plane's GPU node
 # On every node of the default pools: a pod that selects it never lands on the node agent's

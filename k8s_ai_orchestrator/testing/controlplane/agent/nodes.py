@@ -36,13 +36,13 @@ from kubernetes import client
 from kubernetes.client.rest import ApiException
 
 from ...kube.nodes import NodeSpec
+from ...kube.quantity import GPU
 
 LEASE_NAMESPACE = "kube-node-lease"
 LEASE_DURATION_S = 40
 LEASE_RENEW_S = 10.0
 STATUS_HEARTBEAT_S = 60.0
 _PRESSURE = ("MemoryPressure", "DiskPressure", "PIDPressure")
-GPU = "nvidia.com/gpu"
 
 
 def _now() -> str:
