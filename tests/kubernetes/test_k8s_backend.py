@@ -22,7 +22,7 @@ from kubernetes.client import CoreV1Api
 
 from k8s_ai_orchestrator.backends.base import FailureReason, StepState
 from k8s_ai_orchestrator.backends.kubernetes import KubernetesBackend, KubernetesConfig, prepare
-from k8s_ai_orchestrator.backends.kubernetes.status import OOM_SETTLE_S
+from k8s_ai_orchestrator.backends.kubernetes.status import SETTLE_S
 from k8s_ai_orchestrator.errors import SubmitError, TenantAccessError
 from k8s_ai_orchestrator.launch.lifecycle import Attempt, Verdict
 from k8s_ai_orchestrator.testing.kube.emulator import wait_until as wait_for
@@ -410,7 +410,7 @@ def test_a_sigkill_nobody_explains_is_an_error_once_the_oom_settle_time_passed(
     try:
         handle = backend.submit(python_step(SIGKILLED, memory="128Mi"))
         _, ended = _sigkilled_pod(emulator, backend, handle)
-        now[0] = ended + OOM_SETTLE_S
+        now[0] = ended + SETTLE_S
         status = backend.status(handle)
         assert (status.reason, status.exit_code) == (FailureReason.ERROR.value, 137)
     finally:

@@ -23,7 +23,7 @@ from kubernetes.client import (
 from k8s_ai_orchestrator.backends.base import FailureReason, StepState
 from k8s_ai_orchestrator.backends.kubernetes.capacity import gang_room
 from k8s_ai_orchestrator.backends.kubernetes.gangs import INDEX_KEY, gang_status, pending_pod
-from k8s_ai_orchestrator.backends.kubernetes.status import OOM_SETTLE_S
+from k8s_ai_orchestrator.backends.kubernetes.status import SETTLE_S
 from k8s_ai_orchestrator.errors import ConfigError
 from k8s_ai_orchestrator.launch.settings import ExecutorSettings
 from k8s_ai_orchestrator.spec import resolve_spec
@@ -121,14 +121,14 @@ def _killed_worker(reason: str) -> dict[str, Any]:
 
 def test_a_rank_killed_before_its_oom_is_told_holds_the_gang_until_it_settles() -> None:
     """A real kubelet can read `Error`, exit 137, before `OOMKilled`: a gang rank that reads so
-    keeps the gang Running for `OOM_SETTLE_S`, so a late `OOMKilled` relaunches it with more
+    keeps the gang Running for `SETTLE_S`, so a late `OOMKilled` relaunches it with more
     memory; once settled, it fails the gang as an Error."""
     killed = datetime.fromisoformat("2026-12-03T10:00:00Z").timestamp()
     early = gang_status([pod(0, "Running"), _killed_worker("Error")], [], 2, now=killed + 2)
     assert early.state == StepState.RUNNING
     told = gang_status([pod(0, "Running"), _killed_worker("OOMKilled")], [], 2, now=killed + 2)
     assert (told.state, told.reason) == (StepState.FAILED, FailureReason.OOM_KILLED)
-    late = killed + OOM_SETTLE_S
+    late = killed + SETTLE_S
     settled = gang_status([pod(0, "Running"), _killed_worker("Error")], [], 2, now=late)
     assert (settled.state, settled.reason) == (StepState.FAILED, FailureReason.ERROR)
 

@@ -9,11 +9,12 @@ import pytest
 
 from k8s_ai_orchestrator.backends.base import FailureReason, StepState
 from k8s_ai_orchestrator.backends.kubernetes.status import (
-    OOM_SETTLE_S,
+    SETTLE_S,
     carry_disruption,
     deleted_pod_status,
     oom_unsettled,
     pod_status,
+    settled_pod_status,
 )
 
 
@@ -150,7 +151,7 @@ AT_END = datetime.fromisoformat(ENDED).timestamp()
     [
         ({"reason": "Error", "exitCode": 137}, 1.0, True),  # the OOM event may follow
         ({"exitCode": 137}, 1.0, True),
-        ({"reason": "Error", "exitCode": 137}, OOM_SETTLE_S, False),  # it did not come
+        ({"reason": "Error", "exitCode": 137}, SETTLE_S, False),  # it did not come
         ({"reason": "OOMKilled", "exitCode": 137}, 1.0, False),  # said already
         ({"reason": "Error", "exitCode": 1}, 1.0, False),  # not a SIGKILL
     ],
@@ -184,3 +185,34 @@ def test_an_eviction_a_vcluster_status_copy_erased_is_still_an_eviction() -> Non
     other = {**copied, "metadata": {"name": "p", "uid": "u2"}}  # a new pod of the same name
     assert carry_disruption(evicted, other) is other
     assert carry_disruption(None, copied) is copied
+
+
+PREEMPTING = {"type": "DisruptionTarget", "status": "True", "reason": "PreemptionByScheduler"}
+
+
+def deleted(state: dict[str, Any], grace: int) -> dict[str, Any]:
+    state["metadata"].update(deletionTimestamp=ENDED, deletionGracePeriodSeconds=grace)
+    return state
+
+
+@pytest.mark.parametrize(
+    ("state", "seconds_later", "expected"),
+    [
+        # vCluster's syncer deleted it (grace 0) once its host pod was gone; the Job's
+        # finalizer holds it: decided once no kubelet's word came within SETTLE_S
+        (deleted(pod("Running", conditions=[PREEMPTING]), 0), 1.0, StepState.RUNNING),
+        (deleted(pod("Running", conditions=[PREEMPTING]), 0), SETTLE_S, FailureReason.PREEMPTED),
+        (deleted(pod("Running"), 0), SETTLE_S, FailureReason.LOST),
+        (deleted(pod("Pending"), 0), SETTLE_S, FailureReason.LOST),
+        # a graceful deletion in progress: its kubelet ends it
+        (deleted(pod("Running", conditions=[PREEMPTING]), 30), 60.0, StepState.RUNNING),
+        # ended before it was deleted: that end counts
+        (deleted(pod("Failed", terminated={"exitCode": 1}), 0), SETTLE_S, FailureReason.ERROR),
+        (deleted(pod("Succeeded"), 0), SETTLE_S, StepState.SUCCEEDED),
+    ],
+)
+def test_a_pod_deleted_with_no_grace_that_never_ended_is_decided_after_the_settle_time(
+    state: dict[str, Any], seconds_later: float, expected: StepState | FailureReason
+) -> None:
+    status = settled_pod_status(state, AT_END + seconds_later)
+    assert (status.reason if isinstance(expected, FailureReason) else status.state) == expected

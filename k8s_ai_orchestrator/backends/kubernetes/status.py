@@ -21,10 +21,13 @@ from typing import Any
 
 from ..base import FailureReason, StepState, StepStatus
 
-# The kernel's OOM kill can reach the kubelet after the container's exit (containerd's OOM and
-# exit events race, notably on cgroup v1): the container first reads `Error`, exit 137, then
-# `OOMKilled`. A SIGKILLed container with a memory limit is decided once this long has passed.
-OOM_SETTLE_S = 5.0
+# How long a late word about a pod's end is waited for before the pod is decided:
+# - the kernel's OOM kill can reach the kubelet after the container's exit (containerd's OOM
+#   and exit events race, notably on cgroup v1): the container first reads `Error`, exit 137,
+#   then `OOMKilled`;
+# - a pod deleted with no grace period (`force_deleted_status`) gets its terminal phase from
+#   its kubelet within a second or two, if it has one.
+SETTLE_S = 5.0
 
 # DisruptionTarget condition reasons (current and pre-1.27 spellings).
 _DISRUPTION_REASONS = {
@@ -120,16 +123,16 @@ def failed_pod_status(pod: Mapping[str, Any]) -> StepStatus:
 
 
 def oom_unsettled(pod: Mapping[str, Any], now: float) -> bool:
-    """Whether a failed pod may still turn out OOM-killed (`OOM_SETTLE_S`): its container was
+    """Whether a failed pod may still turn out OOM-killed (`SETTLE_S`): its container was
     SIGKILLed (exit 137) and reads only `Error`, it had a memory limit, and it ended less than
-    `OOM_SETTLE_S` before `now` (epoch seconds; the kubelet's `finishedAt` is whole seconds).
+    `SETTLE_S` before `now` (epoch seconds; the kubelet's `finishedAt` is whole seconds).
 
     Example:
         >>> pod = {"spec": {"containers": [{"resources": {"limits": {"memory": "1Gi"}}}]},
         ...        "status": {"phase": "Failed", "containerStatuses": [{"state": {"terminated":
         ...        {"reason": "Error", "exitCode": 137, "finishedAt": "2026-12-02T10:00:00Z"}}}]}}
         >>> at = datetime.fromisoformat("2026-12-02T10:00:02Z").timestamp()
-        >>> oom_unsettled(pod, at), oom_unsettled(pod, at + OOM_SETTLE_S)
+        >>> oom_unsettled(pod, at), oom_unsettled(pod, at + SETTLE_S)
         (True, False)
     """
     status = pod.get("status") or {}
@@ -143,7 +146,7 @@ def oom_unsettled(pod: Mapping[str, Any], now: float) -> bool:
     finished = terminated.get("finishedAt")
     if not finished:
         return True
-    return now - datetime.fromisoformat(finished).timestamp() < OOM_SETTLE_S
+    return now - datetime.fromisoformat(finished).timestamp() < SETTLE_S
 
 
 def settled_pod_status(pod: Mapping[str, Any], now: float) -> StepStatus:
@@ -157,13 +160,49 @@ def settled_pod_status(pod: Mapping[str, Any], now: float) -> StepStatus:
         ...        "status": {"phase": "Failed", "containerStatuses": [{"state": {"terminated":
         ...        {"reason": "Error", "exitCode": 137, "finishedAt": "2026-12-02T10:00:00Z"}}}]}}
         >>> at = datetime.fromisoformat("2026-12-02T10:00:02Z").timestamp()
-        >>> settled_pod_status(pod, at).state, settled_pod_status(pod, at + OOM_SETTLE_S).state
+        >>> settled_pod_status(pod, at).state, settled_pod_status(pod, at + SETTLE_S).state
         (<StepState.RUNNING: 'Running'>, <StepState.FAILED: 'Failed'>)
     """
     current = pod_status(pod)
     if current.state is StepState.FAILED and oom_unsettled(pod, now):
         return StepStatus.running(current.node)
+    if not current.is_terminal:
+        return force_deleted_status(pod, now) or current
     return current
+
+
+def force_deleted_status(pod: Mapping[str, Any], now: float) -> StepStatus | None:
+    """How a pod ended that was deleted with no grace period and never reached a terminal
+    phase, once `SETTLE_S` have passed since (`now`: epoch seconds); None for any other pod.
+
+    Such a pod is gone for Kubernetes; only a finalizer (the Job controller's tracking one)
+    keeps the object, and no kubelet will write its end. On a vCluster tenant this is what
+    the syncer leaves when the host pod disappears before its last status was copied: the
+    tenant pod is deleted with grace 0 and stays Running, its Job active, for ever. A kubelet
+    that still runs the pod writes its terminal phase within `SETTLE_S`.
+
+    Example:
+        >>> pod = {"metadata": {"name": "p", "deletionTimestamp": "2026-12-02T10:00:00Z",
+        ...     "deletionGracePeriodSeconds": 0}, "status": {"phase": "Running"}}
+        >>> at = datetime.fromisoformat("2026-12-02T10:00:01Z").timestamp()
+        >>> force_deleted_status(pod, at) is None, force_deleted_status(pod, at + SETTLE_S).reason
+        (True, <FailureReason.LOST: 'Lost'>)
+    """
+    meta = pod.get("metadata") or {}
+    deleted = meta.get("deletionTimestamp")
+    phase = (pod.get("status") or {}).get("phase")
+    if not deleted or meta.get("deletionGracePeriodSeconds") != 0:
+        return None
+    if phase in ("Succeeded", "Failed"):
+        return None
+    if now - datetime.fromisoformat(deleted).timestamp() < SETTLE_S:
+        return None
+    node = (pod.get("spec") or {}).get("nodeName")
+    disruption = condition_of(pod.get("status") or {}, "DisruptionTarget")
+    if disruption is not None and disruption.get("status") == "True":
+        return _disrupted(disruption, node)
+    message = f"pod {pod_name(pod)} was deleted with no grace period before it finished"
+    return StepStatus.failed(FailureReason.LOST, message, node=node)
 
 
 # PodScheduled=False reasons of a pod that waits for a node: an autoscaler may be making one

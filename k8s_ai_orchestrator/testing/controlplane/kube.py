@@ -197,12 +197,15 @@ class RealKube:
         body = client.V1Eviction(metadata=client.V1ObjectMeta(name=name, namespace=namespace))
         client.CoreV1Api(self._client(server)).create_namespaced_pod_eviction(name, namespace, body)
 
-    def preempt_pod(self, server: str, namespace: str, name: str) -> None:
+    def preempt_pod(
+        self, server: str, namespace: str, name: str, grace_s: int | None = None
+    ) -> None:
         """Preempt a pod as kube-scheduler's preemption does, without a preemptor to place.
 
         On the host pod (a tenant pod's is found by vCluster's naming): the `DisruptionTarget`
         condition with reason `PreemptionByScheduler`, a `Preempted` event, then a delete with
-        the pod's own grace period. The tenant sees it through the syncer. (The scheduler's own
+        the pod's own grace period, or `grace_s` (0: the host pod is gone at once, before any
+        kubelet wrote its end). The tenant sees it through the syncer. (The scheduler's own
         preemption is tested with a real preemptor in `tests/kubernetes`.)
         """
         if server == "host":
@@ -245,7 +248,7 @@ class RealKube:
             "count": 1,
         }
         core.create_namespaced_event(host_namespace, event)
-        core.delete_namespaced_pod(host_pod, host_namespace)
+        core.delete_namespaced_pod(host_pod, host_namespace, grace_period_seconds=grace_s)
 
     def processes_alive(self) -> int:
         """Container process groups still running on the agent's nodes."""

@@ -21,8 +21,10 @@ What it does, as vCluster does with our recommended values (`helm/vcluster-value
 - resizes: a tenant pod resized in place (`pods/resize`) has its host pod resized the same way;
   whether the node had room comes back with the status (`PodResizePending`, the resources);
 - deletion both ways: a tenant delete deletes the host pod with the same grace period; when the
-  host pod is gone (finished deletion, eviction, preemption) its last status is copied and the
-  tenant pod's deletion is completed (grace 0), which is what a kubelet would do;
+  host pod is gone (finished deletion, eviction, preemption) the tenant pod is deleted with
+  grace 0, as vCluster's does. Its status stays what was copied while the host pod existed: an
+  end the host pod reached just before it went is not copied from the deleted object, so a
+  tenant pod a finalizer keeps (the Job's) can stay Running, deleted, with its Job active;
 - events on host pods (the scheduler's `FailedScheduling` and `Preempted`, the agent's) are
   copied to the tenant pod with the host's message, as vCluster copies them: a UID in it (the
   scheduler's `Preempted by pod <uid>`) stays the host pod's (`events.py`).
@@ -226,8 +228,7 @@ class TenantSyncer:
         name = self._host_name(vpod)
         tomb = self.host_pods.pop_tombstone(self.host_namespace, name)
         if tomb is not None and _owner_uid(tomb) == uid:
-            self._copy_status(vpod, tomb)
-            self._gone.add(uid)
+            self._gone.add(uid)  # its last state is not copied: vCluster's does not either
         hpod = self.host_pods.get(self.host_namespace, name)
         if hpod is not None and _owner_uid(hpod) != uid:
             return  # a host pod of an older tenant pod of the same name: removed by reconcile
