@@ -18,6 +18,8 @@ import time
 from pathlib import Path
 
 DEMO_DIR = Path(".demo").resolve()
+# Illustrative on-demand prices, so the summary and `k8s-ai cost` show money (docs/cost.md).
+DEMO_PRICES = {"cpu_hour": 0.04, "memory_gib_hour": 0.005, "gpu_hour": 2.5, "currency": "USD"}
 
 
 def _preempter(marker: Path, stop: threading.Event) -> None:
@@ -71,10 +73,14 @@ def main(argv: list[str] | None = None) -> int:
     watcher.start()
     print("Materializing vegetation_risk on the local backend ...")
     with DagsterInstance.get() as instance:
-        quiet = {"loggers": {"console": {"config": {"log_level": "WARNING"}}}}
-        result = execute_job(job, instance=instance, run_config=quiet)
+        run_config = {
+            "loggers": {"console": {"config": {"log_level": "WARNING"}}},
+            "execution": {"config": {"prices": DEMO_PRICES}},
+        }
+        result = execute_job(job, instance=instance, run_config=run_config)
         stop.set()
         print_summary(instance, result.run_id)
+    print(f"What it cost, by asset: DAGSTER_HOME={os.environ['DAGSTER_HOME']} k8s-ai cost")
     return 0 if result.success else 1
 
 

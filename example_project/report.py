@@ -20,10 +20,11 @@ def print_summary(instance: DagsterInstance, run_id: str) -> None:
         elif event.message and event.message.startswith("Relaunching"):
             print(f"  {event.step_key}: {event.message}")
     for step, row in rows.items():
+        cost = f" cost={row['cost']:.4f} {row['currency']}" if "cost" in row else ""
         print(
             f"  {step:<18} {row['backend']:<6} size={row['size']:<6} "
             f"attempts={row['attempts']} reasons={row['reasons']:<12} "
-            f"cpu-s={row['cpu_seconds']:<8} GiB-s={row['memory_gib_seconds']}"
+            f"cpu-s={row['cpu_seconds']:<8} GiB-s={row['memory_gib_seconds']}{cost}"
         )
     for record in instance.all_logs(run_id, of_type=DagsterEventType.ASSET_MATERIALIZATION):
         mat = record.asset_materialization

@@ -58,7 +58,7 @@ class Relaunches:
         if reason is None:
             return None
         decision = decide(self._settings.relaunch, live.history, reason)
-        live.reasons.append(reason)
+        live.failed_for(reason)
         if not decision.relaunch:
             live.fail_message = decision.message
             return None
@@ -102,7 +102,7 @@ class Relaunches:
             return
         reason, detail = self._disruption(live, caps)
         decision = decide(self._settings.relaunch, live.history, reason)
-        live.reasons.append(reason)
+        live.failed_for(reason)
         if decision.relaunch:
             live.record_relaunch(reason, decision.memory_bytes)
             why = f" ({detail})" if detail else ""

@@ -24,6 +24,7 @@ from ..backends.base import (
     MemoryGrowth,
     Resize,
     ResourceUsage,
+    StepState,
     StepStatus,
 )
 from ..spec import ComputeSpec, format_memory
@@ -53,6 +54,7 @@ class StepAttempts:
     awaiting_worker: bool = False  # launched by this run worker, its process not started yet
     grow_at: float = 0.0  # the in-place growth threshold, for the resize notes
     measured: bool = False  # its memory is read while it runs (growth, memory="auto")
+    failed_as: FailureReason | None = None  # the executor's reason for the attempt in flight
 
     def worker_started(self, pid: int | None) -> None:
         """The attempt's step process wrote STEP_WORKER_STARTED (its first event)."""
@@ -114,9 +116,32 @@ class StepAttempts:
         message = resize_message(self.history.step_key, resize, self.grow_at)
         return Note(NoteKind.RESIZE, message, meta)
 
+    def failed_for(self, reason: FailureReason) -> None:
+        """The executor's reason for the failure of the attempt in flight. It can differ from
+        the backend's: a local step process that exits on SIGTERM reads as an Error to its
+        backend, and is a preemption. The attempt is accounted as failed for it (`finished`).
+
+        Example:
+            >>> from k8s_ai_orchestrator.launch.plan import PlannedStep
+            >>> from k8s_ai_orchestrator.spec import resolve_spec
+            >>> live = StepAttempts.of(PlannedStep("t", resolve_spec({}), "local", None), None)
+            >>> live.failed_for(FailureReason.PREEMPTED)
+            >>> live.finished(ResourceUsage(), StepStatus.failed(FailureReason.ERROR, "exit 143"))
+            >>> live.reasons, live.usage[0].ended
+            ([<FailureReason.PREEMPTED: 'Preempted'>], 'Preempted')
+        """
+        self.reasons.append(reason)
+        self.failed_as = reason
+
     def finished(self, usage: ResourceUsage, status: StepStatus) -> None:
-        """Account a finished attempt: what it reserved and, when it failed, why."""
-        self.usage.append(replace(usage, ended=ended(status.state, status.reason)))
+        """Account a finished attempt: what it reserved and, when it failed, why (the
+        executor's reason, `failed_for`, over the backend's)."""
+        if self.failed_as is not None:
+            why = ended(StepState.FAILED, self.failed_as)
+        else:
+            why = ended(status.state, status.reason)
+        self.usage.append(replace(usage, ended=why))
+        self.failed_as = None
 
     def record_resize(self, new_bytes: int) -> None:
         """The attempt in flight was grown in place: it now holds `new_bytes`."""

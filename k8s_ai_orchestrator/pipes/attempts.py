@@ -181,7 +181,7 @@ class PipesAttempts:
         live = self._live
         reason = status.reason or FailureReason.ERROR
         decision = decide(self._settings.relaunch, live.history, reason)
-        live.reasons.append(reason)
+        live.reasons.append(reason)  # `finished` took this reason from `status`
         if decision.relaunch:
             live.record_relaunch(reason, decision.memory_bytes)
             self._log(f"Relaunching: {decision.message}")

@@ -25,6 +25,7 @@ from typing import Any, Protocol
 
 from dagster import (
     DagsterEvent,
+    DagsterEventType,
     DagsterInstance,
     MetadataValue,
 )
@@ -235,11 +236,24 @@ def load_run_report(instance: DagsterInstance, run_id: str) -> RunReport:
             f"run '{run_id}' is not in the Dagster instance at {instance.root_directory}; "
             "check the run id and that DAGSTER_HOME points at the instance that ran it"
         )
+    return build_report(run.run_id, run.job_name, run.status.value, logged_events(instance, run_id))
+
+
+def logged_events(
+    instance: DagsterInstance, run_id: str, of_type: set[DagsterEventType] | None = None
+) -> list[LoggedEvent]:
+    """A run's Dagster events (those `of_type`, else all), reduced to what the reports read,
+    in log order."""
     events = []
-    for record in instance.all_logs(run_id):
+    for record in instance.all_logs(run_id, of_type=of_type):
         event = record.dagster_event
         if event is None:
             continue
+        asset, partition = "", ""
+        if event.is_step_materialization:
+            materialization = event.step_materialization_data.materialization
+            asset = "/".join(materialization.asset_key.path)
+            partition = materialization.partition or ""
         events.append(
             LoggedEvent(
                 timestamp=record.timestamp,
@@ -247,9 +261,11 @@ def load_run_report(instance: DagsterInstance, run_id: str) -> RunReport:
                 step_key=event.step_key,
                 message=event.message or "",
                 metadata=_event_metadata(event),
+                asset=asset,
+                partition=partition,
             )
         )
-    return build_report(run.run_id, run.job_name, run.status.value, events)
+    return events
 
 
 def _event_metadata(event: DagsterEvent) -> dict[str, Any]:
@@ -284,5 +300,6 @@ __all__ = [
     "Usage",
     "build_report",
     "load_run_report",
+    "logged_events",
     "resolve_run_id",
 ]

@@ -35,6 +35,8 @@ class LoggedEvent:
     step_key: str | None  # None for run-level events
     message: str = ""
     metadata: Mapping[str, Any] = field(default_factory=dict)  # plain values, keys as logged
+    asset: str = ""  # a materialization's asset key, its path "/"-joined
+    partition: str = ""  # a materialization's partition, "" when unpartitioned
 
 
 @dataclass(frozen=True)

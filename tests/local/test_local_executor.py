@@ -10,6 +10,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +18,8 @@ import pytest
 from dagster import DagsterEventType, DagsterInstance, execute_job
 from dagster._core.definitions.reconstruct import ReconstructableRepository
 
+from k8s_ai_orchestrator.cli import main
+from k8s_ai_orchestrator.report.costs import NO_ASSET, load_cost_entries
 from tests.support import engine_messages, pids_alive
 
 JOBS = ReconstructableRepository.for_module(
@@ -47,6 +50,16 @@ def spans(out: Path) -> dict[str, tuple[float, float]]:
 
 def overlaps(a: tuple[float, float], b: tuple[float, float]) -> bool:
     return a[0] < b[1] and b[0] < a[1]
+
+
+def summary_metadata(instance: DagsterInstance, run_id: str, step: str) -> dict[str, Any]:
+    """The step's closing engine event's metadata, as plain values."""
+    [meta] = [
+        {k: v.value for k, v in r.dagster_event.engine_event_data.metadata.items()}
+        for r in instance.all_logs(run_id, of_type=DagsterEventType.ENGINE_EVENT)
+        if (r.dagster_event.message or "").startswith(f"Step '{step}' reserved")
+    ]
+    return meta
 
 
 @pytest.mark.slow
@@ -83,7 +96,10 @@ def test_step_allocating_past_its_limit_fails_as_oom_killed(instance, test_out):
 
 
 @pytest.mark.slow
-def test_oom_killed_step_is_relaunched_with_double_memory_until_it_fits(instance, test_out):
+def test_oom_killed_step_is_relaunched_with_double_memory_until_it_fits(
+    instance, test_out, tmp_path, capsys
+):
+    since = datetime.now(UTC) - timedelta(minutes=1)
     prices = {"cpu_hour": 0.04, "memory_gib_hour": 0.005, "currency": "EUR"}
     result = run(instance, "oom", {"local": {"cpus": 2}, "prices": prices})
     assert result.success
@@ -95,14 +111,22 @@ def test_oom_killed_step_is_relaunched_with_double_memory_until_it_fits(instance
     # the step's summary: what its three attempts cost, two of them wasted by OOM kills
     [summary] = [m for m in messages if m.startswith("Step 'hog_600mi' reserved")]
     assert "over 3 attempt(s)" in summary and " EUR" in summary
-    [meta] = [
-        {k: v.value for k, v in r.dagster_event.engine_event_data.metadata.items()}
-        for r in instance.all_logs(result.run_id, of_type=DagsterEventType.ENGINE_EVENT)
-        if (r.dagster_event.message or "").startswith("Step 'hog_600mi' reserved")
-    ]
+    meta = summary_metadata(instance, result.run_id, "hog_600mi")
     assert 0 < meta["k8s_ai/waste_oom_killed_cost"] < meta["k8s_ai/cost"]
     assert meta["k8s_ai/waste_interrupted_cost"] == 0
     assert meta["k8s_ai/waste_oom_killed_cpu_seconds"] > 0
+    # `k8s-ai cost` reads the same figures back from the instance
+    (row,) = [e for e in load_cost_entries(instance, since) if e.run_id == result.run_id]
+    assert (row.job, row.step, row.asset, row.currency) == ("oom", "hog_600mi", NO_ASSET, "EUR")
+    assert row.cost == meta["k8s_ai/cost"]
+    assert row.waste_cost["oom_killed"] == meta["k8s_ai/waste_oom_killed_cost"]
+    capsys.readouterr()
+    assert main(["cost", "--days", "1", "--by", "job,step", "--out", str(tmp_path)]) == 0
+    printed = capsys.readouterr().out.splitlines()
+    header, line = printed[0].split(), printed[1].split()
+    assert header[:5] == ["job", "step", "currency", "steps", "cost"]
+    assert line[:5] == ["oom", "hog_600mi", "EUR", "1", f"{meta['k8s_ai/cost']:.4f}"]
+    assert Path(printed[-1]).read_bytes()[:4] == b"\x89PNG"
 
 
 @pytest.mark.slow
@@ -161,6 +185,10 @@ def test_a_step_preempted_in_its_save_loop_reads_as_a_relaunch_and_resumes(insta
     assert "PreemptedRelaunch" in retry.dagster_event.step_retry_data.error.to_string()
     messages = engine_messages(instance, result.run_id)
     assert any("Relaunching" in m and "Preempted" in m for m in messages)
+    # the preempted attempt is interrupted waste, though its process exited as an Error
+    meta = summary_metadata(instance, result.run_id, "checkpointed_tiles")
+    assert 0 < meta["k8s_ai/waste_interrupted_cpu_seconds"] < meta["k8s_ai/cpu_seconds"]
+    assert meta["k8s_ai/waste_oom_killed_cpu_seconds"] == 0
 
 
 def test_gpu_step_on_a_machine_without_gpus_runs_on_cpu_with_a_warning(instance, test_out):

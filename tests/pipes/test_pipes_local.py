@@ -10,6 +10,7 @@ import sys
 import tempfile
 import threading
 import time
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -18,6 +19,7 @@ from dagster import DagsterInstance
 from k8s_ai_orchestrator import AICompute, ComputeSpecError
 from k8s_ai_orchestrator.checkpoint.keys import CheckpointKey
 from k8s_ai_orchestrator.errors import ConfigError, TenantAccessError
+from k8s_ai_orchestrator.report.costs import load_cost_entries
 from tests.pipes.pipes_support import (
     attempt_rows,
     check_evaluation,
@@ -136,6 +138,13 @@ def test_a_preempted_program_is_relaunched_and_resumes_from_its_checkpoint(
     # the materialization's cost: both attempts, the first one's as interrupted waste
     assert 0 < metadata["waste_interrupted_cost"] < metadata["cost"]
     assert metadata["waste_oom_killed_cost"] == 0 and metadata["currency"] == "USD"
+    # `k8s-ai cost` charges it to the asset, read back from the instance
+    (entry,) = load_cost_entries(instance, datetime.now(UTC) - timedelta(hours=1))
+    assert (entry.step, entry.asset, entry.backend) == ("tiles › tiles-pipes", "tiles", "local")
+    assert (entry.cost, entry.waste_cost["interrupted"]) == (
+        metadata["cost"],
+        metadata["waste_interrupted_cost"],
+    )
     logs = log_messages(instance, result.run_id)
     assert any(
         m.startswith("Relaunching: step 'tiles-pipes' was Preempted; relaunching at the same size")
