@@ -64,6 +64,10 @@ class PipesProgramError(OrchestratorError):
     """
 
 
+class BudgetError(OrchestratorError):
+    """A step, or the run, would cost more than the executor config's `budget` allows."""
+
+
 class RunRefusedError(OrchestratorError):
     """Steps of a run can never run as configured; found at run start, before any submit.
 

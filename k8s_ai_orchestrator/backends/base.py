@@ -143,6 +143,27 @@ class ResourceUsage:
     peak_cpu: float | None = None  # measured peak cores in use (over windows of about 1 s)
     ended: str = ""  # why the attempt ended (a FailureReason), "" when its step ended it
 
+    @classmethod
+    def reserved(
+        cls, spec: ComputeSpec, seconds: float, gpus: int | None = None, **measured: object
+    ) -> ResourceUsage:
+        """`spec`'s whole reservation (every node of a gang) held for `seconds`; `gpus`: the
+        devices it was given, when they were counted (DRA), else those it asked for.
+
+        Example:
+            >>> ResourceUsage.reserved(ComputeSpec(cpu=4, memory_bytes=2**30, nodes=2), 10.0)
+            ... # doctest: +ELLIPSIS
+            ResourceUsage(cpu_seconds=80.0, memory_gib_seconds=20.0, gpu_seconds=0.0, ...)
+        """
+        devices = spec.gpu * spec.nodes if gpus is None else gpus
+        return cls(
+            cpu_seconds=spec.total_cpu * seconds,
+            memory_gib_seconds=spec.memory_bytes * spec.nodes / 2**30 * seconds,
+            gpu_seconds=devices * seconds,
+            wall_seconds=seconds,
+            **measured,  # type: ignore[arg-type]
+        )
+
 
 class GrowOutcome(enum.StrEnum):
     ACCEPTED = "accepted"  # the new limit holds now

@@ -20,7 +20,7 @@ from typing import Any
 
 from dagster import executor
 from dagster._core.definitions.executor_definition import multiple_process_executor_requirements
-from dagster._core.events import DagsterEvent, DagsterEventType, StepFailureData
+from dagster._core.events import DagsterEvent, DagsterEventType, EngineEventData, StepFailureData
 from dagster._core.execution.context.system import PlanOrchestrationContext
 from dagster._core.execution.plan.plan import ExecutionPlan
 from dagster._core.execution.retries import RetryMode
@@ -50,7 +50,8 @@ def ai_executor(init_context: InitExecutorContext) -> Executor:
     start_method}, kubernetes, slurm, gang_backend, default_tenant, allowed_tenants,
     oom_escalation {factor, max_memory, max_attempts, grow_at}, auto_sizing {headroom, runs},
     prices {cpu_hour, memory_gib_hour, gpu_hour, gpu_hour_by_type, preemptible_factor,
-    currency}, max_preemption_retries, grace_period_s, poll_interval_s, idle_poll_interval_s,
+    currency}, budget {max_cost_per_step, max_cost_per_run, max_gpu_hours_per_step,
+    max_gpu_hours_per_run}, max_preemption_retries, grace_period_s, poll_interval_s, idle_poll_interval_s,
     max_concurrent, tag_concurrency_limits, step_dependency_config, retries. See
     docs/executor-config.md.
 
@@ -112,6 +113,8 @@ class AIExecutor(Executor):
             self.handler.close()
             yield from self._fail_refused_steps(plan_context, execution_plan, check)
             raise check.error()
+        for budget_note in check.notes:
+            yield DagsterEvent.engine_event(plan_context, budget_note, EngineEventData())
         note = temporary_instance_note(plan_context.instance.root_directory)
         if note:
             yield warning_event(plan_context, f"Warning: {note}", {"warning": note})

@@ -266,6 +266,17 @@ CONFIG_SCHEMA = {
         ),
         "What reserved resources cost: each step's cost and waste in its summary (docs/cost.md).",
     ),
+    "budget": _opt(
+        Shape(
+            {
+                "max_cost_per_step": _opt(Float, "Refuse a step estimated above; needs prices."),
+                "max_cost_per_run": _opt(Float, "Refuse a run estimated above; needs prices."),
+                "max_gpu_hours_per_step": _opt(Float, "Refuse a step estimated above; > 0."),
+                "max_gpu_hours_per_run": _opt(Float, "Refuse a run estimated above; > 0."),
+            }
+        ),
+        "Caps checked before anything is submitted, from earlier runs (docs/cost.md#budgets).",
+    ),
     "max_preemption_retries": Field(Int, default_value=3, description="Relaunches; >= 0."),
     "grace_period_s": Field(Float, default_value=30.0, description="SIGTERM → SIGKILL; >= 0."),
     "poll_interval_s": Field(

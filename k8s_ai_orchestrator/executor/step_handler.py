@@ -38,7 +38,7 @@ from .step_events import (
     warning_event,
 )
 from .step_requests import StepRequests, single_key
-from .validation import RunCheck, check_run
+from .validation import RunCheck, check_budget, check_run
 
 LOG_TAIL_LINES = 30
 
@@ -67,7 +67,7 @@ class AIStepHandler:
         steps = [(step.key, step.tags or {}) for step in plan.get_steps_to_execute_in_topo_order()]
         requests = self._requests
         self._planned, check = check_run(steps, requests.plan, self.backend, requests.first)
-        return check
+        return check_budget(check, self._planned, self._settings, plan_context)
 
     def backend(self, name: str) -> Backend:
         return self._backend(name)[0]

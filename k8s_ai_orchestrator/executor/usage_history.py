@@ -74,4 +74,29 @@ def _step_record(instance: DagsterInstance, run: DagsterRun, step_key: str) -> U
     return record
 
 
-__all__ = ["PARTITION_TAG", "load_usage_history"]
+def load_step_walls(
+    instance: DagsterInstance, run: DagsterRun, runs: int
+) -> dict[str, list[tuple[str, float]]]:
+    """Step key → (run id, seconds its size was held in that run, all attempts), over the
+    last `runs` earlier runs of `run`'s job that have summaries, newest first: what a budget's
+    estimate reads (`launch.budget.estimate`). One read of each run's engine events."""
+    walls: dict[str, list[tuple[str, float]]] = {}
+    earlier = instance.get_runs(
+        RunsFilter(job_name=run.job_name), limit=runs * RUNS_READ_PER_RECORD + 1
+    )
+    counted = 0
+    for past in earlier:
+        if past.run_id == run.run_id or counted >= runs:
+            continue
+        found = False
+        for entry in instance.all_logs(past.run_id, of_type=DagsterEventType.ENGINE_EVENT):
+            event = entry.dagster_event
+            wall = event.engine_event_data.metadata.get(META + "wall_seconds") if event else None
+            if event is not None and event.step_key and wall is not None:
+                walls.setdefault(event.step_key, []).append((past.run_id, float(wall.value)))  # type: ignore[arg-type]
+                found = True
+        counted += found
+    return walls
+
+
+__all__ = ["PARTITION_TAG", "load_step_walls", "load_usage_history"]

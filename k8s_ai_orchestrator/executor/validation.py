@@ -28,9 +28,14 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
+from dagster._core.execution.context.system import PlanOrchestrationContext
+
 from ..backends.base import Backend, LaunchRequest, Validates
-from ..errors import OrchestratorError, RunRefusedError
+from ..errors import BudgetError, OrchestratorError, RunRefusedError
+from ..launch.budget import estimate, over_budget
 from ..launch.plan import PlannedStep
+from ..launch.settings import ExecutorSettings
+from .usage_history import load_step_walls
 
 
 @dataclass
@@ -39,6 +44,7 @@ class RunCheck:
 
     problems: dict[str, list[str]] = field(default_factory=dict)
     kinds: dict[str, list[type[OrchestratorError]]] = field(default_factory=dict)  # of each
+    notes: list[str] = field(default_factory=list)  # what the run's log is told at its start
 
     def refuse(
         self, step: str, message: str, kind: type[OrchestratorError] = OrchestratorError
@@ -108,6 +114,41 @@ def check_run(
     return planned, check
 
 
+def check_budget(
+    check: RunCheck,
+    planned: Mapping[str, PlannedStep],
+    settings: ExecutorSettings,
+    context: PlanOrchestrationContext,
+) -> RunCheck:
+    """Refuse (`BudgetError`) each step the `budget` refuses (`launch.budget.over_budget`),
+    estimated from the job's earlier runs in the instance (`usage_history.load_step_walls`);
+    note what was estimated. Without a budget nothing is read; a resumed run worker reads
+    nothing either: the run passed its budget at its start, and its steps may be running."""
+    budget = settings.budget
+    if budget is None or context.resume_from_failure:
+        return check
+    walls = load_step_walls(context.instance, context.dagster_run, settings.auto_sizing.runs)
+    estimates = {
+        key: guess
+        for key, step in planned.items()
+        if key not in check.problems
+        and (guess := estimate(key, step.spec, walls.get(key, ()), settings.prices))
+    }
+    currency = settings.prices.currency if settings.prices else ""
+    for key, reasons in over_budget(estimates, budget, currency).items():
+        for reason in reasons:
+            check.refuse(key, reason, BudgetError)
+    cost = sum(guess.cost or 0.0 for guess in estimates.values())
+    money = f"{cost:.2f} {currency}, " if settings.prices else ""
+    gpu_hours = sum(guess.gpu_hours for guess in estimates.values())
+    unknown = len(planned) - len(estimates)
+    check.notes.append(
+        f"Budget: {len(estimates)} step(s) estimated at {money}{gpu_hours:.2f} GPU-hours from "
+        f"earlier runs; {unknown} step(s) without history are not estimated (docs/cost.md)"
+    )
+    return check
+
+
 def _build(
     name: str,
     backend: Callable[[str], Backend],
@@ -130,4 +171,4 @@ def _naming(step: str, message: str) -> str:
     return message if f"'{step}'" in message else f"step '{step}': {message}"
 
 
-__all__ = ["RunCheck", "check_run"]
+__all__ = ["RunCheck", "check_budget", "check_run"]

@@ -26,6 +26,7 @@ from ..spec import (
     parse_size_table,
 )
 from .autosize import AutoSizing
+from .budget import Budget
 from .cost import Prices
 from .relaunch import OomEscalation, RelaunchPolicy
 
@@ -52,6 +53,7 @@ class ExecutorSettings:
     growth: MemoryGrowth | None = None  # grow memory in place (oom_escalation.grow_at)
     auto_sizing: AutoSizing = AutoSizing()  # how compute(memory="auto") is sized
     prices: Prices | None = None  # what reserved resources cost; None: resource-hours only
+    budget: Budget | None = None  # caps checked before anything is submitted
 
     @classmethod
     def from_config(cls, raw: Mapping[str, Any]) -> ExecutorSettings:
@@ -112,6 +114,7 @@ class ExecutorSettings:
                 f"{list(allowed)}: add it to allowed_tenants or choose a default_tenant from them"
             )
         poll = float(config_number(raw.get("poll_interval_s", 0.1), "poll_interval_s", above=True))
+        prices = Prices.from_config(raw.get("prices"), "executor config: prices")
         return cls(
             backend=backend,
             size_classes=table,
@@ -128,7 +131,8 @@ class ExecutorSettings:
             grace_period_s=float(config_number(raw.get("grace_period_s", 30.0), "grace_period_s")),
             poll_interval_s=poll,
             idle_poll_interval_s=_idle_poll(raw, poll),
-            prices=Prices.from_config(raw.get("prices"), "executor config: prices"),
+            prices=prices,
+            budget=Budget.from_config(raw.get("budget"), prices, "executor config: budget"),
         )
 
     def check_memory_cap(self, step_key: str, spec: ComputeSpec) -> None:

@@ -271,6 +271,32 @@ def test_a_step_cannot_reach_a_tenant_outside_allowed_tenants(instance, test_out
     assert not recorded(test_out)  # refused before any step was submitted
 
 
+@pytest.mark.slow
+def test_a_run_over_its_budget_is_refused_from_the_last_runs_figures_before_any_submit(
+    instance, test_out
+):
+    prices = {"cpu_hour": 3600.0, "currency": "EUR"}  # 1 EUR per CPU-second
+    first = run(instance, "admission", {"prices": prices, "budget": {"max_cost_per_run": 1e6}})
+    assert first.success  # no history yet: nothing estimated, nothing refused
+    notes = engine_messages(instance, first.run_id)
+    assert "Budget: 0 step(s) estimated at 0.00 EUR, 0.00 GPU-hours from earlier runs; " in (
+        "\n".join(notes)
+    )
+    started = len(recorded(test_out))
+
+    second = run(instance, "admission", {"prices": prices, "budget": {"max_cost_per_step": 0.5}})
+    assert not second.success
+    failures = [e for e in second.all_events if e.event_type == DagsterEventType.STEP_FAILURE]
+    assert {e.step_key for e in failures} == {"one_cpu_a", "one_cpu_b", "two_cpu"}
+    error = next(e for e in failures if e.step_key == "two_cpu").step_failure_data.error
+    assert error.cls_name == "BudgetError"
+    assert "over budget.max_cost_per_step 0.50 EUR: the longest of its last 1 run(s) took" in (
+        error.message
+    )
+    assert f"(run {first.run_id[:8]})" in error.message
+    assert len(recorded(test_out)) == started  # refused before any step was submitted
+
+
 def test_a_run_tag_cannot_route_steps_to_a_tenant_outside_allowed_tenants(instance, test_out):
     executor = {"local": {"cpus": 2}, "allowed_tenants": ["vision"]}
     result = execute_job(

@@ -28,7 +28,6 @@ from .status import pod_name, pod_status
 from .watch import PodWatch
 
 Pod = Mapping[str, Any]
-_GiB = 1024**3
 
 
 @dataclass
@@ -73,14 +72,11 @@ class Attempt:
             return ResourceUsage()
         end = self.finished_at if self.finished_at is not None else clock()
         wall = max(0.0, end - self.started_at)
-        spec = self.request.spec
         node = self.final.node if self.final else None
-        gpus = spec.gpu * spec.nodes if self.gpu_devices is None else self.gpu_devices
-        return ResourceUsage(
-            cpu_seconds=spec.total_cpu * wall,
-            memory_gib_seconds=spec.memory_bytes * spec.nodes / _GiB * wall,
-            gpu_seconds=gpus * wall,
-            wall_seconds=wall,
+        return ResourceUsage.reserved(
+            self.request.spec,
+            wall,
+            self.gpu_devices,
             nodes=(node,) if node else (),
             max_rss_bytes=max_rss_bytes,
         )

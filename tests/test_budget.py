@@ -1,0 +1,100 @@
+"""Budgets: caps on a step's and a run's estimate, checked before anything is submitted.
+
+The end-to-end refusal (real instance, real step processes, nothing submitted) is in
+`tests/local/test_local_executor.py`.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from k8s_ai_orchestrator.errors import ConfigError
+from k8s_ai_orchestrator.launch.budget import Budget, Estimate, estimate, over_budget
+from k8s_ai_orchestrator.launch.cost import Prices
+from k8s_ai_orchestrator.launch.settings import ExecutorSettings
+from k8s_ai_orchestrator.spec import ComputeSpec, GiB
+
+PRICES = Prices(cpu_hour=1.0, memory_gib_hour=0.0, gpu_hour=10.0)
+
+
+@pytest.mark.parametrize(
+    ("raw", "prices", "fragment"),
+    [
+        ({"max_cost_per_step": 5}, None, "budget.max_cost_per_step is money, and the config has "),
+        ({"max_cost_per_run": 5}, None, "cap GPU-hours with max_gpu_hours_per_step"),
+        ({"max_gpu_hours_per_run": 0}, None, "budget.max_gpu_hours_per_run=0"),
+        ({"max_cost_per_step": -1}, PRICES, "budget.max_cost_per_step=-1"),
+        ({"max_cost": 5}, PRICES, "unknown key(s) ['max_cost']"),
+    ],
+)
+def test_a_bad_budget_is_a_config_error_naming_the_key_and_the_fix(
+    raw: dict[str, float], prices: Prices | None, fragment: str
+) -> None:
+    with pytest.raises(ConfigError) as error:
+        Budget.from_config(raw, prices)
+    assert fragment in str(error.value)
+
+
+def test_the_executor_config_reads_the_budget_after_its_prices() -> None:
+    settings = ExecutorSettings.from_config(
+        {"prices": {"cpu_hour": 0.04}, "budget": {"max_cost_per_run": 50}}
+    )
+    assert settings.budget == Budget(max_cost_per_run=50.0)
+    with pytest.raises(ConfigError, match="executor config: budget.max_cost_per_run is money"):
+        ExecutorSettings.from_config({"budget": {"max_cost_per_run": 50}})
+    assert ExecutorSettings.from_config({}).budget is None
+    gpu_only = ExecutorSettings.from_config({"budget": {"max_gpu_hours_per_step": 8}})
+    assert gpu_only.budget == Budget(max_gpu_hours_per_step=8.0)
+
+
+def test_a_step_is_estimated_from_its_longest_recent_run_at_its_whole_size() -> None:
+    gang = ComputeSpec(cpu=4, memory_bytes=8 * GiB, gpu=2, nodes=2)
+    past = [("run-newest", 1800.0), ("run-slowest", 3600.0), ("run-older", 900.0)]
+    guess = estimate("train", gang, past, PRICES)
+    assert guess is not None
+    # 2 nodes × (4 CPU × 1 + 2 GPU × 10) per hour, for the slowest run's hour
+    assert (guess.seconds, guess.cost, guess.gpu_hours) == (3600.0, 48.0, 4.0)
+    assert guess.how == "the longest of its last 3 run(s) took 3600 s (run run-slow)"
+    assert estimate("train", gang, [], PRICES) is None  # no history: never refused
+    unpriced = estimate("train", gang, past, None)
+    assert unpriced is not None and (unpriced.cost, unpriced.gpu_hours) == (None, 4.0)
+
+
+def guess(cost: float | None, gpu_hours: float = 0.0) -> Estimate:
+    return Estimate(
+        60.0, "the longest of its last 1 run(s) took 60 s (run 0a1b2c3d)", cost, gpu_hours
+    )
+
+
+def test_a_step_over_its_cap_is_refused_with_its_estimate_how_and_the_fix() -> None:
+    refused = over_budget(
+        {"small": guess(1.0), "big": guess(7.5)}, Budget(max_cost_per_step=5.0), "USD"
+    )
+    assert list(refused) == ["big"]
+    (why,) = refused["big"]
+    assert why == (
+        "estimated at 7.50 USD, over budget.max_cost_per_step 5.00 USD: the longest of its last "
+        "1 run(s) took 60 s (run 0a1b2c3d); raise the cap, or make the step smaller"
+    )
+
+
+def test_a_run_over_its_cap_refuses_every_estimated_step() -> None:
+    estimates = {"a": guess(30.0, 2.0), "b": guess(25.0, 1.0)}
+    refused = over_budget(estimates, Budget(max_cost_per_run=50.0), "EUR")
+    assert sorted(refused) == ["a", "b"]
+    assert refused["a"][0].startswith(
+        "the run is estimated at 55.00 EUR (2 step(s) with history; this one 30.00), over "
+        "budget.max_cost_per_run 50.00 EUR"
+    )
+    assert over_budget(estimates, Budget(max_cost_per_run=55.0), "EUR") == {}  # at the cap
+
+
+def test_gpu_hours_are_capped_with_or_without_prices() -> None:
+    estimates = {"train": guess(None, 9.0), "score": guess(None, 0.5)}
+    refused = over_budget(estimates, Budget(max_gpu_hours_per_step=8.0), "")
+    assert list(refused) == ["train"]
+    assert refused["train"][0].startswith(
+        "estimated at 9.00 GPU-hours, over budget.max_gpu_hours_per_step 8.00 GPU-hours"
+    )
+    by_run = over_budget(estimates, Budget(max_gpu_hours_per_run=9.0), "")
+    assert sorted(by_run) == ["score", "train"]
