@@ -14,7 +14,13 @@ from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager
 from typing import Any
 
-from dagster import PipesClientCompletedInvocation, PipesMessageReader, PipesSession
+from dagster import (
+    DagsterEventType,
+    PipesClientCompletedInvocation,
+    PipesMessageReader,
+    PipesSession,
+    RunsFilter,
+)
 
 from .. import stepenv
 from ..backends.base import (
@@ -25,8 +31,9 @@ from ..backends.base import (
     StepState,
     StepStatus,
 )
-from ..errors import PipesProgramError
+from ..errors import BudgetError, PipesProgramError
 from ..launch.attempts import StepAttempts
+from ..launch.budget import estimate, over_budget
 from ..launch.lifecycle import Attempt, launch_note
 from ..launch.plan import PlannedStep, launch_request
 from ..launch.relaunch import StepHistory, decide
@@ -70,9 +77,20 @@ class PipesAttempts:
         self._attempt_rows: list[dict[str, Any]] = []
 
     def validate(self, env: Mapping[str, str]) -> None:
-        """Every check the backend's submit makes, creating nothing (the pre-flight)."""
+        """Every check the backend's submit makes, creating nothing (the pre-flight); then the
+        `budget`, against the program's estimate from its earlier runs (`BudgetError`)."""
         if self._caps.validates is not None:
             self._caps.validates.validate(self._request(self._planned.spec, 0, env))
+        budget, prices, key = self._settings.budget, self._settings.prices, self._planned.key
+        if budget is None:
+            return
+        runs = program_walls(self._context, key, self._settings.auto_sizing.runs)
+        guess = estimate(key, self._planned.spec, runs, prices)
+        refused = over_budget(
+            {key: guess} if guess else {}, budget, prices.currency if prices else ""
+        )
+        if refused:
+            raise BudgetError(f"program '{key}': " + "; ".join(refused[key]))
 
     def run(
         self, open_session: OpenSession, make_reader: MakeReader, env: Mapping[str, str]
@@ -209,6 +227,27 @@ class PipesAttempts:
 
     def _log(self, message: str) -> None:
         self._context.log.info(message)
+
+
+def program_walls(context: Any, program: str, runs: int) -> list[tuple[str, float]]:
+    """(run id, seconds `program` held its size, all attempts) in the last `runs` earlier runs
+    of this run's job that ran it, newest first: from its summary, the materialization's
+    metadata (`program`, `wall_seconds`)."""
+    instance, run = context.instance, context.run
+    earlier = instance.get_runs(RunsFilter(job_name=run.job_name), limit=runs * 4 + 1)
+    found: list[tuple[str, float]] = []
+    for past in earlier:
+        if past.run_id == run.run_id or len(found) >= runs:
+            continue
+        for record in instance.all_logs(
+            past.run_id, of_type=DagsterEventType.ASSET_MATERIALIZATION
+        ):
+            meta = record.asset_materialization.metadata if record.asset_materialization else {}
+            name, wall = meta.get("program"), meta.get("wall_seconds")
+            if name is not None and name.value == program and wall is not None:
+                found.append((past.run_id, float(wall.value)))
+                break
+    return found
 
 
 def _parent_step(run_id: str) -> str:

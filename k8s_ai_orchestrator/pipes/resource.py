@@ -36,6 +36,7 @@ from dagster import (
 from pydantic import Field, PrivateAttr
 
 from ..checkpoint import CheckpointStore
+from ..errors import ConfigError
 from ..launch.backends import make_backend
 from ..launch.plan import plan_step
 from ..launch.settings import ExecutorSettings
@@ -59,6 +60,7 @@ SETTINGS_KEYS = (
     "grace_period_s",
     "poll_interval_s",
     "prices",
+    "budget",
 )
 
 
@@ -97,6 +99,11 @@ class AICompute(ConfigurableResource, PipesClient):  # type: ignore[misc]
     prices: dict[str, Any] | None = Field(
         default=None, description="{cpu_hour, memory_gib_hour, gpu_hour, ...}: the cost figures"
     )
+    budget: dict[str, Any] | None = Field(
+        default=None,
+        description="{max_cost_per_step, max_gpu_hours_per_step}: caps on each program's "
+        "estimate from its earlier runs, checked before it is submitted",
+    )
 
     _calls: int = PrivateAttr(default=0)
     _message_files: list[str] = PrivateAttr(default_factory=list)  # local: removed after run
@@ -104,6 +111,13 @@ class AICompute(ConfigurableResource, PipesClient):  # type: ignore[misc]
     def settings(self) -> ExecutorSettings:
         """The resource's config as the executor's validated settings (raises `ConfigError`)."""
         raw = {key: getattr(self, key) for key in SETTINGS_KEYS}
+        per_run = [key for key in self.budget or {} if key.endswith("_per_run")]
+        if per_run:
+            raise ConfigError(
+                f"AICompute budget.{per_run[0]}: AICompute checks each program on its own "
+                "(max_cost_per_step, max_gpu_hours_per_step); cap a whole run in ai_executor's "
+                "budget"
+            )
         return ExecutorSettings.from_config({k: v for k, v in raw.items() if v is not None})
 
     def run(  # type: ignore[override]

@@ -12,6 +12,7 @@ import threading
 import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
 from dagster import DagsterInstance
@@ -211,6 +212,37 @@ def test_bad_sizes_are_refused_before_anything_is_submitted(
     cause = failure.step_failure_data.error.cause  # type: ignore[union-attr]
     assert cause.cls_name == error.__name__ and text in cause.message
     assert list(out.iterdir()) == []
+
+
+def test_a_program_over_its_budget_is_refused_from_its_last_runs_figures(
+    tmp_path: Path, instance: DagsterInstance
+) -> None:
+    out = tmp_path / "out"
+    out.mkdir()
+    env, size = {"TILES": "2", "PIPES_TEST_OUT": str(out)}, {"cpu": 0.5, "memory": "256Mi"}
+    prices = {"cpu_hour": 3600.0, "currency": "EUR"}  # 1 EUR per CPU-second
+
+    def materialize_with(budget: dict[str, float]) -> Any:
+        ai = local_ai(prices=prices, budget=budget)
+        return materialize_tiles(ai, size, env, f"file://{tmp_path}", instance=instance)
+
+    first = materialize_with({"max_cost_per_step": 1e6})
+    assert first.success  # no earlier run: nothing to estimate from
+    wall = materialization_metadata(first)["wall_seconds"]
+    programs_run = len(list(out.iterdir()))
+
+    second = materialize_with({"max_cost_per_step": 0.01})
+    assert not second.success
+    (failure,) = [e for e in second.all_events if e.is_step_failure]
+    cause = failure.step_failure_data.error.cause  # type: ignore[union-attr]
+    assert cause.cls_name == "BudgetError"
+    assert (
+        f"program 'tiles-pipes': estimated at {0.5 * wall:.2f} EUR, over budget.max_cost_per_step"
+        f" 0.01 EUR: the longest of its last 1 run(s) took {wall:.0f} s (run {first.run_id[:8]})"
+    ) in cause.message
+    assert len(list(out.iterdir())) == programs_run  # refused before it was submitted
+    with pytest.raises(ConfigError, match="AICompute budget.max_cost_per_run: AICompute checks"):
+        local_ai(prices=prices, budget={"max_cost_per_run": 5.0}).settings()
 
 
 def _alive(pid: int) -> bool:
