@@ -101,6 +101,9 @@ def _cost(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 2
+    if args.days < 1:
+        print(f"k8s-ai cost: --days {args.days}: give 1 or more", file=sys.stderr)
+        return 2
     if _instance_missing("cost"):
         return 2
     if args.since is not None:

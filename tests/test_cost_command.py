@@ -138,6 +138,8 @@ def test_the_command_refuses_an_unknown_grouping_and_a_missing_instance(
 ) -> None:
     assert main(["cost", "--by", "asset,colour"]) == 2
     assert "group by one or more of asset, partition" in capsys.readouterr().err
+    assert main(["cost", "--days", "0"]) == 2
+    assert "--days 0: give 1 or more" in capsys.readouterr().err
     monkeypatch.delenv("DAGSTER_HOME", raising=False)
     assert main(["cost"]) == 2
     assert "DAGSTER_HOME is not set" in capsys.readouterr().err
