@@ -14,8 +14,9 @@ from k8s_ai_orchestrator.errors import ConfigError
 from k8s_ai_orchestrator.launch.attempts import StepAttempts, usage_from_metadata
 from k8s_ai_orchestrator.launch.cost import Prices, step_costs
 from k8s_ai_orchestrator.launch.plan import PlannedStep
+from k8s_ai_orchestrator.launch.relaunch import StepHistory
 from k8s_ai_orchestrator.launch.settings import ExecutorSettings
-from k8s_ai_orchestrator.spec import GiB, resolve_spec
+from k8s_ai_orchestrator.spec import ComputeSpec, GiB, resolve_spec
 
 PRICES = {"cpu_hour": 0.04, "memory_gib_hour": 0.005, "gpu_hour": 2.0}
 HOUR = 3600.0
@@ -102,3 +103,45 @@ def test_each_attempt_is_counted_once_with_how_it_ended_also_after_a_resumed_run
     _, meta = resumed.summary("embed", Prices.from_config(PRICES))
     assert meta["waste_oom_killed_cost"] == pytest.approx((2 * 0.04 + 4 * 0.005) / 4)
     assert meta["cost"] == pytest.approx((2 * 0.04 + 4 * 0.005) / 4 + (2 * 0.04 + 8 * 0.005) / 2)
+
+
+def test_a_backend_and_a_tenant_have_prices_of_their_own_over_the_sections() -> None:
+    prices = Prices.from_config(
+        {
+            "cpu_hour": 0.04,
+            "gpu_hour": 2.0,
+            "currency": "EUR",
+            "backends": {"slurm": {"gpu_hour": 1.2}, "kubernetes": {"cpu_hour": 0.05}},
+            "tenants": {"team-a": {"gpu_hour": 3.0, "preemptible_factor": 0.5}},
+        }
+    )
+    assert prices is not None
+    in_team_a = prices.for_step("kubernetes", "team-a")
+    assert (in_team_a.cpu_hour, in_team_a.gpu_hour, in_team_a.preemptible_factor) == (
+        0.05,  # its backend's
+        3.0,  # its own
+        0.5,
+    )
+    assert in_team_a.currency == "EUR"
+    assert prices.for_step("slurm", None).gpu_hour == 1.2
+    assert prices.for_step("local", None) is prices  # nothing of its own
+    with pytest.raises(
+        ConfigError, match=r"prices.tenants.team-b: unknown key\(s\) \['currency'\]"
+    ):
+        Prices.from_config({"tenants": {"team-b": {"currency": "USD"}}})
+    with pytest.raises(ConfigError, match="prices.backends.slurm.preemptible_factor=2"):
+        Prices.from_config({"backends": {"slurm": {"preemptible_factor": 2}}})
+    with pytest.raises(ConfigError, match="prices.tenants must map a tenant name"):
+        Prices.from_config({"tenants": ["team-a"]})
+
+
+def test_a_steps_summary_is_priced_at_its_tenants_prices() -> None:
+    prices = Prices.from_config({"cpu_hour": 1.0, "tenants": {"team-a": {"cpu_hour": 2.0}}})
+    spec = ComputeSpec(cpu=1, memory_bytes=2**30)
+    hour = ResourceUsage(cpu_seconds=3600.0, wall_seconds=3600.0)
+    costs = {}
+    for tenant in ("team-a", "team-b"):
+        live = StepAttempts(spec, "kubernetes", tenant, StepHistory("s").launched(2**30))
+        live.finished(hour, StepStatus.succeeded("node-a"))
+        costs[tenant] = live.summary("s", prices)[1]["cost"]
+    assert costs == {"team-a": 2.0, "team-b": 1.0}

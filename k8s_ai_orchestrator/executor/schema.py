@@ -208,6 +208,14 @@ LOCAL_SCHEMA = Shape(
     }
 )
 
+_PRICE_FIELDS = {
+    "cpu_hour": _opt(Float, "Per CPU-hour reserved; >= 0."),
+    "memory_gib_hour": _opt(Float, "Per GiB-hour of memory reserved; >= 0."),
+    "gpu_hour": _opt(Float, "Per GPU-hour of a GPU model without its own price."),
+    "gpu_hour_by_type": _opt(Map(str, Float), "Per GPU-hour, by compute(gpu_type)."),
+    "preemptible_factor": _opt(Float, "× the price of preemptible steps; (0, 1]."),
+}
+
 CONFIG_SCHEMA = {
     "backend": Field(
         _enum("Backend", "local", "kubernetes", "slurm"),
@@ -256,12 +264,14 @@ CONFIG_SCHEMA = {
     "prices": _opt(
         Shape(
             {
-                "cpu_hour": _opt(Float, "Per CPU-hour reserved; >= 0."),
-                "memory_gib_hour": _opt(Float, "Per GiB-hour of memory reserved; >= 0."),
-                "gpu_hour": _opt(Float, "Per GPU-hour of a GPU model without its own price."),
-                "gpu_hour_by_type": _opt(Map(str, Float), "Per GPU-hour, by compute(gpu_type)."),
-                "preemptible_factor": _opt(Float, "× the price of preemptible steps; (0, 1]."),
+                **_PRICE_FIELDS,
                 "currency": _opt(String, "A label for the figures (USD)."),
+                "backends": _opt(
+                    Map(str, Shape(_PRICE_FIELDS)), "A backend's own prices, over these."
+                ),
+                "tenants": _opt(
+                    Map(str, Shape(_PRICE_FIELDS)), "A tenant's own prices, over its backend's."
+                ),
             }
         ),
         "What reserved resources cost: each step's cost and waste in its summary (docs/cost.md).",

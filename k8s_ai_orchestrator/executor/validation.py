@@ -33,6 +33,7 @@ from dagster._core.execution.context.system import PlanOrchestrationContext
 from ..backends.base import Backend, LaunchRequest, Validates
 from ..errors import BudgetError, OrchestratorError, RunRefusedError
 from ..launch.budget import estimate, over_budget
+from ..launch.cost import Prices, step_prices
 from ..launch.plan import PlannedStep
 from ..launch.settings import ExecutorSettings
 from .usage_history import load_step_walls
@@ -128,11 +129,15 @@ def check_budget(
     if budget is None or context.resume_from_failure:
         return check
     walls = load_step_walls(context.instance, context.dagster_run, settings.auto_sizing.runs)
+
+    def priced(step: PlannedStep) -> Prices | None:
+        return step_prices(settings.prices, step.backend, step.tenant)
+
     estimates = {
         key: guess
         for key, step in planned.items()
         if key not in check.problems
-        and (guess := estimate(key, step.spec, walls.get(key, ()), settings.prices))
+        and (guess := estimate(key, step.spec, walls.get(key, ()), priced(step)))
     }
     currency = settings.prices.currency if settings.prices else ""
     for key, reasons in over_budget(estimates, budget, currency).items():

@@ -28,7 +28,7 @@ from ..backends.base import (
     StepStatus,
 )
 from ..spec import ComputeSpec, format_memory
-from .cost import Prices, ended, step_costs
+from .cost import Prices, ended, step_costs, step_prices
 from .lifecycle import Attempt, Note, NoteKind, Observation, resize_message
 from .plan import PlannedStep
 from .relaunch import StepHistory
@@ -191,7 +191,7 @@ class StepAttempts:
             "gpu_seconds": round(total.gpu_seconds, 2),
             "wall_seconds": round(total.wall_seconds, 2),
             **self.measured_metadata(),
-            **step_costs(self.usage, self.spec, prices),
+            **step_costs(self.usage, self.spec, step_prices(prices, self.backend, self.tenant)),
         }
         measured = [u.cpu_used_seconds for u in self.usage if u.cpu_used_seconds is not None]
         used = f"; used {sum(measured):.1f} CPU-s (measured)" if measured else ""

@@ -28,7 +28,7 @@ Example:
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from ..backends.base import RELAUNCH_REASONS, FailureReason, ResourceUsage, StepState
@@ -39,6 +39,7 @@ GiB = 2**30
 MONEY_DIGITS = 6  # a seconds-long step on a CPU costs millionths
 _KEYS = ("cpu_hour", "memory_gib_hour", "gpu_hour", "gpu_hour_by_type", "preemptible_factor")
 _CURRENCY = "currency"
+_OVERRIDES = ("backends", "tenants")  # sections of prices of their own
 CAUSES = ("oom_killed", "interrupted", "unused_memory")  # what waste is split into
 WASTE_CAUSES = {  # a finished attempt's reason → the waste it counts as
     FailureReason.OOM_KILLED.value: "oom_killed",
@@ -56,13 +57,58 @@ class Prices:
     gpu_hour_by_type: Mapping[str, float] = field(default_factory=dict)  # per `gpu_type`
     preemptible_factor: float = 1.0  # × the price of a `preemptible=True` step (spot capacity)
     currency: str = "USD"  # only a label in the figures
+    # where a backend's or a tenant's capacity costs otherwise: the keys of its own that
+    # replace these (a tenant's replace its backend's too), as given in the config
+    backends: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    tenants: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    given: Mapping[str, Any] = field(default_factory=dict)  # the section's own keys
 
     @classmethod
     def from_config(cls, raw: Any, where: str = "prices") -> Prices | None:
-        """The checked section; None when absent. `ConfigError` names the key and the fix."""
+        """The checked section; None when absent. `ConfigError` names the key and the fix.
+
+        `backends` and `tenants` map a name to keys of its own that replace the section's (in
+        the section's currency) for the steps on that backend or in that tenant.
+
+        Example:
+            >>> prices = Prices.from_config({"cpu_hour": 0.04, "gpu_hour": 2.0,
+            ...     "backends": {"slurm": {"gpu_hour": 1.2}},
+            ...     "tenants": {"team-a": {"cpu_hour": 0.03}}})
+            >>> on_prem = prices.for_step("slurm", None)
+            >>> on_prem.cpu_hour, on_prem.gpu_hour, prices.for_step("kubernetes", "team-a").cpu_hour
+            (0.04, 1.2, 0.03)
+        """
         if raw is None:
             return None
-        check_keys(raw, (*_KEYS, _CURRENCY), where)
+        check_keys(raw, (*_KEYS, _CURRENCY, *_OVERRIDES), where)
+        given = {key: raw[key] for key in (*_KEYS, _CURRENCY) if key in raw}
+        prices = cls._parsed(given, where)
+        overrides: dict[str, dict[str, Mapping[str, Any]]] = {}
+        for section in _OVERRIDES:
+            named = raw.get(section) or {}
+            if not isinstance(named, Mapping):
+                raise ConfigError(
+                    f"{where}.{section} must map a {section[:-1]} name to its own prices, e.g. "
+                    "{team-a: {cpu_hour: 0.03}}"
+                )
+            overrides[section] = {}
+            for name, own in named.items():
+                at = f"{where}.{section}.{name}"
+                check_keys(own, _KEYS, at)  # one currency for the whole section
+                cls._parsed({**given, **own}, at)  # its errors now, named where they are
+                overrides[section][str(name)] = dict(own)
+        return replace(
+            prices, backends=overrides["backends"], tenants=overrides["tenants"], given=given
+        )
+
+    def for_step(self, backend: str, tenant: str | None) -> Prices:
+        """The prices of a step on `backend` in `tenant`: the section's keys, replaced by its
+        backend's own, replaced by its tenant's own."""
+        own = {**self.backends.get(backend, {}), **self.tenants.get(tenant or "", {})}
+        return self._parsed({**self.given, **own}, "prices") if own else self
+
+    @classmethod
+    def _parsed(cls, raw: Mapping[str, Any], where: str) -> Prices:
         by_type = raw.get("gpu_hour_by_type") or {}
         if not isinstance(by_type, Mapping):
             raise ConfigError(
@@ -78,7 +124,7 @@ class Prices:
         currency = raw.get(_CURRENCY, "USD")
         if not isinstance(currency, str) or not currency.strip():
             raise ConfigError(f"{where}.currency={currency!r}: give a label such as USD or EUR")
-        return cls(
+        return Prices(
             cpu_hour=_price(raw, "cpu_hour", where),
             memory_gib_hour=_price(raw, "memory_gib_hour", where),
             gpu_hour=_price(raw, "gpu_hour", where),
@@ -99,6 +145,11 @@ class Prices:
             + usage.gpu_seconds * gpu
         ) / 3600
         return hourly * (self.preemptible_factor if spec.preemptible else 1.0)
+
+
+def step_prices(prices: Prices | None, backend: str, tenant: str | None) -> Prices | None:
+    """`prices.for_step(backend, tenant)`; None without prices."""
+    return None if prices is None else prices.for_step(backend, tenant)
 
 
 def _price(raw: Mapping[str, Any], key: str, where: str) -> float:

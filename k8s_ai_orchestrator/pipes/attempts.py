@@ -34,6 +34,7 @@ from ..backends.base import (
 from ..errors import BudgetError, PipesProgramError
 from ..launch.attempts import StepAttempts
 from ..launch.budget import estimate, over_budget
+from ..launch.cost import step_prices
 from ..launch.lifecycle import Attempt, launch_note
 from ..launch.plan import PlannedStep, launch_request
 from ..launch.relaunch import StepHistory, decide
@@ -81,7 +82,8 @@ class PipesAttempts:
         `budget`, against the program's estimate from its earlier runs (`BudgetError`)."""
         if self._caps.validates is not None:
             self._caps.validates.validate(self._request(self._planned.spec, 0, env))
-        budget, prices, key = self._settings.budget, self._settings.prices, self._planned.key
+        budget, key = self._settings.budget, self._planned.key
+        prices = step_prices(self._settings.prices, self._planned.backend, self._planned.tenant)
         if budget is None:
             return
         runs = program_walls(self._context, key, self._settings.auto_sizing.runs)

@@ -275,7 +275,8 @@ def test_a_step_cannot_reach_a_tenant_outside_allowed_tenants(instance, test_out
 def test_a_run_over_its_budget_is_refused_from_the_last_runs_figures_before_any_submit(
     instance, test_out
 ):
-    prices = {"cpu_hour": 3600.0, "currency": "EUR"}  # 1 EUR per CPU-second
+    # 1 EUR per CPU-second on the local backend: its own price, over the section's
+    prices = {"cpu_hour": 0.01, "currency": "EUR", "backends": {"local": {"cpu_hour": 3600.0}}}
     first = run(instance, "admission", {"prices": prices, "budget": {"max_cost_per_run": 1e6}})
     assert first.success  # no history yet: nothing estimated, nothing refused
     notes = engine_messages(instance, first.run_id)
@@ -294,6 +295,8 @@ def test_a_run_over_its_budget_is_refused_from_the_last_runs_figures_before_any_
         error.message
     )
     assert f"(run {first.run_id[:8]})" in error.message
+    [summary] = [m for m in engine_messages(instance, first.run_id) if "'two_cpu' reserved" in m]
+    assert summary.endswith(" EUR") and "cost 0.00 EUR" not in summary  # the local price
     assert len(recorded(test_out)) == started  # refused before any step was submitted
 
 
