@@ -5,7 +5,8 @@ A step's estimate is its declared size (every node of a gang) held for as long a
 of its recent runs took, all attempts together (`Estimate.how` says which run); at `prices`
 that is money, and it is GPU-hours in any case. A step with no earlier run has no estimate and
 is never refused for its budget (the run-start note says so). `memory="auto"` / `cpu="auto"`
-are estimated at their declared ceiling.
+are estimated at their first-run size (`memory_default` / `cpu_default`), not at the size the
+step's history will give them at launch.
 
 Example:
     >>> prices = Prices(cpu_hour=0.04, memory_gib_hour=0.005, gpu_hour=2.0)
