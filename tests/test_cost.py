@@ -10,8 +10,14 @@ from dataclasses import replace
 import pytest
 
 from k8s_ai_orchestrator.backends.base import FailureReason, ResourceUsage, StepState, StepStatus
+from k8s_ai_orchestrator.checkpoint.signals import work_lost_phrase, work_lost_s
 from k8s_ai_orchestrator.errors import ConfigError
-from k8s_ai_orchestrator.launch.attempts import StepAttempts, usage_from_metadata
+from k8s_ai_orchestrator.launch.attempts import (
+    StepAttempts,
+    usage_from_metadata,
+    usage_from_record,
+    usage_record,
+)
 from k8s_ai_orchestrator.launch.cost import Prices, step_costs
 from k8s_ai_orchestrator.launch.plan import PlannedStep
 from k8s_ai_orchestrator.launch.relaunch import StepHistory
@@ -43,6 +49,22 @@ def test_an_oom_killed_and_a_preempted_attempt_are_waste_by_cause_and_the_last_i
     assert figures["waste_oom_killed_cpu_seconds"] == 4 * HOUR
     assert figures["waste_interrupted_memory_gib_seconds"] == 32 * HOUR / 2
     assert "waste_unused_memory_cost" not in figures  # no attempt's peak was measured
+
+
+def test_a_preempted_attempt_wastes_only_the_work_since_the_checkpoint_its_step_named() -> None:
+    spec = resolve_spec({"cpu": 4, "memory": "16Gi"})
+    prices = Prices.from_config(PRICES)
+    preempted = replace(reserved(4, 16), ended=FailureReason.PREEMPTED.value)
+    said = [replace(preempted, lost_seconds=HOUR / 4), reserved(4, 16)]  # saved 15 min before
+    assert step_costs(said, spec, prices)["waste_interrupted_cost"] == pytest.approx(0.24 / 4)
+    saved_as_it_stopped = [replace(preempted, lost_seconds=0.0), reserved(4, 16)]
+    figures = step_costs(saved_as_it_stopped, spec, prices)
+    assert figures["waste_interrupted_cost"] == 0 and figures["cost"] == pytest.approx(0.48)
+    unsaid = [preempted, reserved(4, 16)]  # killed before it said: the whole attempt
+    assert step_costs(unsaid, spec, prices)["waste_interrupted_cost"] == pytest.approx(0.24)
+    # a zero travels to a resumed run worker as a zero, not as "not said"
+    assert usage_from_record(usage_record(saved_as_it_stopped[0])).lost_seconds == 0.0
+    assert work_lost_s(f"stopped (checkpoint 000002-9d42, {work_lost_phrase(12.34)})") == 12.3
 
 
 def test_memory_reserved_above_the_measured_peak_is_waste_and_without_prices_no_money() -> None:

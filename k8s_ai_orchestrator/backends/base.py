@@ -142,6 +142,9 @@ class ResourceUsage:
     cpu_used_seconds: float | None = None  # measured CPU time of the step's processes
     peak_cpu: float | None = None  # measured peak cores in use (over windows of about 1 s)
     ended: str = ""  # why the attempt ended (a FailureReason), "" when its step ended it
+    # an interrupted attempt's work after the checkpoint its relaunch resumes from, as its step
+    # said when it stopped (0.0: it saved as it stopped); None: not said, all of it is redone
+    lost_seconds: float | None = None
 
     @classmethod
     def reserved(

@@ -37,7 +37,7 @@ from ..errors import CheckpointError
 from .codecs import State, decode, decode_table, encode
 from .keys import CheckpointKey, what_changed
 from .manifest import Commit, CommitFile, Manifest, parse_manifest
-from .signals import Preempted, PreemptionWatch
+from .signals import Preempted, PreemptionWatch, work_lost_phrase
 from .storage import CHUNK, ChecksumMismatch, HashingSink, KeyFolder, LinkRefused
 
 _CORRUPT = (ChecksumMismatch, FileNotFoundError, ValueError, pa.ArrowInvalid, OSError)
@@ -213,13 +213,19 @@ class CheckpointHandle:
         latest = self.latest
         where = "no checkpoint saved yet" if latest is None else f"checkpoint {latest.id}"
         progress = None if latest is None else latest.progress
+        # what a relaunch redoes: the work since the checkpoint it resumes from (none when
+        # `save()` stopped it, right after its commit)
+        lost = None if latest is None else max(0.0, self._wall_clock() - latest.saved_at)
+        lost_words = "" if lost is None else f"; {work_lost_phrase(lost)}"
         raise Preempted.notice(
             f"{self.key.describe()} received {self._watch.received_name} and stopped "
-            f"({where}, progress {progress}); the executor relaunches it and it resumes there",
+            f"({where}, progress {progress}{lost_words}); the executor relaunches it and it "
+            "resumes there",
             metadata={
                 "preempted_by": self._watch.received_name or "",
                 "checkpoint": "" if latest is None else latest.id,
                 "checkpoint_progress": progress,
+                "work_lost_s": lost,
             },
         )
 

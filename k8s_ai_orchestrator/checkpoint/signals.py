@@ -15,6 +15,7 @@ Example:
 from __future__ import annotations
 
 import os
+import re
 import signal
 import threading
 from collections.abc import Mapping
@@ -27,6 +28,25 @@ from ..errors import CheckpointError
 from ..stepenv import PREEMPTION_RELAUNCHES_LEFT
 
 PREEMPTION_SIGNALS: tuple[signal.Signals, ...] = (signal.SIGTERM, signal.SIGUSR2)
+# How a `Preempted` step says what of its work is lost (the executor reads it: `work_lost_s`)
+_WORK_LOST = re.compile(r"work since that checkpoint: (?P<seconds>\d+(?:\.\d+)?) s")
+
+
+def work_lost_phrase(seconds: float) -> str:
+    """The part of a `Preempted` description that says how much work its checkpoint lacks.
+
+    Example:
+        >>> work_lost_phrase(0.04), work_lost_s("... stopped; work since that checkpoint: 0.0 s")
+        ('work since that checkpoint: 0.0 s', 0.0)
+    """
+    return f"work since that checkpoint: {seconds:.1f} s"
+
+
+def work_lost_s(message: str) -> float | None:
+    """The seconds of work a preempted step had done since its last checkpoint, as its
+    `Preempted` message says (`work_lost_phrase`); None when it does not say (no checkpoint)."""
+    found = _WORK_LOST.search(message)
+    return float(found.group("seconds")) if found else None
 
 
 class Preempted(CheckpointError, Failure):

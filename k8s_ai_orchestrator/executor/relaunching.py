@@ -22,7 +22,7 @@ from ..errors import BackendError
 from ..launch.attempts import StepAttempts
 from ..launch.relaunch import decide
 from ..launch.settings import ExecutorSettings
-from .step_events import interrupted, interrupted_error
+from .step_events import interrupted, interrupted_error, work_lost
 
 INFRASTRUCTURE = frozenset({FailureReason.OOM_KILLED, *RELAUNCH_REASONS})
 Status = Callable[[StepAttempts], StepStatus]
@@ -58,7 +58,10 @@ class Relaunches:
         if reason is None:
             return None
         decision = decide(self._settings.relaunch, live.history, reason)
-        live.failed_for(reason)
+        said = error
+        if said is None and failure is not None and failure.is_step_failure:
+            said = failure.step_failure_data.error
+        live.failed_for(reason, work_lost(said) if reason in RELAUNCH_REASONS else None)
         if not decision.relaunch:
             live.fail_message = decision.message
             return None
@@ -102,7 +105,7 @@ class Relaunches:
             return
         reason, detail = self._disruption(live, caps)
         decision = decide(self._settings.relaunch, live.history, reason)
-        live.failed_for(reason)
+        live.failed_for(reason, work_lost(retry.step_retry_data.error))
         if decision.relaunch:
             live.record_relaunch(reason, decision.memory_bytes)
             why = f" ({detail})" if detail else ""

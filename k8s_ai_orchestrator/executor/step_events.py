@@ -24,18 +24,15 @@ from dagster._core.execution.context.system import (
 from dagster._utils.error import SerializableErrorInfo
 
 from ..backends.base import ResourceUsage, StreamsLogs
+from ..checkpoint.signals import work_lost_s
 from ..errors import BackendError
 from ..launch.attempts import USAGE_KEY, StepAttempts, usage_from_metadata
 from ..launch.lifecycle import Attempt
 from ..launch.relaunch import StepHistory
 
 META = "k8s_ai/"  # prefix of the engine-event metadata the executor writes
-INTERRUPT_ERRORS = {
-    "DagsterExecutionInterruptedError",
-    "KeyboardInterrupt",
-    "Preempted",
-    "PreemptedRelaunch",
-}
+PREEMPTED_ERRORS = {"Preempted", "PreemptedRelaunch"}  # the checkpoint handle's
+INTERRUPT_ERRORS = {"DagsterExecutionInterruptedError", "KeyboardInterrupt", *PREEMPTED_ERRORS}
 
 
 TEMPORARY_HOME_PREFIX = ".tmp_dagster_home_"  # the folder `dagster dev` uses without DAGSTER_HOME
@@ -255,6 +252,17 @@ def interrupted_error(error: SerializableErrorInfo | None) -> bool:
             return True
         error = error.cause or error.context
     return False
+
+
+def work_lost(error: SerializableErrorInfo | None) -> float | None:
+    """The seconds of work a preempted step had done since its last checkpoint, as its
+    `Preempted` said (`checkpoint.signals.work_lost_s`); None when nothing in the error's
+    chain says it."""
+    while error is not None:
+        if error.cls_name in PREEMPTED_ERRORS:
+            return work_lost_s(error.message)
+        error = error.cause or error.context
+    return None
 
 
 LOG_FORWARD_MAX_CHARS = 8000  # of new log lines in one engine event

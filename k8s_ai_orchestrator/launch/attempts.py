@@ -55,6 +55,7 @@ class StepAttempts:
     grow_at: float = 0.0  # the in-place growth threshold, for the resize notes
     measured: bool = False  # its memory is read while it runs (growth, memory="auto")
     failed_as: FailureReason | None = None  # the executor's reason for the attempt in flight
+    lost_seconds: float | None = None  # ... and its work since its checkpoint, when it said
 
     def worker_started(self, pid: int | None) -> None:
         """The attempt's step process wrote STEP_WORKER_STARTED (its first event)."""
@@ -116,10 +117,11 @@ class StepAttempts:
         message = resize_message(self.history.step_key, resize, self.grow_at)
         return Note(NoteKind.RESIZE, message, meta)
 
-    def failed_for(self, reason: FailureReason) -> None:
+    def failed_for(self, reason: FailureReason, lost_seconds: float | None = None) -> None:
         """The executor's reason for the failure of the attempt in flight. It can differ from
         the backend's: a local step process that exits on SIGTERM reads as an Error to its
-        backend, and is a preemption. The attempt is accounted as failed for it (`finished`).
+        backend, and is a preemption. The attempt is accounted as failed for it (`finished`),
+        with the work it had done since its checkpoint when its step said (`lost_seconds`).
 
         Example:
             >>> from k8s_ai_orchestrator.launch.plan import PlannedStep
@@ -131,7 +133,7 @@ class StepAttempts:
             ([<FailureReason.PREEMPTED: 'Preempted'>], 'Preempted')
         """
         self.reasons.append(reason)
-        self.failed_as = reason
+        self.failed_as, self.lost_seconds = reason, lost_seconds
 
     def finished(self, usage: ResourceUsage, status: StepStatus) -> None:
         """Account a finished attempt: what it reserved and, when it failed, why (the
@@ -140,8 +142,8 @@ class StepAttempts:
             why = ended(StepState.FAILED, self.failed_as)
         else:
             why = ended(status.state, status.reason)
-        self.usage.append(replace(usage, ended=why))
-        self.failed_as = None
+        self.usage.append(replace(usage, ended=why, lost_seconds=self.lost_seconds))
+        self.failed_as, self.lost_seconds = None, None
 
     def record_resize(self, new_bytes: int) -> None:
         """The attempt in flight was grown in place: it now holds `new_bytes`."""
@@ -235,6 +237,7 @@ class StepAttempts:
 
 
 USAGE_KEY = "usage_before"  # the finished attempts' usage, in a launch's metadata
+_ZERO_SAYS = {"lost_seconds"}  # fields whose 0 means something (nothing lost), not "none"
 
 
 def usage_record(usage: ResourceUsage) -> dict[str, Any]:
@@ -247,7 +250,8 @@ def usage_record(usage: ResourceUsage) -> dict[str, Any]:
         >>> usage_from_record(record) == ResourceUsage(4.0, wall_seconds=2.0, nodes=("n1",))
         True
     """
-    return {k: (list(v) if k == "nodes" else v) for k, v in asdict(usage).items() if v}
+    kept = {k: v for k, v in asdict(usage).items() if v or (k in _ZERO_SAYS and v is not None)}
+    return {k: (list(v) if k == "nodes" else v) for k, v in kept.items()}
 
 
 def usage_from_record(record: dict[str, Any]) -> ResourceUsage:

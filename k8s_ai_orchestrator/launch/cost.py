@@ -5,8 +5,10 @@ With `prices` in the executor config, that is money too; without, it stays CPU-,
 GPU-seconds, never a made-up price. Waste is split by cause:
 
 - `oom_killed`: attempts killed for memory; the next attempt redoes all their work;
-- `interrupted`: attempts preempted, evicted or lost. An upper bound: a step that checkpoints
-  redoes only what it did since its last save, which the executor does not see yet;
+- `interrupted`: attempts preempted, evicted or lost: the share of each that its relaunch
+  redoes. A step that stopped through its checkpoint handle says how long ago its last save
+  was (`ResourceUsage.lost_seconds`; 0 when it saved as it stopped): that share of its wall
+  time. Otherwise (no checkpoint, killed before it said) the whole attempt;
 - `unused_memory`: memory reserved above the measured peak, for the wall time of the attempts
   whose peak the backend measured (none on Kubernetes without in-place growth).
 
@@ -173,6 +175,7 @@ def step_costs(
             waste[cause].append(attempt)
     unused = [_unused_memory(a) for a in attempts if a.max_rss_bytes]
     figures: dict[str, Any] = {}
+    waste["interrupted"] = [_redone(u) for u in waste["interrupted"]]
     for cause, used in waste.items():
         figures.update(_seconds(f"waste_{cause}", used))
     if unused:
@@ -187,6 +190,20 @@ def step_costs(
         memory_only = ResourceUsage(memory_gib_seconds=sum(unused))
         figures["waste_unused_memory_cost"] = round(prices.of(memory_only, spec), MONEY_DIGITS)
     return figures
+
+
+def _redone(usage: ResourceUsage) -> ResourceUsage:
+    """The part of an interrupted attempt its relaunch redoes: its work since its checkpoint
+    (`lost_seconds`) out of its wall time; all of it when the step did not say."""
+    if usage.lost_seconds is None or not usage.wall_seconds:
+        return usage
+    share = min(1.0, usage.lost_seconds / usage.wall_seconds)
+    return ResourceUsage(
+        cpu_seconds=usage.cpu_seconds * share,
+        memory_gib_seconds=usage.memory_gib_seconds * share,
+        gpu_seconds=usage.gpu_seconds * share,
+        wall_seconds=usage.wall_seconds * share,
+    )
 
 
 def _unused_memory(usage: ResourceUsage) -> float:

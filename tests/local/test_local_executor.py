@@ -185,9 +185,22 @@ def test_a_step_preempted_in_its_save_loop_reads_as_a_relaunch_and_resumes(insta
     assert "PreemptedRelaunch" in retry.dagster_event.step_retry_data.error.to_string()
     messages = engine_messages(instance, result.run_id)
     assert any("Relaunching" in m and "Preempted" in m for m in messages)
-    # the preempted attempt is interrupted waste, though its process exited as an Error
+    # the preempted attempt saved as it stopped: its relaunch redoes nothing of its work, so
+    # the interrupted waste is the work since that save, as the step said (not the attempt)
+    said = retry.dagster_event.step_retry_data.error.to_string()
+    assert "work since that checkpoint: " in said
+    relaunch = next(
+        r.dagster_event.engine_event_data.metadata
+        for r in instance.all_logs(result.run_id, of_type=DagsterEventType.ENGINE_EVENT)
+        if "k8s_ai/usage_before" in r.dagster_event.engine_event_data.metadata
+    )
+    (first,) = json.loads(relaunch["k8s_ai/usage_before"].value)
+    assert first["ended"] == "Preempted" and 0 <= first["lost_seconds"] < 1.0
     meta = summary_metadata(instance, result.run_id, "checkpointed_tiles")
-    assert 0 < meta["k8s_ai/waste_interrupted_cpu_seconds"] < meta["k8s_ai/cpu_seconds"]
+    share = first["lost_seconds"] / first["wall_seconds"]
+    expected = round(first["cpu_seconds"] * share, 2)
+    assert meta["k8s_ai/waste_interrupted_cpu_seconds"] == pytest.approx(expected, abs=0.01)
+    assert meta["k8s_ai/waste_interrupted_cpu_seconds"] < first["cpu_seconds"]
     assert meta["k8s_ai/waste_oom_killed_cpu_seconds"] == 0
 
 
