@@ -67,6 +67,25 @@ def test_a_preempted_attempt_wastes_only_the_work_since_the_checkpoint_its_step_
     assert work_lost_s(f"stopped (checkpoint 000002-9d42, {work_lost_phrase(12.34)})") == 12.3
 
 
+def test_a_gangs_ranks_that_ran_while_the_others_waited_are_waste() -> None:
+    spec = resolve_spec({"cpu": 4, "memory": "16Gi", "nodes": 2})
+    prices = Prices.from_config(PRICES)
+    # 2 nodes for an hour, and one rank half an hour before the other started
+    held = ResourceUsage.reserved(spec, HOUR)
+    waited = ResourceUsage.reserved(replace(spec, nodes=1), HOUR / 2)
+    gang = replace(
+        held,
+        cpu_seconds=held.cpu_seconds + waited.cpu_seconds,
+        memory_gib_seconds=held.memory_gib_seconds + waited.memory_gib_seconds,
+        waiting_node_seconds=HOUR / 2,
+    )
+    figures = step_costs([gang], spec, prices)
+    assert figures["cost"] == pytest.approx(0.24 * 2.5)  # 2.5 node-hours at 0.24 each
+    assert figures["waste_gang_waiting_cost"] == pytest.approx(0.24 / 2)
+    assert figures["waste_gang_waiting_cpu_seconds"] == pytest.approx(4 * HOUR / 2)
+    assert step_costs([held], spec, prices)["waste_gang_waiting_cost"] == 0
+
+
 def test_memory_reserved_above_the_measured_peak_is_waste_and_without_prices_no_money() -> None:
     spec = resolve_spec({"cpu": 1, "memory": "8Gi"})
     attempt = replace(reserved(1, 8), max_rss_bytes=2 * GiB)

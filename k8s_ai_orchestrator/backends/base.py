@@ -145,6 +145,9 @@ class ResourceUsage:
     # an interrupted attempt's work after the checkpoint its relaunch resumes from, as its step
     # said when it stopped (0.0: it saved as it stopped); None: not said, all of it is redone
     lost_seconds: float | None = None
+    # a gang's ranks that ran while the others were not running yet, in node-seconds: held,
+    # so part of the reservation above, but no work was done in them (the gang waited)
+    waiting_node_seconds: float = 0.0
 
     @classmethod
     def reserved(

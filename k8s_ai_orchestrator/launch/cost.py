@@ -9,6 +9,8 @@ GPU-seconds, never a made-up price. Waste is split by cause:
   redoes. A step that stopped through its checkpoint handle says how long ago its last save
   was (`ResourceUsage.lost_seconds`; 0 when it saved as it stopped): that share of its wall
   time. Otherwise (no checkpoint, killed before it said) the whole attempt;
+- `gang_waiting`: a Kubernetes gang's ranks that ran while the others were not running yet:
+  held, no work done (`ResourceUsage.waiting_node_seconds`);
 - `unused_memory`: memory reserved above the measured peak, for the wall time of the attempts
   whose peak the backend measured (none on Kubernetes without in-place growth).
 
@@ -42,7 +44,7 @@ MONEY_DIGITS = 6  # a seconds-long step on a CPU costs millionths
 _KEYS = ("cpu_hour", "memory_gib_hour", "gpu_hour", "gpu_hour_by_type", "preemptible_factor")
 _CURRENCY = "currency"
 _OVERRIDES = ("backends", "tenants")  # sections of prices of their own
-CAUSES = ("oom_killed", "interrupted", "unused_memory")  # what waste is split into
+CAUSES = ("oom_killed", "interrupted", "gang_waiting", "unused_memory")  # what waste is split into
 WASTE_CAUSES = {  # a finished attempt's reason → the waste it counts as
     FailureReason.OOM_KILLED.value: "oom_killed",
     **{reason.value: "interrupted" for reason in RELAUNCH_REASONS},
@@ -176,6 +178,7 @@ def step_costs(
     unused = [_unused_memory(a) for a in attempts if a.max_rss_bytes]
     figures: dict[str, Any] = {}
     waste["interrupted"] = [_redone(u) for u in waste["interrupted"]]
+    waste["gang_waiting"] = [_waited(u, spec.nodes) for u in attempts if u.waiting_node_seconds]
     for cause, used in waste.items():
         figures.update(_seconds(f"waste_{cause}", used))
     if unused:
@@ -197,7 +200,17 @@ def _redone(usage: ResourceUsage) -> ResourceUsage:
     (`lost_seconds`) out of its wall time; all of it when the step did not say."""
     if usage.lost_seconds is None or not usage.wall_seconds:
         return usage
-    share = min(1.0, usage.lost_seconds / usage.wall_seconds)
+    return _share(usage, min(1.0, usage.lost_seconds / usage.wall_seconds))
+
+
+def _waited(usage: ResourceUsage, nodes: int) -> ResourceUsage:
+    """The part of a gang attempt's reservation its ranks held while the others were not
+    running yet: its waiting node-seconds out of all the node-seconds it held."""
+    held = nodes * usage.wall_seconds + usage.waiting_node_seconds
+    return _share(usage, usage.waiting_node_seconds / held if held else 0.0)
+
+
+def _share(usage: ResourceUsage, share: float) -> ResourceUsage:
     return ResourceUsage(
         cpu_seconds=usage.cpu_seconds * share,
         memory_gib_seconds=usage.memory_gib_seconds * share,

@@ -29,7 +29,12 @@ if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
 TOP_GROUPS = 6  # groups drawn on their own; the others are summed as "other"
-CAUSE_COLORS = {"oom_killed": "#d62728", "interrupted": "#ff7f0e", "unused_memory": "#9467bd"}
+CAUSE_COLORS = {
+    "oom_killed": "#d62728",
+    "interrupted": "#ff7f0e",
+    "gang_waiting": "#8c564b",
+    "unused_memory": "#9467bd",
+}
 DPI = 110
 
 

@@ -51,6 +51,11 @@ def test_the_example_training_step_runs_as_a_gang_on_a_tenant_with_one_config_sw
         )
         assert result.success
         messages = engine_messages(instance, result.run_id)
+        (summary,) = [
+            {k: v.value for k, v in r.dagster_event.engine_event_data.metadata.items()}
+            for r in instance.all_logs(result.run_id, of_type=DagsterEventType.ENGINE_EVENT)
+            if (r.dagster_event.message or "").startswith("Step 'vegetation_model' reserved")
+        ]
         (materialized,) = [
             r.dagster_event.event_specific_data.materialization  # type: ignore[union-attr]
             for r in instance.all_logs(
@@ -65,6 +70,9 @@ def test_the_example_training_step_runs_as_a_gang_on_a_tenant_with_one_config_sw
         if j["metadata"]["annotations"].get("k8s-ai/step-key") == "vegetation_model"
     ]
     assert (job["spec"]["completionMode"], job["spec"]["completions"]) == ("Indexed", 2)
+    # the ranks that ran before the whole gang did are held, counted, and its waste
+    waited = summary["k8s_ai/waste_gang_waiting_cpu_seconds"]
+    assert 0 <= waited < summary["k8s_ai/cpu_seconds"]
 
 
 @pytest.mark.slow

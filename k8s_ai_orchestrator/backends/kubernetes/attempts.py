@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from ...errors import BackendError
@@ -48,6 +48,7 @@ class Attempt:
     adopted: bool = False  # found by a resumed run worker (it ran while no one watched)
     ended_unseen: StepStatus | None = None  # adopted: how its Job ended, if it had (no pods)
     gpu_devices: int | None = None  # DRA: devices allocated to its pods' claims (`dra.py`)
+    gang_wait_node_s: float = 0.0  # a gang: its ranks' node-seconds before all of them ran
 
     @property
     def request(self) -> LaunchRequest:
@@ -73,12 +74,17 @@ class Attempt:
         end = self.finished_at if self.finished_at is not None else clock()
         wall = max(0.0, end - self.started_at)
         node = self.final.node if self.final else None
-        return ResourceUsage.reserved(
-            self.request.spec,
-            wall,
-            self.gpu_devices,
+        spec = self.request.spec
+        held = ResourceUsage.reserved(spec, wall, self.gpu_devices)
+        waited = ResourceUsage.reserved(replace(spec, nodes=1), self.gang_wait_node_s)
+        return ResourceUsage(
+            cpu_seconds=held.cpu_seconds + waited.cpu_seconds,
+            memory_gib_seconds=held.memory_gib_seconds + waited.memory_gib_seconds,
+            gpu_seconds=held.gpu_seconds + waited.gpu_seconds,
+            wall_seconds=wall,
             nodes=(node,) if node else (),
             max_rss_bytes=max_rss_bytes,
+            waiting_node_seconds=self.gang_wait_node_s,
         )
 
     def pods(self) -> list[Pod]:

@@ -37,6 +37,7 @@ from .scaleup import NODE_COMING
 from .status import (
     container_ages,
     deleted_pod_status,
+    gang_wait,
     pod_name,
     settled_pod_status,
 )
@@ -108,6 +109,8 @@ class AttemptObserver:
         if attempt.started_at is None:
             ran = container_ages(pods, self._wall())[0] if attempt.adopted else 0.0
             attempt.started_at = self._clock() - ran
+            if attempt.is_gang and not attempt.adopted:  # its ranks that ran while it waited
+                attempt.gang_wait_node_s = gang_wait(pods, self._wall())
             spec, tenant = attempt.request.spec, self._config.tenant(attempt.tenant)
             if claims_gpus(spec, self._config.gpus_of(tenant)):
                 api_client = self._tenants.client(attempt.tenant, attempt.request.step_key)

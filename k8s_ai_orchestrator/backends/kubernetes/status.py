@@ -311,6 +311,21 @@ def carry_disruption(
     return {**after, "status": {**status, "conditions": conditions}}
 
 
+def gang_wait(pods: Iterable[Mapping[str, Any]], now: float) -> float:
+    """Node-seconds a gang's pods ran before `now` (epoch seconds), the moment they all run:
+    each pod from its first container's start, by the kubelet's timestamps (whole seconds).
+
+    Example:
+        >>> def pod(started):
+        ...     return {"status": {"containerStatuses": [{"state": {"running": {
+        ...         "startedAt": started}}}]}}
+        >>> at = datetime.fromisoformat("2026-12-02T10:00:30Z").timestamp()
+        >>> gang_wait([pod("2026-12-02T10:00:00Z"), pod("2026-12-02T10:00:30Z")], at)
+        30.0
+    """
+    return sum(container_ages([pod], now)[0] for pod in pods)
+
+
 def container_ages(pods: Iterable[Mapping[str, Any]], now: float) -> tuple[float, float | None]:
     """How long before `now` (epoch seconds) the pods' containers first started and last
     ended, by the kubelet's timestamps: what an adopted attempt ran while no run worker
