@@ -1,7 +1,8 @@
 """A tenant pod whose host pod is gone before its end was copied, through the real vCluster
 syncer (team-a of `vcluster_plane`) and through ours (team-b), held to the same behaviour.
 
-The syncer deletes the tenant pod with grace 0 and copies nothing more; the Job controller's
+The syncer deletes the tenant pod (vCluster's first with the pod's grace period when it saw the
+host pod being deleted, then with none) and copies nothing more; the Job controller's
 tracking finalizer keeps it, Running, its Job active, and no kubelet will ever end it. The
 step must still end (as `Preempted`, the condition it carries), and leave neither Job nor pod.
 """
@@ -48,14 +49,13 @@ def test_a_tenant_pod_left_running_when_its_host_pod_vanished_ends_the_step(
         assert pod is not None
         kube.preempt_pod(tenant, NAMESPACE, pod["metadata"]["name"], grace_s=0)
 
-        # What the syncer leaves: deleted with grace 0, never ended, held by the finalizer.
+        # What the syncer leaves: deleted, never ended, held by the finalizer.
         def left_behind() -> dict[str, Any] | None:
             seen = _step_pod(kube, tenant, handle.job_id)
             deleted = seen is not None and seen["metadata"].get("deletionTimestamp")
             return seen if deleted else None
 
-        held = kube.wait_for(left_behind, timeout=30)
-        assert held["metadata"]["deletionGracePeriodSeconds"] == 0
+        held = kube.wait_for(left_behind, timeout=30)  # (vCluster's: its grace, then none)
         assert held["metadata"]["finalizers"] == ["batch.kubernetes.io/job-tracking"]
         time.sleep(1.0)
         still = _step_pod(kube, tenant, handle.job_id)
@@ -63,7 +63,7 @@ def test_a_tenant_pod_left_running_when_its_host_pod_vanished_ends_the_step(
         job = _job(kube, tenant, handle.job_id)
         assert job is not None and not (job.get("status") or {}).get("failed")  # it waits too
 
-        status = wait_until(kube, backend, handle, lambda s: s.is_terminal, timeout=SETTLE_S + 30)
+        status = wait_until(kube, backend, handle, lambda s: s.is_terminal, timeout=SETTLE_S + 40)
         assert status.reason == FailureReason.PREEMPTED.value, status
         assert "PreemptionByScheduler" in status.message
 

@@ -204,14 +204,16 @@ def deleted(state: dict[str, Any], grace: int) -> dict[str, Any]:
         (deleted(pod("Running", conditions=[PREEMPTING]), 0), SETTLE_S, FailureReason.PREEMPTED),
         (deleted(pod("Running"), 0), SETTLE_S, FailureReason.LOST),
         (deleted(pod("Pending"), 0), SETTLE_S, FailureReason.LOST),
-        # a graceful deletion in progress: its kubelet ends it
-        (deleted(pod("Running", conditions=[PREEMPTING]), 30), 60.0, StepState.RUNNING),
+        # a graceful deletion before its deadline (deletionTimestamp): its kubelet ends it
+        (deleted(pod("Running", conditions=[PREEMPTING]), 30), -10.0, StepState.RUNNING),
+        # ... and past it, never ended: no kubelet will
+        (deleted(pod("Running", conditions=[PREEMPTING]), 30), SETTLE_S, FailureReason.PREEMPTED),
         # ended before it was deleted: that end counts
         (deleted(pod("Failed", terminated={"exitCode": 1}), 0), SETTLE_S, FailureReason.ERROR),
         (deleted(pod("Succeeded"), 0), SETTLE_S, StepState.SUCCEEDED),
     ],
 )
-def test_a_pod_deleted_with_no_grace_that_never_ended_is_decided_after_the_settle_time(
+def test_a_deleted_pod_that_never_ended_is_decided_after_its_deadline_and_the_settle_time(
     state: dict[str, Any], seconds_later: float, expected: StepState | FailureReason
 ) -> None:
     status = settled_pod_status(state, AT_END + seconds_later)

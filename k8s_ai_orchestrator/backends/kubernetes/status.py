@@ -25,8 +25,8 @@ from ..base import FailureReason, StepState, StepStatus
 # - the kernel's OOM kill can reach the kubelet after the container's exit (containerd's OOM
 #   and exit events race, notably on cgroup v1): the container first reads `Error`, exit 137,
 #   then `OOMKilled`;
-# - a pod deleted with no grace period (`force_deleted_status`) gets its terminal phase from
-#   its kubelet within a second or two, if it has one.
+# - a deleted pod (`force_deleted_status`) gets its terminal phase from its kubelet within a
+#   second or two of its deletion deadline, if it has one.
 SETTLE_S = 5.0
 
 # DisruptionTarget condition reasons (current and pre-1.27 spellings).
@@ -172,14 +172,16 @@ def settled_pod_status(pod: Mapping[str, Any], now: float) -> StepStatus:
 
 
 def force_deleted_status(pod: Mapping[str, Any], now: float) -> StepStatus | None:
-    """How a pod ended that was deleted with no grace period and never reached a terminal
-    phase, once `SETTLE_S` have passed since (`now`: epoch seconds); None for any other pod.
+    """How a pod ended that is being deleted and never reached a terminal phase, once
+    `SETTLE_S` have passed since its deletion deadline (`now`: epoch seconds); None for any
+    other pod.
 
-    Such a pod is gone for Kubernetes; only a finalizer (the Job controller's tracking one)
-    keeps the object, and no kubelet will write its end. On a vCluster tenant this is what
-    the syncer leaves when the host pod disappears before its last status was copied: the
-    tenant pod is deleted with grace 0 and stays Running, its Job active, for ever. A kubelet
-    that still runs the pod writes its terminal phase within `SETTLE_S`.
+    A deleted pod's `deletionTimestamp` is the deadline by which its kubelet has killed its
+    containers (the delete's time plus its grace period) and written its end. A pod past it,
+    still not ended, has no kubelet that will end it; only a finalizer (the Job controller's
+    tracking one) keeps the object. On a vCluster tenant this is what the syncer leaves when the
+    host pod disappears before its last status was copied: the tenant pod deleted (with its
+    grace period, then with none), Running, its Job active, for ever.
 
     Example:
         >>> pod = {"metadata": {"name": "p", "deletionTimestamp": "2026-12-02T10:00:00Z",
@@ -188,20 +190,17 @@ def force_deleted_status(pod: Mapping[str, Any], now: float) -> StepStatus | Non
         >>> force_deleted_status(pod, at) is None, force_deleted_status(pod, at + SETTLE_S).reason
         (True, <FailureReason.LOST: 'Lost'>)
     """
-    meta = pod.get("metadata") or {}
-    deleted = meta.get("deletionTimestamp")
+    deadline = (pod.get("metadata") or {}).get("deletionTimestamp")
     phase = (pod.get("status") or {}).get("phase")
-    if not deleted or meta.get("deletionGracePeriodSeconds") != 0:
+    if not deadline or phase in ("Succeeded", "Failed"):
         return None
-    if phase in ("Succeeded", "Failed"):
-        return None
-    if now - datetime.fromisoformat(deleted).timestamp() < SETTLE_S:
+    if now - datetime.fromisoformat(deadline).timestamp() < SETTLE_S:
         return None
     node = (pod.get("spec") or {}).get("nodeName")
     disruption = condition_of(pod.get("status") or {}, "DisruptionTarget")
     if disruption is not None and disruption.get("status") == "True":
         return _disrupted(disruption, node)
-    message = f"pod {pod_name(pod)} was deleted with no grace period before it finished"
+    message = f"pod {pod_name(pod)} was deleted and not ended by its deletion deadline"
     return StepStatus.failed(FailureReason.LOST, message, node=node)
 
 
