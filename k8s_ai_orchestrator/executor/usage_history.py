@@ -86,7 +86,9 @@ def load_step_walls(
     )
     counted = 0
     for past in earlier:
-        if past.run_id == run.run_id or counted >= runs:
+        if counted >= runs:
+            break
+        if past.run_id == run.run_id:
             continue
         found = False
         for entry in instance.all_logs(past.run_id, of_type=DagsterEventType.ENGINE_EVENT):

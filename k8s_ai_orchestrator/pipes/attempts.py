@@ -83,9 +83,9 @@ class PipesAttempts:
         if self._caps.validates is not None:
             self._caps.validates.validate(self._request(self._planned.spec, 0, env))
         budget, key = self._settings.budget, self._planned.key
-        prices = step_prices(self._settings.prices, self._planned.backend, self._planned.tenant)
         if budget is None:
             return
+        prices = step_prices(self._settings.prices, self._planned.backend, self._planned.tenant)
         runs = program_walls(self._context, key, self._settings.auto_sizing.runs)
         guess = estimate(key, self._planned.spec, runs, prices)
         refused = over_budget(
@@ -239,7 +239,9 @@ def program_walls(context: Any, program: str, runs: int) -> list[tuple[str, floa
     earlier = instance.get_runs(RunsFilter(job_name=run.job_name), limit=runs * 4 + 1)
     found: list[tuple[str, float]] = []
     for past in earlier:
-        if past.run_id == run.run_id or len(found) >= runs:
+        if len(found) >= runs:
+            break
+        if past.run_id == run.run_id:
             continue
         for record in instance.all_logs(
             past.run_id, of_type=DagsterEventType.ASSET_MATERIALIZATION
