@@ -63,6 +63,17 @@ def gang_target(
         yield built
 
 
+@pytest.fixture(autouse=True)
+def _clear_gang_target(request: pytest.FixtureRequest) -> Iterator[None]:
+    """After each test on a gang target, what it left is deleted (`GangTarget.clear`)."""
+    target = (
+        request.getfixturevalue("gang_target") if "gang_target" in request.fixturenames else None
+    )
+    yield
+    if target is not None:
+        target.clear()
+
+
 @pytest.fixture(params=KUBE_TARGETS)
 def cluster(request: pytest.FixtureRequest, dagster_home: Path) -> Iterator[Any]:
     """A host with one node big enough for an xl step and one GPU node, two tenants: the

@@ -17,13 +17,14 @@ import os
 import sys
 import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from k8s_support import NAMESPACE, TENANTS, install_priority_classes, tenant_config
-from kubernetes.client import CoreV1Api
+from kubernetes.client import BatchV1Api, CoreV1Api
+from kubernetes.client.rest import ApiException
 
 from k8s_ai_orchestrator.backends.base import JobHandle, LaunchRequest, StepStatus
 from k8s_ai_orchestrator.backends.kubernetes import KubernetesBackend, KubernetesConfig
@@ -46,6 +47,26 @@ class GangTarget:
     wait_for: Callable[..., Any]  # wait_for(predicate, timeout=...)
     processes_alive: Callable[[], int]  # pod processes still running (0 when all ended)
     evict: Callable[[str, str], None]  # evict(tenant, pod name) through the Eviction API
+
+    def clear(self, timeout: float = 120) -> None:
+        """Delete every Job and pod a test left in either tenant and wait until they are gone
+        and no pod process runs: a test that failed midway must not hold the next one's node."""
+        for tenant in TENANTS:
+            batch = BatchV1Api(self.core(tenant).api_client)
+            for job in self.jobs(tenant):
+                with suppress(ApiException):
+                    batch.delete_namespaced_job(
+                        job["metadata"]["name"], NAMESPACE, propagation_policy="Background"
+                    )
+            for pod in self.pods(tenant):
+                with suppress(ApiException):
+                    self.core(tenant).delete_namespaced_pod(
+                        pod["metadata"]["name"], NAMESPACE, grace_period_seconds=0
+                    )
+        self.wait_for(
+            lambda: not any(self.pods(t) for t in TENANTS) and self.processes_alive() == 0,
+            timeout=timeout,
+        )
 
 
 @contextmanager
@@ -196,8 +217,9 @@ def wait_status(
 
     try:
         target.wait_for(check, timeout=240)
-    except TimeoutError:
-        raise AssertionError(f"last status: {seen[-1] if seen else None}") from None
+    except TimeoutError as error:
+        last = seen[-1] if seen else None
+        raise AssertionError(f"last status: {last}; {error}") from None
     return seen[-1]
 
 

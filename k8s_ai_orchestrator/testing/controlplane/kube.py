@@ -177,8 +177,14 @@ class RealKube:
     def wait_for(
         self, predicate: Callable[[], Any], timeout: float = 30, interval: float = 0.1
     ) -> Any:
-        """Poll `predicate` until it returns something truthy; TimeoutError otherwise."""
-        return wait_until(predicate, timeout, interval)
+        """Poll `predicate` until it returns something truthy; TimeoutError otherwise, saying
+        what the node agent and our syncers were doing (`describe`)."""
+        return wait_until(predicate, timeout, interval, self.describe)
+
+    def describe(self) -> str:
+        """The node agent's and our syncers' loops and what they hold."""
+        parts = [self.agent.describe()] if self.agent is not None else []
+        return "\n".join(parts + [s.describe() for s in self.syncers.values()])
 
     def pods(self, server: str, namespace: str | None = None) -> list[Obj]:
         """Raw pods of "host" or a tenant, without the hidden ones."""

@@ -38,6 +38,7 @@ from ...kube.nodes import NodeSpec
 from ...kube.store import ClusterState, Obj
 from .. import pki
 from ..informer import Informer
+from ..loops import describe_loop
 from ..patches import STRATEGIC
 from .dra import ClaimPreparer, DraGpus, publish
 from .logserver import LogServer
@@ -180,6 +181,15 @@ class NodeAgent:
     def errors(self) -> list[BaseException]:
         """Exceptions the kubelet loop met (it goes on after each)."""
         return list(self._errors)
+
+    def describe(self) -> str:
+        """The kubelet loop (alive, where, its last errors) and the pods it runs, for a test
+        that waited in vain."""
+        lines = [describe_loop("node agent", self._loop, self._errors)]
+        for run in list(self.kubelet.runs.values()):
+            alive = [n for n, c in run.containers.items() if c.process is not None]
+            lines.append(f"runs pod {run.namespace}/{run.name} on {run.node}: processes {alive}")
+        return "\n".join(lines)
 
     def kill_container(self, namespace: str, pod: str, signum: int = signal.SIGKILL) -> None:
         """Send a signal to a running pod's containers (a crash from outside)."""

@@ -39,9 +39,7 @@ Example:
 
 from __future__ import annotations
 
-import sys
 import threading
-import traceback
 from collections.abc import Callable
 from pathlib import Path
 
@@ -52,6 +50,7 @@ from ...kube import resize
 from ...kube.lifecycle import is_terminal
 from ..agent.logserver import LogLookup
 from ..informer import REQUEST_TIMEOUT_S, Informer, Obj
+from ..loops import describe_loop
 from ..patches import STRATEGIC, ignoring, replaced, status_patch
 from . import translate
 from .events import EventSync, PodRef
@@ -155,13 +154,7 @@ class TenantSyncer:
     def describe(self) -> str:
         """What the syncer holds now, for a test that waited in vain: its loop (and where it
         is), its last errors, its host pods and where each stands."""
-        frame = sys._current_frames().get(self._loop.ident or -1)
-        where = "".join(traceback.format_stack(frame)[-3:]) if frame is not None else ""
-        lines = [
-            f"our syncer of {self.tenant}: loop alive={self._loop.is_alive()}, "
-            f"{len(self.errors)} errors, the last: {self.errors[-3:]!r}",
-            f"its loop is at:\n{where}" if where else "its loop is not running",
-        ]
+        lines = [describe_loop(f"our syncer of {self.tenant}", self._loop, self.errors)]
         for pod in self.host_pods.items():
             status = pod.get("status") or {}
             conditions = [

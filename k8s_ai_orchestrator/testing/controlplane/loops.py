@@ -1,0 +1,28 @@
+"""What a test plane's control loop is doing, for a test that waited in vain.
+
+The node agent and our syncer each run one loop thread that records the exceptions it met
+and goes on; when a wait times out, the test says whether the loop is alive, where it is and
+what it last failed on.
+
+Example:
+    >>> import threading
+    >>> idle = threading.Thread(target=lambda: None)
+    >>> describe_loop("agent", idle, [ValueError("bad pod")])
+    "agent: loop alive=False, 1 errors, the last: [ValueError('bad pod')]; not running"
+"""
+
+from __future__ import annotations
+
+import sys
+import threading
+import traceback
+from collections.abc import Sequence
+
+
+def describe_loop(name: str, thread: threading.Thread, errors: Sequence[BaseException]) -> str:
+    """`name`'s loop: alive or not, its last errors, and the last frames of where it is."""
+    frame = sys._current_frames().get(thread.ident or -1)
+    where = "".join(traceback.format_stack(frame)[-3:]) if frame is not None else ""
+    last = list(errors[-3:])
+    head = f"{name}: loop alive={thread.is_alive()}, {len(errors)} errors, the last: {last!r}"
+    return f"{head}; at:\n{where}" if where else f"{head}; not running"
