@@ -9,7 +9,15 @@ from __future__ import annotations
 import pytest
 
 from k8s_ai_orchestrator.errors import ConfigError
-from k8s_ai_orchestrator.launch.budget import Budget, Estimate, estimate, over_budget
+from k8s_ai_orchestrator.launch.budget import (
+    Budget,
+    Estimate,
+    Spent,
+    estimate,
+    over_budget,
+    passed,
+    seconds_to_cap,
+)
 from k8s_ai_orchestrator.launch.cost import Prices
 from k8s_ai_orchestrator.launch.settings import ExecutorSettings
 from k8s_ai_orchestrator.spec import ComputeSpec, GiB
@@ -98,3 +106,41 @@ def test_gpu_hours_are_capped_with_or_without_prices() -> None:
     )
     by_run = over_budget(estimates, Budget(max_gpu_hours_per_run=9.0), "")
     assert sorted(by_run) == ["score", "train"]
+
+
+def test_on_exceeded_is_warn_by_default_and_anything_but_warn_or_stop_is_a_config_error() -> None:
+    assert Budget.from_config({"max_gpu_hours_per_step": 1}, None) == Budget(
+        max_gpu_hours_per_step=1.0, on_exceeded="warn"
+    )
+    stop = Budget.from_config({"max_gpu_hours_per_step": 1, "on_exceeded": "stop"}, None)
+    assert stop is not None and stop.on_exceeded == "stop"
+    with pytest.raises(ConfigError, match=r"budget.on_exceeded='kill': give 'warn' \(a running"):
+        Budget.from_config({"max_gpu_hours_per_step": 1, "on_exceeded": "kill"}, None)
+
+
+def test_a_running_step_passes_its_own_cap_or_the_runs_and_says_which() -> None:
+    so_far = {"a": Spent(cost=4.0, gpu_hours=1.5), "b": Spent(cost=3.0, gpu_hours=0.0)}
+    assert passed("a", so_far, Budget(max_cost_per_step=5.0), "EUR") == {}
+    assert passed("a", so_far, Budget(max_gpu_hours_per_step=1.0), "") == {
+        "max_gpu_hours_per_step": "has reserved 1.50 GPU-hours so far, past "
+        "budget.max_gpu_hours_per_step 1.00 GPU-hours"
+    }
+    by_run = passed("b", so_far, Budget(max_cost_per_run=6.0), "EUR")
+    assert by_run == {
+        "max_cost_per_run": "the run has reserved 7.00 EUR so far (this step 3.00), past "
+        "budget.max_cost_per_run 6.00 EUR"
+    }
+    unpriced = {"a": Spent(cost=None, gpu_hours=0.0)}
+    assert passed("a", unpriced, Budget(max_cost_per_step=0.5), "EUR") == {}
+
+
+def test_the_next_budget_look_is_when_the_first_cap_would_be_passed_at_the_current_rate() -> None:
+    so_far = {"a": Spent(cost=1.0, gpu_hours=0.5), "b": Spent(cost=2.0, gpu_hours=0.0)}
+    rates = {"a": Spent(cost=0.5, gpu_hours=0.001), "b": Spent(cost=0.25, gpu_hours=0.0)}
+    assert seconds_to_cap("a", so_far, rates, Budget(max_cost_per_step=3.0), "EUR") == 4.0
+    run_cap = Budget(max_cost_per_step=3.0, max_cost_per_run=4.5)
+    assert seconds_to_cap("a", so_far, rates, run_cap, "EUR") == 2.0  # 1.5 left at 0.75/s
+    gpu = Budget(max_gpu_hours_per_step=0.6)
+    assert seconds_to_cap("a", so_far, rates, gpu, "") == pytest.approx(100.0)
+    assert seconds_to_cap("b", so_far, rates, gpu, "") == float("inf")  # holds no GPU
+    assert seconds_to_cap("a", so_far, rates, Budget(max_cost_per_step=0.5), "EUR") == 0.0

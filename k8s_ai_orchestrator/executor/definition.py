@@ -51,9 +51,9 @@ def ai_executor(init_context: InitExecutorContext) -> Executor:
     oom_escalation {factor, max_memory, max_attempts, grow_at}, auto_sizing {headroom, runs},
     prices {cpu_hour, memory_gib_hour, gpu_hour, gpu_hour_by_type, preemptible_factor,
     currency, backends, tenants}, budget {max_cost_per_step, max_cost_per_run,
-    max_gpu_hours_per_step, max_gpu_hours_per_run}, max_preemption_retries, grace_period_s,
-    poll_interval_s, idle_poll_interval_s, max_concurrent, tag_concurrency_limits,
-    step_dependency_config, retries. See docs/executor-config.md.
+    max_gpu_hours_per_step, max_gpu_hours_per_run, on_exceeded}, max_preemption_retries,
+    grace_period_s, poll_interval_s, idle_poll_interval_s, max_concurrent,
+    tag_concurrency_limits, step_dependency_config, retries. See docs/executor-config.md.
 
     Example:
         >>> from dagster import Definitions
@@ -153,6 +153,11 @@ class AIExecutor(Executor):
             live = self.handler.live(key) if key else None
             if live is not None and event.event_type is DagsterEventType.STEP_WORKER_STARTED:
                 live.worker_started(event.pid)
+            outcome = event.is_step_failure or event.is_step_up_for_retry or event.is_step_success
+            late = outcome and key and self.handler.budget.late(key, event.pid, os.getpid())
+            if key and late:
+                self.handler.note(key, late)
+                continue  # the step was stopped for its budget: that is its outcome
             if key and live is not None and event.is_step_failure:
                 if live.stale_failure(event.pid, os.getpid()):
                     live.terminal_events_at_launch += 1  # in the log, but not this attempt's
@@ -192,6 +197,10 @@ class AIExecutor(Executor):
         if message:
             err_info = SerializableErrorInfo(message=message, stack=err_info.stack, cls_name=None)
         self.handler.finish_attempt(key, final=True)
+        if key in self.handler.budget.stopped:  # a BudgetError: no RetryPolicy retries it
+            error = SerializableErrorInfo(err_info.message, stack=[], cls_name="BudgetError")
+            failure = StepFailureData(error=error, user_failure_data=None)
+            return DagsterEvent.step_failure_event(step_context, failure)
         return super().log_failure_or_retry_event_after_error(step_context, err_info, known_state)
 
 

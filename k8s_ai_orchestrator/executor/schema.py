@@ -283,9 +283,13 @@ CONFIG_SCHEMA = {
                 "max_cost_per_run": _opt(Float, "Refuse a run estimated above; needs prices."),
                 "max_gpu_hours_per_step": _opt(Float, "Refuse a step estimated above; > 0."),
                 "max_gpu_hours_per_run": _opt(Float, "Refuse a run estimated above; > 0."),
+                "on_exceeded": _opt(
+                    str, "A running step past a cap: warn (default), or stop at its checkpoint."
+                ),
             }
         ),
-        "Caps checked before anything is submitted, from earlier runs (docs/cost.md#budgets).",
+        "Caps checked before anything is submitted, from earlier runs, and while steps run "
+        "(docs/cost.md#budgets).",
     ),
     "max_preemption_retries": Field(Int, default_value=3, description="Relaunches; >= 0."),
     "grace_period_s": Field(Float, default_value=30.0, description="SIGTERM → SIGKILL; >= 0."),

@@ -27,6 +27,7 @@ from ..backends.base import ResourceUsage, StreamsLogs
 from ..checkpoint.signals import work_lost_s
 from ..errors import BackendError
 from ..launch.attempts import USAGE_KEY, StepAttempts, usage_from_metadata
+from ..launch.budget import Spent
 from ..launch.lifecycle import Attempt
 from ..launch.relaunch import StepHistory
 
@@ -91,6 +92,7 @@ class RecordedSteps:
     # step → its success, failure and retry events (when they were among those read: a
     # resumed run worker reads them all)
     terminal: dict[str, int] = field(default_factory=dict)
+    spent: dict[str, Spent] = field(default_factory=dict)  # step → its summary's reservation
 
     @classmethod
     def of(cls, events: Iterable[DagsterEvent]) -> RecordedSteps:
@@ -111,6 +113,10 @@ class RecordedSteps:
         job = meta.get(META + "job")
         if META + "log_offset" in meta and job is not None:
             self.log_offsets[str(job.value)] = int(meta[META + "log_offset"].value)  # type: ignore[arg-type]
+        if META + "wall_seconds" in meta:  # the step's summary: it has ended
+            cost = meta.get(META + "cost")
+            gpu_hours = float(meta[META + "gpu_seconds"].value) / 3600  # type: ignore[arg-type]
+            self.spent[key] = Spent(None if cost is None else float(cost.value), gpu_hours)  # type: ignore[arg-type]
         if META + "relaunches" not in meta:
             return
         if launch_record(meta):

@@ -1,8 +1,7 @@
-"""The one StepHandler behind `ai_executor`: resolve a step's spec, route it, watch it.
-
-Per step a `StepAttempts`: its observer (`launch.lifecycle`) says what a status means,
-`Relaunches` decides relaunches, this module turns notes into engine events and verdicts into
-Dagster's health results (a step's last log lines: `LogTails`); capabilities found once."""
+"""The one StepHandler behind `ai_executor`: resolve a step's spec, route it, watch it. Per
+step a `StepAttempts`: its observer (`launch.lifecycle`) says what a status means, `Relaunches`
+decides relaunches, `BudgetWatch` holds it to the budget, this module turns notes into engine
+events and verdicts into Dagster's health results (last log lines: `LogTails`)."""
 
 from __future__ import annotations
 
@@ -18,12 +17,13 @@ from dagster._core.executor.step_delegating.step_handler.base import StepHandler
 from dagster._utils.error import SerializableErrorInfo
 
 from ..backends.base import Backend, Capabilities, ResourceUsage, StepState, StepStatus
-from ..launch.attempts import StepAttempts
+from ..launch.attempts import LOG_TAIL_LINES, StepAttempts
 from ..launch.backends import make_backend
 from ..launch.lifecycle import Attempt, Verdict, launch_note, read_status
 from ..launch.plan import PlannedStep
 from ..launch.settings import ExecutorSettings
 from .attention import Attention
+from .budget_watch import BudgetWatch
 from .log_tails import LogTails
 from .reattach import reattach
 from .relaunching import Relaunches, without_relaunches
@@ -39,8 +39,6 @@ from .step_events import (
 )
 from .step_requests import StepRequests, single_key
 from .validation import RunCheck, check_budget, check_run
-
-LOG_TAIL_LINES = 30
 
 
 class AIStepHandler:
@@ -59,6 +57,7 @@ class AIStepHandler:
         self._requests = StepRequests(settings)
         self._recorded: RecordedSteps | None = None  # a resumed run worker's (`resume`)
         self.tails = LogTails(clock)  # ended steps' attempts whose log is read on
+        self.budget = BudgetWatch(settings, warning_event)  # running steps against the caps
 
     def bind(self, plan_context: PlanOrchestrationContext, plan: ExecutionPlan) -> RunCheck:
         """Plan and validate every step before anything is submitted; what was refused."""
@@ -108,7 +107,7 @@ class AIStepHandler:
 
     def resume(self, events: Iterable[DagsterEvent]) -> None:
         """This run worker resumes a run: `events` (all the run's) tell what its steps did."""
-        self._recorded = RecordedSteps.of(events)
+        self._recorded = self.budget.restore(RecordedSteps.of(events))
 
     def adopt(self, hctx: StepHandlerContext, last: Undecided | None) -> Iterator[DagsterEvent]:
         """Take over a step in flight when its run worker died (`reattach`, after `resume`);
@@ -145,15 +144,16 @@ class AIStepHandler:
             self.attention.arm(key, attempt.checked_at + caps.status_interval_s)
             return None
         status, verdict = self._observe(live, step_context)
-        if verdict is Verdict.GIVE_UP:
+        stop = self.budget.check(key, self._live, status, self._clock(), step_context)
+        if verdict is Verdict.GIVE_UP or stop:
             live.cancelled = True
             backend.cancel(attempt.handle)
-            live.fail_message = status.message
-            return status.message
+            live.fail_message = stop or status.message
+            return live.fail_message
         if status.state is not StepState.PENDING:
             forward_logs(live, caps.logs, step_context, self._clock(), status.is_terminal)
         attempt.schedule(self._clock(), caps, measured=live.measured)
-        self.attention.arm(key, attempt.next_check_at)
+        self.attention.arm(key, min(attempt.next_check_at, self.budget.due(key)))
         if status.state is not StepState.FAILED:
             return None
         if terminal_event_count(self._plan_context, key) > live.terminal_events_at_launch:
@@ -214,7 +214,7 @@ class AIStepHandler:
         live.finished(ResourceUsage() if gone else backend.usage(live.attempt.handle), status)
         self.attention.ended(live.attempt.handle.job_id)
         if final:
-            del self._live[key]
+            self.budget.ended(key, self._live.pop(key))
             self._event(step_context, *live.summary(key, self._settings.prices))
 
     def close(self) -> None:

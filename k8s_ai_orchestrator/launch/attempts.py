@@ -145,6 +145,23 @@ class StepAttempts:
         self.usage.append(replace(usage, ended=why, lost_seconds=self.lost_seconds))
         self.failed_as, self.lost_seconds = None, None
 
+    def held(self) -> ComputeSpec | None:
+        """The size its running attempt holds (grown memory included); None when none runs."""
+        attempt = self.attempt
+        if attempt is None or attempt.running_at is None or attempt.status.is_terminal:
+            return None
+        memory = self.history.memory_tried[-1] if self.history.memory_tried else 0
+        return self.spec.with_memory(memory) if memory else self.spec
+
+    def reserved_so_far(self, now: float) -> list[ResourceUsage]:
+        """Its finished attempts' reservations, and the running one's from when it started
+        running until `now` (the observer's clock) at the size it holds (`held`)."""
+        spec = self.held()
+        if spec is None or self.attempt is None or self.attempt.running_at is None:
+            return list(self.usage)
+        held_s = max(0.0, now - self.attempt.running_at)
+        return [*self.usage, ResourceUsage.reserved(spec, held_s)]
+
     def record_resize(self, new_bytes: int) -> None:
         """The attempt in flight was grown in place: it now holds `new_bytes`."""
         tried = self.history.memory_tried
@@ -236,6 +253,7 @@ class StepAttempts:
         return text + (f"\n--- last {tail_lines} log lines ---\n{tail}" if tail else "")
 
 
+LOG_TAIL_LINES = 30  # the log lines a step's failure message ends with
 USAGE_KEY = "usage_before"  # the finished attempts' usage, in a launch's metadata
 _ZERO_SAYS = {"lost_seconds"}  # fields whose 0 means something (nothing lost), not "none"
 

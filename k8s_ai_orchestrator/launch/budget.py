@@ -1,5 +1,7 @@
 """Budgets: a step or a run that would cost more than its cap is refused before anything is
-submitted. Pure: what a step's earlier runs took comes in, a verdict per step goes out.
+submitted, and one that passes a cap while it runs is warned about or stopped (`on_exceeded`).
+Pure: what a step's earlier runs took, or what the run's steps have reserved so far, comes in;
+a verdict per step goes out.
 
 A step's estimate is its declared size (every node of a gang) held for as long as the longest
 of its recent runs took, all attempts together (`Estimate.how` says which run); at `prices`
@@ -20,6 +22,11 @@ Example:
     >>> from dataclasses import replace
     >>> over_budget({"train": replace(guess, cost=7.5)}, budget, "USD")["train"][0][:66]
     'estimated at 7.50 USD, over budget.max_cost_per_step 5.00 USD: the'
+
+While the run goes on, what each step has reserved so far (`spent`) is held to the same caps:
+    >>> so_far = {"train": Spent(cost=5.5, gpu_hours=1.4), "eval": Spent(cost=0.2, gpu_hours=0.0)}
+    >>> passed("train", so_far, budget, "USD")
+    {'max_cost_per_step': 'has reserved 5.50 USD so far, past budget.max_cost_per_step 5.00 USD'}
 """
 
 from __future__ import annotations
@@ -35,6 +42,8 @@ from .cost import MONEY_DIGITS, Prices
 
 _CAPS = ("max_cost_per_step", "max_cost_per_run", "max_gpu_hours_per_step", "max_gpu_hours_per_run")
 _MONEY_CAPS = ("max_cost_per_step", "max_cost_per_run")
+# what a running step that passes a cap meets: a warning, or a stop at its next checkpoint
+ON_EXCEEDED = ("warn", "stop")
 
 
 @dataclass(frozen=True)
@@ -45,13 +54,21 @@ class Budget:
     max_cost_per_run: float | None = None
     max_gpu_hours_per_step: float | None = None  # GPU-hours, with or without prices
     max_gpu_hours_per_run: float | None = None
+    on_exceeded: str = "warn"  # a running step past a cap: "warn" once, or "stop" it
 
     @classmethod
     def from_config(cls, raw: Any, prices: Prices | None, where: str = "budget") -> Budget | None:
         """The checked section; None when absent. `ConfigError` names the key and the fix."""
         if raw is None:
             return None
-        check_keys(raw, _CAPS, where)
+        check_keys(raw, (*_CAPS, "on_exceeded"), where)
+        on_exceeded = raw.get("on_exceeded") or "warn"
+        if on_exceeded not in ON_EXCEEDED:
+            raise ConfigError(
+                f"{where}.on_exceeded={on_exceeded!r}: give 'warn' (a running step that passes a "
+                "cap is warned about once) or 'stop' (it is stopped at its next checkpoint and "
+                "fails with BudgetError)"
+            )
         caps = {
             key: float(config_number(raw[key], f"{where}.{key}", above=True))
             for key in _CAPS
@@ -64,7 +81,14 @@ class Budget:
                 "section (docs/cost.md), or cap GPU-hours with max_gpu_hours_per_step / "
                 "max_gpu_hours_per_run"
             )
-        return cls(**caps)
+        return cls(**caps, on_exceeded=on_exceeded)
+
+    def caps(self, currency: str) -> tuple[tuple[str, float | None, float | None, str], ...]:
+        """(figure, per-step cap, per-run cap, unit) for money and for GPU-hours."""
+        return (
+            ("cost", self.max_cost_per_step, self.max_cost_per_run, currency),
+            ("gpu_hours", self.max_gpu_hours_per_step, self.max_gpu_hours_per_run, "GPU-hours"),
+        )
 
 
 @dataclass(frozen=True)
@@ -98,17 +122,8 @@ def over_budget(
     estimate over a per-step cap, or the run's total over a per-run cap (every estimated step
     is refused then, as nothing of the run is submitted)."""
     refused: dict[str, list[str]] = {}
-    caps = (
-        ("cost", budget.max_cost_per_step, budget.max_cost_per_run, currency),
-        ("gpu_hours", budget.max_gpu_hours_per_step, budget.max_gpu_hours_per_run, "GPU-hours"),
-    )
-    for field, step_cap, run_cap, unit in caps:
-        figures = {
-            step: value
-            for step, guess in estimates.items()
-            if (value := getattr(guess, field)) is not None
-        }
-        name = "cost" if field == "cost" else "gpu_hours"
+    for name, step_cap, run_cap, unit in budget.caps(currency):
+        figures = _figures(estimates, name)
         for step, value in figures.items():
             if step_cap is not None and value > step_cap:
                 refused.setdefault(step, []).append(
@@ -127,4 +142,88 @@ def over_budget(
     return refused
 
 
-__all__ = ["Budget", "Estimate", "estimate", "over_budget"]
+@dataclass(frozen=True)
+class Spent:
+    """What a step has reserved so far, all its attempts (the one running up to now)."""
+
+    cost: float | None  # at its prices; None without prices
+    gpu_hours: float
+
+
+def spent(attempts: Sequence[ResourceUsage], spec: ComputeSpec, prices: Prices | None) -> Spent:
+    """The `Spent` of a step's attempts, each priced as its summary prices it."""
+    cost = None if prices is None else sum(prices.of(u, spec) for u in attempts)
+    return Spent(cost, sum(u.gpu_seconds for u in attempts) / 3600)
+
+
+def passed(step: str, so_far: Mapping[str, Spent], budget: Budget, currency: str) -> dict[str, str]:
+    """The caps `step` has passed while running, by cap key, with what passing it says: its
+    own reservation over a per-step cap, or the run's (`so_far`: every step of the run that
+    reserved anything, this one too) over a per-run cap."""
+    found: dict[str, str] = {}
+    for name, step_cap, run_cap, unit in budget.caps(currency):
+        figures = _figures(so_far, name)
+        value = figures.get(step)
+        if value is None:
+            continue
+        if step_cap is not None and value > step_cap:
+            key = f"max_{name}_per_step"
+            found[key] = (
+                f"has reserved {value:.2f} {unit} so far, past budget.{key} {step_cap:.2f} {unit}"
+            )
+        total = sum(figures.values())
+        if run_cap is not None and total > run_cap:
+            key = f"max_{name}_per_run"
+            found[key] = (
+                f"the run has reserved {total:.2f} {unit} so far (this step {value:.2f}), past "
+                f"budget.{key} {run_cap:.2f} {unit}"
+            )
+    return found
+
+
+def seconds_to_cap(
+    step: str,
+    so_far: Mapping[str, Spent],
+    per_second: Mapping[str, Spent],
+    budget: Budget,
+    currency: str,
+) -> float:
+    """How long until `step` passes a cap if the run's steps go on reserving what they hold
+    now (`per_second`: each running step's reservation per second); inf when no cap binds.
+
+    Example:
+        >>> budget = Budget(max_cost_per_step=5.0, max_cost_per_run=8.0)
+        >>> so_far = {"a": Spent(cost=4.0, gpu_hours=0.0), "b": Spent(cost=3.0, gpu_hours=0.0)}
+        >>> rates = {"a": Spent(cost=0.5, gpu_hours=0.0), "b": Spent(cost=0.5, gpu_hours=0.0)}
+        >>> seconds_to_cap("a", so_far, rates, budget, "USD")  # the run's 1.0 left, at 1.0/s
+        1.0
+    """
+    soonest = float("inf")
+    for name, step_cap, run_cap, _unit in budget.caps(currency):
+        figures, rates = _figures(so_far, name), _figures(per_second, name)
+        value, rate = figures.get(step), rates.get(step, 0.0)
+        if value is not None and step_cap is not None and rate > 0:
+            soonest = min(soonest, (step_cap - value) / rate)
+        run_rate = sum(rates.values())
+        if value is not None and run_cap is not None and run_rate > 0:
+            soonest = min(soonest, (run_cap - sum(figures.values())) / run_rate)
+    return max(0.0, soonest)
+
+
+def _figures(by_step: Mapping[str, Estimate] | Mapping[str, Spent], name: str) -> dict[str, float]:
+    """Each step's `name` figure ("cost" or "gpu_hours"), leaving out the steps without it."""
+    return {
+        step: value for step, held in by_step.items() if (value := getattr(held, name)) is not None
+    }
+
+
+__all__ = [
+    "ON_EXCEEDED",
+    "Budget",
+    "Estimate",
+    "Spent",
+    "estimate",
+    "over_budget",
+    "passed",
+    "spent",
+]

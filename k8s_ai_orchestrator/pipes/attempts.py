@@ -32,7 +32,7 @@ from ..backends.base import (
     StepStatus,
 )
 from ..errors import BudgetError, PipesProgramError
-from ..launch.attempts import StepAttempts
+from ..launch.attempts import LOG_TAIL_LINES, StepAttempts
 from ..launch.budget import estimate, over_budget
 from ..launch.cost import step_prices
 from ..launch.lifecycle import Attempt, launch_note
@@ -43,7 +43,6 @@ from ..spec import ComputeSpec
 from .messages import PodLogMessageReader
 from .supervise import AttemptWatcher
 
-LOG_TAIL_LINES = 30
 OpenSession = Callable[[PipesMessageReader], AbstractContextManager[PipesSession]]
 MakeReader = Callable[[int], PipesMessageReader]
 

@@ -111,7 +111,14 @@ class AICompute(ConfigurableResource, PipesClient):  # type: ignore[misc]
     def settings(self) -> ExecutorSettings:
         """The resource's config as the executor's validated settings (raises `ConfigError`)."""
         raw = {key: getattr(self, key) for key in SETTINGS_KEYS}
-        per_run = [key for key in self.budget or {} if key.endswith("_per_run")]
+        budget = self.budget or {}
+        if "on_exceeded" in budget:
+            raise ConfigError(
+                "AICompute budget.on_exceeded: AICompute checks each program's estimate before "
+                "it is submitted, and does not watch a running program against the caps yet; "
+                "remove the key (ai_executor's budget has it)"
+            )
+        per_run = [key for key in budget if key.endswith("_per_run")]
         if per_run:
             raise ConfigError(
                 f"AICompute budget.{per_run[0]}: AICompute checks each program on its own "

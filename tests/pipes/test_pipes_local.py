@@ -243,6 +243,9 @@ def test_a_program_over_its_budget_is_refused_from_its_last_runs_figures(
     assert len(list(out.iterdir())) == programs_run  # refused before it was submitted
     with pytest.raises(ConfigError, match="AICompute budget.max_cost_per_run: AICompute checks"):
         local_ai(prices=prices, budget={"max_cost_per_run": 5.0}).settings()
+    stop = {"max_cost_per_step": 5.0, "on_exceeded": "stop"}
+    with pytest.raises(ConfigError, match="AICompute budget.on_exceeded: AICompute checks"):
+        local_ai(prices=prices, budget=stop).settings()
 
 
 def _alive(pid: int) -> bool:

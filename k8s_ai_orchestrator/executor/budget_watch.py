@@ -1,0 +1,111 @@
+"""The budget while the run goes on: each running step's reservation so far, and the run's,
+held to the `budget` caps at every health check (`launch.budget.passed`).
+
+`on_exceeded: warn` writes one warning per step and cap passed and lets the step go on;
+`stop` cancels the step's attempt as a preemption stops it (SIGTERM: it saves at its next
+checkpoint within its grace period) and fails it with `BudgetError`, never relaunched nor
+retried by its RetryPolicy. What its process writes after that is not this attempt's outcome
+(`late`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from dagster._core.execution.context.system import IStepContext
+
+from ..backends.base import ResourceUsage, StepState, StepStatus
+from ..errors import BudgetError
+from ..launch.attempts import StepAttempts
+from ..launch.budget import Spent, passed, seconds_to_cap, spent
+from ..launch.cost import step_prices
+from ..launch.settings import ExecutorSettings
+from .step_events import RecordedSteps
+
+MIN_RECHECK_S = 0.5  # the soonest a running step is looked at again for its budget
+
+
+class BudgetWatch:
+    """See the module docstring; `warn(step_context, message, metadata)` writes a warning."""
+
+    def __init__(self, settings: ExecutorSettings, warn: Callable[..., Any]) -> None:
+        self._budget = settings.budget
+        self._prices = settings.prices
+        self._warn = warn
+        self._ended: dict[str, Spent] = {}  # steps of this run that have ended
+        self._said: set[tuple[str, str]] = set()  # (step, cap) warned about
+        self.stopped: dict[str, str] = {}  # step → why it was stopped
+        self._due: dict[str, float] = {}  # step → when it passes a cap at its current rate
+
+    def restore(self, recorded: RecordedSteps) -> RecordedSteps:
+        """A resumed run worker counts the steps that ended before it (their summaries)."""
+        self._ended.update(recorded.spent)
+        return recorded
+
+    def ended(self, key: str, live: StepAttempts) -> None:
+        """The step's last attempt was accounted: its reservation counts for the run."""
+        if self._budget is not None:
+            self._ended[key] = self._spent(live, live.usage)
+
+    def check(
+        self,
+        key: str,
+        live_steps: dict[str, StepAttempts],
+        status: StepStatus,
+        now: float,
+        step_context: IStepContext,
+    ) -> str | None:
+        """Hold the running step `key` (of `live_steps`, the run's steps in flight) to the
+        caps: its warnings written, or why it is stopped now."""
+        budget = self._budget
+        if budget is None or key in self.stopped or status.state is not StepState.RUNNING:
+            return None
+        live = live_steps[key]
+        per_run = budget.max_cost_per_run is not None or budget.max_gpu_hours_per_run is not None
+        counted = live_steps if per_run else {key: live}  # the run's total only for a run cap
+        so_far = {**self._ended} if per_run else {}
+        rates: dict[str, Spent] = {}
+        for other, held in counted.items():
+            so_far[other] = self._spent(held, held.reserved_so_far(now))
+            if (spec := held.held()) is not None:
+                rates[other] = self._spent(held, [ResourceUsage.reserved(spec, 1.0)])
+        currency = self._prices.currency if self._prices else ""
+        found = passed(key, so_far, budget, currency)
+        wait = seconds_to_cap(key, so_far, rates, budget, currency)
+        self._due[key] = now + max(wait, MIN_RECHECK_S) if not found else float("inf")
+        if found and budget.on_exceeded == "stop":
+            why = "; ".join(found.values())
+            self.stopped[key] = (
+                f"{BudgetError.__module__}.BudgetError: step '{key}' {why}; stopped at its next "
+                "checkpoint (budget.on_exceeded: stop); raise the cap, or make the step smaller"
+            )
+            return self.stopped[key]
+        for cap, why in found.items():
+            if (key, cap) not in self._said:
+                self._said.add((key, cap))
+                message = f"Budget: step '{key}' {why}; it goes on (budget.on_exceeded: warn)"
+                self._warn(step_context, message, {"budget_passed": cap})
+        return None
+
+    def due(self, key: str) -> float:
+        """When to look at the running step again for its budget (the observer's clock): when
+        it would pass a cap at the rate the run reserves now; inf without a budget."""
+        return self._due.get(key, float("inf"))
+
+    def late(self, key: str, pid: int | None, own_pid: int) -> str:
+        """What the run says of an outcome event that the stopped step's process wrote after
+        it was stopped (its Preempted failure or retry); "" for any other event: the step's
+        outcome is its BudgetError, written by this run worker (`own_pid`)."""
+        if key not in self.stopped or pid is None or pid == own_pid:
+            return ""
+        return (
+            f"Ignored the outcome step '{key}' wrote from process {pid} after it was stopped "
+            "for its budget: the step failed with BudgetError"
+        )
+
+    def _spent(self, live: StepAttempts, attempts: list[Any]) -> Spent:
+        return spent(attempts, live.spec, step_prices(self._prices, live.backend, live.tenant))
+
+
+__all__ = ["BudgetWatch"]
