@@ -18,7 +18,7 @@ from dagster._core.execution.context.system import IStepContext
 from ..backends.base import ResourceUsage, StepState, StepStatus
 from ..errors import BudgetError
 from ..launch.attempts import StepAttempts
-from ..launch.budget import Spent, passed, seconds_to_cap, spent
+from ..launch.budget import Budget, CapWatch, Spent, seconds_to_cap, spent
 from ..launch.cost import step_prices
 from ..launch.settings import ExecutorSettings
 from .step_events import RecordedSteps
@@ -34,7 +34,8 @@ class BudgetWatch:
         self._prices = settings.prices
         self._warn = warn
         self._ended: dict[str, Spent] = {}  # steps of this run that have ended
-        self._said: set[tuple[str, str]] = set()  # (step, cap) warned about
+        currency = settings.prices.currency if settings.prices else ""
+        self._caps = CapWatch(settings.budget or Budget(), currency)
         self.stopped: dict[str, str] = {}  # step → why it was stopped
         self._due: dict[str, float] = {}  # step → when it passes a cap at its current rate
 
@@ -71,21 +72,14 @@ class BudgetWatch:
             if (spec := held.held()) is not None:
                 rates[other] = self._spent(held, [ResourceUsage.reserved(spec, 1.0)])
         currency = self._prices.currency if self._prices else ""
-        found = passed(key, so_far, budget, currency)
+        warnings, stop = self._caps.verdict(key, so_far)
         wait = seconds_to_cap(key, so_far, rates, budget, currency)
-        self._due[key] = now + max(wait, MIN_RECHECK_S) if not found else float("inf")
-        if found and budget.on_exceeded == "stop":
-            why = "; ".join(found.values())
-            self.stopped[key] = (
-                f"{BudgetError.__module__}.BudgetError: step '{key}' {why}; stopped at its next "
-                "checkpoint (budget.on_exceeded: stop); raise the cap, or make the step smaller"
-            )
+        self._due[key] = float("inf") if stop else now + max(wait, MIN_RECHECK_S)
+        if stop:
+            self.stopped[key] = f"{BudgetError.__module__}.BudgetError: step '{key}' {stop}"
             return self.stopped[key]
-        for cap, why in found.items():
-            if (key, cap) not in self._said:
-                self._said.add((key, cap))
-                message = f"Budget: step '{key}' {why}; it goes on (budget.on_exceeded: warn)"
-                self._warn(step_context, message, {"budget_passed": cap})
+        for cap, why in warnings:
+            self._warn(step_context, f"Budget: step '{key}' {why}", {"budget_passed": cap})
         return None
 
     def due(self, key: str) -> float:

@@ -32,7 +32,7 @@ While the run goes on, what each step has reserved so far (`spent`) is held to t
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from ..backends.base import ResourceUsage
@@ -210,6 +210,38 @@ def seconds_to_cap(
     return max(0.0, soonest)
 
 
+@dataclass
+class CapWatch:
+    """What a running step past its caps meets under `budget.on_exceeded`: each cap's warning
+    once per step, or its stop. One per run (the executor) or per program (`AICompute`).
+
+    Example:
+        >>> watch = CapWatch(Budget(max_gpu_hours_per_step=1.0), "")
+        >>> watch.verdict("train", {"train": Spent(cost=None, gpu_hours=1.2)})
+        ([('max_gpu_hours_per_step', 'has reserved 1.20 GPU-hours so far, past \
+budget.max_gpu_hours_per_step 1.00 GPU-hours; it goes on (budget.on_exceeded: warn)')], '')
+        >>> watch.verdict("train", {"train": Spent(cost=None, gpu_hours=1.3)})  # said once
+        ([], '')
+    """
+
+    budget: Budget
+    currency: str
+    _said: set[tuple[str, str]] = field(default_factory=set)  # (step, cap) warned about
+
+    def verdict(self, step: str, so_far: Mapping[str, Spent]) -> tuple[list[tuple[str, str]], str]:
+        """(cap key, warning) for each cap `step` passed that was not warned about yet, and
+        why it is stopped ("" unless `on_exceeded` is stop and a cap is passed)."""
+        found = passed(step, so_far, self.budget, self.currency)
+        if found and self.budget.on_exceeded == "stop":
+            return [], (
+                f"{'; '.join(found.values())}; stopped at its next checkpoint "
+                "(budget.on_exceeded: stop); raise the cap, or make the step smaller"
+            )
+        new = [(cap, why) for cap, why in found.items() if (step, cap) not in self._said]
+        self._said.update((step, cap) for cap, _ in new)
+        return [(cap, f"{why}; it goes on (budget.on_exceeded: warn)") for cap, why in new], ""
+
+
 def _figures(by_step: Mapping[str, Estimate] | Mapping[str, Spent], name: str) -> dict[str, float]:
     """Each step's `name` figure ("cost" or "gpu_hours"), leaving out the steps without it."""
     return {
@@ -220,6 +252,7 @@ def _figures(by_step: Mapping[str, Estimate] | Mapping[str, Spent], name: str) -
 __all__ = [
     "ON_EXCEEDED",
     "Budget",
+    "CapWatch",
     "Estimate",
     "Spent",
     "estimate",

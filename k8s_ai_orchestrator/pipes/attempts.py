@@ -12,6 +12,7 @@ import os
 import time
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager
+from dataclasses import replace
 from typing import Any
 
 from dagster import (
@@ -33,9 +34,9 @@ from ..backends.base import (
 )
 from ..errors import BudgetError, PipesProgramError
 from ..launch.attempts import LOG_TAIL_LINES, StepAttempts
-from ..launch.budget import estimate, over_budget
+from ..launch.budget import CapWatch, estimate, over_budget, spent
 from ..launch.cost import step_prices
-from ..launch.lifecycle import Attempt, launch_note
+from ..launch.lifecycle import Attempt, Observation, Verdict, launch_note
 from ..launch.plan import PlannedStep, launch_request
 from ..launch.relaunch import StepHistory, decide
 from ..launch.settings import ExecutorSettings
@@ -75,6 +76,10 @@ class PipesAttempts:
         growth = settings.growth
         self._live.grow_at = growth.grow_at if growth else 0.0
         self._attempt_rows: list[dict[str, Any]] = []
+        self._prices = step_prices(settings.prices, planned.backend, planned.tenant)
+        currency = self._prices.currency if self._prices else ""
+        self._cap_watch = CapWatch(settings.budget, currency) if settings.budget else None
+        self._budget_stop = ""  # why the running program was stopped for its budget
 
     def validate(self, env: Mapping[str, str]) -> None:
         """Every check the backend's submit makes, creating nothing (the pre-flight); then the
@@ -84,7 +89,7 @@ class PipesAttempts:
         budget, key = self._settings.budget, self._planned.key
         if budget is None:
             return
-        prices = step_prices(self._settings.prices, self._planned.backend, self._planned.tenant)
+        prices = self._prices
         runs = program_walls(self._context, key, self._settings.auto_sizing.runs)
         guess = estimate(key, self._planned.spec, runs, prices)
         refused = over_budget(
@@ -108,6 +113,8 @@ class PipesAttempts:
                 status = self._run_attempt(
                     self._request(spec, attempt, {**env, **bootstrap}), reader
                 )
+            if self._budget_stop:
+                raise BudgetError(self._budget_stop)
             if status.state is StepState.SUCCEEDED:
                 message, meta = live.summary(self._planned.key, self._settings.prices)
                 self._log(message)
@@ -137,8 +144,8 @@ class PipesAttempts:
             backend,
             attempt,
             self._log,
-            observe=lambda status, now: live.observe(
-                status, now, resizes.resizes(handle) if resizes else ()
+            observe=lambda status, now: self._hold_to_budget(
+                live.observe(status, now, resizes.resizes(handle) if resizes else ()), now
             ),
             on_poll=on_poll,
             poll_interval_s=self._settings.poll_interval_s,
@@ -152,6 +159,8 @@ class PipesAttempts:
             raise
         ended_at = self._clock()
         on_poll(final=True)
+        if self._budget_stop:
+            status = StepStatus.failed(FailureReason.CANCELLED, self._budget_stop)
 
         def wall(at: float | None) -> float | None:
             return None if at is None else round(launched_wall + at - launched_at, 3)
@@ -176,6 +185,21 @@ class PipesAttempts:
             }
         )
         return status
+
+    def _hold_to_budget(self, seen: Observation, now: float) -> Observation:
+        """The running program against the budget's caps (`CapWatch`): each warning logged
+        once; a stop gives the attempt up (cancelled: SIGTERM, then SIGKILL after its grace)."""
+        if self._cap_watch is None or seen.status.state is not StepState.RUNNING:
+            return seen
+        key = self._planned.key
+        so_far = {key: spent(self._live.reserved_so_far(now), self._live.spec, self._prices)}
+        warnings, stop = self._cap_watch.verdict(key, so_far)
+        for _cap, why in warnings:
+            self._context.log.warning(f"Budget: program '{key}' {why}")
+        if not stop:
+            return seen
+        self._budget_stop = f"program '{key}' {stop}"
+        return replace(seen, verdict=Verdict.GIVE_UP)
 
     def _message_poller(self, reader: PipesMessageReader) -> Callable[..., None]:
         """Reads the pod's log for Pipes messages (Kubernetes); file readers tail on their own."""

@@ -101,8 +101,9 @@ class AICompute(ConfigurableResource, PipesClient):  # type: ignore[misc]
     )
     budget: dict[str, Any] | None = Field(
         default=None,
-        description="{max_cost_per_step, max_gpu_hours_per_step}: caps on each program's "
-        "estimate from its earlier runs, checked before it is submitted",
+        description="{max_cost_per_step, max_gpu_hours_per_step, on_exceeded}: caps on each "
+        "program's estimate from its earlier runs, checked before it is submitted, and on what "
+        "it has reserved while it runs (on_exceeded: warn | stop)",
     )
 
     _calls: int = PrivateAttr(default=0)
@@ -112,12 +113,6 @@ class AICompute(ConfigurableResource, PipesClient):  # type: ignore[misc]
         """The resource's config as the executor's validated settings (raises `ConfigError`)."""
         raw = {key: getattr(self, key) for key in SETTINGS_KEYS}
         budget = self.budget or {}
-        if "on_exceeded" in budget:
-            raise ConfigError(
-                "AICompute budget.on_exceeded: AICompute checks each program's estimate before "
-                "it is submitted, and does not watch a running program against the caps yet; "
-                "remove the key (ai_executor's budget has it)"
-            )
         per_run = [key for key in budget if key.endswith("_per_run")]
         if per_run:
             raise ConfigError(

@@ -243,9 +243,40 @@ def test_a_program_over_its_budget_is_refused_from_its_last_runs_figures(
     assert len(list(out.iterdir())) == programs_run  # refused before it was submitted
     with pytest.raises(ConfigError, match="AICompute budget.max_cost_per_run: AICompute checks"):
         local_ai(prices=prices, budget={"max_cost_per_run": 5.0}).settings()
-    stop = {"max_cost_per_step": 5.0, "on_exceeded": "stop"}
-    with pytest.raises(ConfigError, match="AICompute budget.on_exceeded: AICompute checks"):
-        local_ai(prices=prices, budget=stop).settings()
+
+
+@pytest.mark.parametrize("on_exceeded", ["stop", "warn"])
+def test_a_running_program_past_its_cap_is_stopped_or_warned_about(
+    tmp_path: Path, instance: DagsterInstance, on_exceeded: str
+) -> None:
+    out = tmp_path / "out"
+    out.mkdir()
+    env = {"TILES": "8", "TILE_S": "0.3", "PIPES_TEST_OUT": str(out)}
+    prices = {"cpu_hour": 3600.0, "currency": "EUR"}  # 0.5 CPU: 0.5 EUR a second
+    ai = local_ai(prices=prices, budget={"max_cost_per_step": 0.5, "on_exceeded": on_exceeded})
+    result = materialize_tiles(
+        ai, {"cpu": 0.5, "memory": "256Mi"}, env, f"file://{tmp_path}", instance=instance
+    )
+
+    logs = log_messages(instance, result.run_id)
+    said = [m for m in logs if m.startswith("Budget: program 'tiles-pipes' has reserved ")]
+    assert sorted(p.name for p in out.glob("pid-*")) == ["pid-0"]  # one attempt, no relaunch
+    if on_exceeded == "warn":
+        assert result.success
+        assert len(said) == 1 and said[0].endswith(
+            "past budget.max_cost_per_step 0.50 EUR; it goes on (budget.on_exceeded: warn)"
+        )
+        return
+    assert not result.success and said == []
+    (failure,) = [e for e in result.all_events if e.is_step_failure]
+    cause = failure.step_failure_data.error.cause  # type: ignore[union-attr]
+    assert cause.cls_name == "BudgetError"
+    assert "BudgetError: program 'tiles-pipes' has reserved " in cause.message
+    assert "past budget.max_cost_per_step 0.50 EUR; stopped at its next checkpoint" in (
+        cause.message
+    )
+    assert not _alive(int((out / "pid-0").read_text()))
+    assert not any(m.startswith("Relaunching") for m in logs)
 
 
 def _alive(pid: int) -> bool:
