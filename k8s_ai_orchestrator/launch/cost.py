@@ -9,8 +9,9 @@ GPU-seconds, never a made-up price. Waste is split by cause:
   redoes. A step that stopped through its checkpoint handle says how long ago its last save
   was (`ResourceUsage.lost_seconds`; 0 when it saved as it stopped): that share of its wall
   time. Otherwise (no checkpoint, killed before it said) the whole attempt;
-- `gang_waiting`: a Kubernetes gang's ranks that ran while the others were not running yet:
-  held, no work done (`ResourceUsage.waiting_node_seconds`);
+- `gang_waiting`: a Kubernetes gang's ranks that ran while the others were not running yet
+  (all a gang that never ran whole reserved): held, no work done
+  (`ResourceUsage.waiting_node_seconds`);
 - `unused_memory`: memory reserved above the measured peak, for the wall time of the attempts
   whose peak the backend measured (none on Kubernetes without in-place growth).
 

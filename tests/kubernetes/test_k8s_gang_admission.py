@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 import sys
+import time
 from collections.abc import Iterator
 
 import pytest
@@ -144,11 +145,17 @@ def test_a_gang_that_only_partly_runs_is_deleted_after_its_all_running_timeout(
             r"1 of 2 gang pods running; (Unschedulable|FailedScheduling): 0/2 nodes",
             partial.message,
         ), partial.message
+        time.sleep(1.5)  # pod 0 runs a whole second at least (the kubelet's times are whole)
         clock.advance(121)
 
         status = backend.status(handle)
 
         assert status.reason == FailureReason.UNSCHEDULABLE
+        # it never ran whole: it reserved what its running rank held, all of it gang waiting
+        usage = backend.usage(handle)
+        assert usage.wall_seconds == 0 and usage.waiting_node_seconds >= 1
+        assert usage.cpu_seconds == pytest.approx(usage.waiting_node_seconds * 0.5)
+        assert usage.gpu_seconds == pytest.approx(usage.waiting_node_seconds * 4)
         assert status.message.startswith(
             "gang step 'train' in tenant 'team-a': only 1 of 2 pods were running 120s after "
             "the first one started"

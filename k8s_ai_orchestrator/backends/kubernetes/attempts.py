@@ -68,11 +68,13 @@ class Attempt:
 
     def usage(self, clock: Callable[[], float], max_rss_bytes: int | None) -> ResourceUsage:
         """Requested resources × seconds it has run (so far: until `clock()`); GPUs are the
-        devices allocated to its claims where they were read (DRA), else those it asked for."""
-        if self.started_at is None:
+        devices allocated to its claims where they were read (DRA), else those it asked for.
+        A gang counts its ranks that ran before all of them did (`gang_wait_node_s`), and a
+        gang that never ran whole only those."""
+        if self.started_at is None and not self.gang_wait_node_s:
             return ResourceUsage()
         end = self.finished_at if self.finished_at is not None else clock()
-        wall = max(0.0, end - self.started_at)
+        wall = 0.0 if self.started_at is None else max(0.0, end - self.started_at)
         node = self.final.node if self.final else None
         spec = self.request.spec
         held = ResourceUsage.reserved(spec, wall, self.gpu_devices)

@@ -139,6 +139,8 @@ class AttemptObserver:
         if current.reason == FailureReason.PREEMPTED:
             current = self._name_preemptor(attempt, current, preempted_pods(pods, gone))
         if current.is_terminal:
+            if attempt.started_at is None and not attempt.adopted:  # it never ran whole:
+                attempt.gang_wait_node_s = gang_wait(pods, self._wall())  # its ranks that ran
             leader = next((p for p in pods if pod_index(p) == 0), None)
             return self.finish(attempt, current, leader, pod_gone=leader is None)
         return current
@@ -189,7 +191,7 @@ class AttemptObserver:
             started, ended = container_ages([pod], self._wall())  # it ended while unwatched
             attempt.started_at = attempt.finished_at - started
             attempt.finished_at -= ended or 0.0
-        elif attempt.started_at is None and status.node:
+        elif attempt.started_at is None and status.node and not attempt.is_gang:
             attempt.started_at = attempt.submitted_at
         if status.state == StepState.FAILED and pod is not None and not attempt.cancelled:
             try:

@@ -311,18 +311,23 @@ def carry_disruption(
 
 
 def gang_wait(pods: Iterable[Mapping[str, Any]], now: float) -> float:
-    """Node-seconds a gang's pods ran before `now` (epoch seconds), the moment they all run:
-    each pod from its first container's start, by the kubelet's timestamps (whole seconds).
+    """Node-seconds a gang's pods ran before `now` (epoch seconds): the moment they all run,
+    or the moment a gang that never ran whole ended. Each pod from its first container's start
+    to its last one's end (or `now`), by the kubelet's timestamps (whole seconds).
 
     Example:
-        >>> def pod(started):
-        ...     return {"status": {"containerStatuses": [{"state": {"running": {
-        ...         "startedAt": started}}}]}}
+        >>> def pod(started, ended=None):
+        ...     state = {"startedAt": started, **({"finishedAt": ended} if ended else {})}
+        ...     kind = "terminated" if ended else "running"
+        ...     return {"status": {"containerStatuses": [{"state": {kind: state}}]}}
         >>> at = datetime.fromisoformat("2026-12-02T10:00:30Z").timestamp()
         >>> gang_wait([pod("2026-12-02T10:00:00Z"), pod("2026-12-02T10:00:30Z")], at)
         30.0
+        >>> gang_wait([pod("2026-12-02T10:00:00Z", "2026-12-02T10:00:20Z")], at)
+        20.0
     """
-    return sum(container_ages([pod], now)[0] for pod in pods)
+    ages = (container_ages([pod], now) for pod in pods)
+    return sum(started - (ended or 0.0) for started, ended in ages)
 
 
 def container_ages(pods: Iterable[Mapping[str, Any]], now: float) -> tuple[float, float | None]:
