@@ -37,6 +37,7 @@ from .scaleup import NODE_COMING
 from .status import (
     container_ages,
     deleted_pod_status,
+    gang_seen_ended,
     gang_wait,
     pod_name,
     settled_pod_status,
@@ -139,8 +140,10 @@ class AttemptObserver:
         if current.reason == FailureReason.PREEMPTED:
             current = self._name_preemptor(attempt, current, preempted_pods(pods, gone))
         if current.is_terminal:
-            if attempt.started_at is None and not attempt.adopted:  # it never ran whole:
-                attempt.gang_wait_node_s = gang_wait(pods, self._wall())  # its ranks that ran
+            if attempt.started_at is None and not attempt.adopted:  # ended between two looks
+                whole, attempt.gang_wait_node_s = gang_seen_ended(pods, nodes, self._wall())
+                if whole is not None:
+                    attempt.started_at = self._clock() - whole
             leader = next((p for p in pods if pod_index(p) == 0), None)
             return self.finish(attempt, current, leader, pod_gone=leader is None)
         return current

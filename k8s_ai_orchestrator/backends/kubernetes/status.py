@@ -15,7 +15,7 @@ Example:
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -328,6 +328,32 @@ def gang_wait(pods: Iterable[Mapping[str, Any]], now: float) -> float:
     """
     ages = (container_ages([pod], now) for pod in pods)
     return sum(started - (ended or 0.0) for started, ended in ages)
+
+
+def gang_seen_ended(
+    pods: Sequence[Mapping[str, Any]], nodes: int, now: float
+) -> tuple[float | None, float]:
+    """A gang first seen ended (never seen running whole): how long before `now` (epoch
+    seconds) all its ranks ran (None: it never ran whole), and its ranks' node-seconds of
+    waiting: before that moment, or, never whole, all they ran (`gang_wait`).
+
+    Example:
+        >>> def pod(started):
+        ...     return {"status": {"containerStatuses": [{"state": {"terminated": {
+        ...         "startedAt": started, "finishedAt": "2026-12-02T10:00:40Z"}}}]}}
+        >>> at = datetime.fromisoformat("2026-12-02T10:01:00Z").timestamp()
+        >>> both = [pod("2026-12-02T10:00:00Z"), pod("2026-12-02T10:00:10Z")]
+        >>> gang_seen_ended(both, 2, at)  # whole 50 s ago, rank 0 waited 10 s for rank 1
+        (50.0, 10.0)
+        >>> gang_seen_ended(both[:1], 2, at)  # rank 1 never started: rank 0's 40 s
+        (None, 40.0)
+    """
+    ran = [p for p in pods if container_ages([p], now) != (0.0, None)]
+    if len(ran) < nodes:
+        return None, gang_wait(pods, now)
+    starts = [container_ages([p], now)[0] for p in ran]
+    whole = min(starts)
+    return whole, sum(start - whole for start in starts)
 
 
 def container_ages(pods: Iterable[Mapping[str, Any]], now: float) -> tuple[float, float | None]:
