@@ -26,6 +26,7 @@ _RELIST_BACKOFF_S = 0.5
 # A request whose answer is not back in this time fails, so that no loop waits forever on one
 # stalled connection (the caller retries: a relist, a control loop's next pass).
 REQUEST_TIMEOUT_S = 30
+TIMEOUT = {"_request_timeout": REQUEST_TIMEOUT_S}  # a call's keyword: no loop waits for ever
 WATCH_S = 300  # the server ends each watch after this; the client gives it 30 s more
 
 

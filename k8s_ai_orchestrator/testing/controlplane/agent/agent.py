@@ -37,7 +37,7 @@ from ...kube.kubelet import Kubelet
 from ...kube.nodes import NodeSpec
 from ...kube.store import ClusterState, Obj
 from .. import pki
-from ..informer import Informer
+from ..informer import TIMEOUT, Informer
 from ..loops import describe_loop
 from ..patches import STRATEGIC
 from .dra import ClaimPreparer, DraGpus, publish
@@ -233,7 +233,10 @@ class NodeAgent:
         status = adopted_status(node, self._version, server.port, self.address)
         try:
             client.CoreV1Api(self.api_client).patch_node_status(
-                name, {"status": status}, _content_type=STRATEGIC
+                name,
+                {"status": status},
+                _content_type=STRATEGIC,
+                **TIMEOUT,
             )
             self.heartbeat.add(name)
         except ApiException as error:

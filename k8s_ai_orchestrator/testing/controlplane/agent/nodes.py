@@ -37,6 +37,7 @@ from kubernetes.client.rest import ApiException
 
 from ...kube.nodes import NodeSpec
 from ...kube.quantity import GPU
+from ..informer import TIMEOUT
 
 LEASE_NAMESPACE = "kube-node-lease"
 LEASE_DURATION_S = 40
@@ -164,12 +165,12 @@ class NodeHeartbeat:
         for node in self.nodes:
             name = node["metadata"]["name"]
             try:
-                self.core.create_node(node)
+                self.core.create_node(node, **TIMEOUT)
             except ApiException as error:
                 if error.status != 409:
                     raise
-                self.core.delete_node(name)
-                self.core.create_node(node)
+                self.core.delete_node(name, **TIMEOUT)
+                self.core.create_node(node, **TIMEOUT)
             self._renew(name, create=True)
         self._thread.start()
 
@@ -195,7 +196,7 @@ class NodeHeartbeat:
                     self._renew(name)
                     if since_status >= STATUS_HEARTBEAT_S:
                         self._heartbeat(name)
-                except (ApiException, OSError):
+                except Exception:  # noqa: BLE001 - refused or timed out (urllib3's error)
                     continue  # the next round tries again, as a kubelet does
             if since_status >= STATUS_HEARTBEAT_S:
                 since_status = 0.0
@@ -212,17 +213,17 @@ class NodeHeartbeat:
             },
         }
         if create:
-            node = self.core.read_node(name)
+            node = self.core.read_node(name, **TIMEOUT)
             metadata["ownerReferences"] = [
                 {"apiVersion": "v1", "kind": "Node", "name": name, "uid": node.metadata.uid}
             ]
             try:
-                self.leases.create_namespaced_lease(LEASE_NAMESPACE, body)
+                self.leases.create_namespaced_lease(LEASE_NAMESPACE, body, **TIMEOUT)
                 return
             except ApiException as error:
                 if error.status != 409:
                     raise
-        self.leases.patch_namespaced_lease(name, LEASE_NAMESPACE, {"spec": body["spec"]})
+        self.leases.patch_namespaced_lease(name, LEASE_NAMESPACE, {"spec": body["spec"]}, **TIMEOUT)
 
     def _heartbeat(self, name: str) -> None:
         stamp = _now()
@@ -231,4 +232,5 @@ class NodeHeartbeat:
             name,
             {"status": {"conditions": conditions}},
             _content_type="application/strategic-merge-patch+json",
+            **TIMEOUT,
         )

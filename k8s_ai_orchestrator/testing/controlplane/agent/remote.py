@@ -31,7 +31,7 @@ from kubernetes.client.rest import ApiException
 
 from ...kube.lifecycle import is_terminal
 from ...kube.store import ClusterState, Obj, Store
-from ..informer import Informer
+from ..informer import TIMEOUT, Informer
 from ..patches import STRATEGIC, replaced, status_patch
 
 
@@ -106,7 +106,7 @@ class RemoteStore(Store):
             raise ValueError(f"RemoteStore reads secrets, configmaps and events, not {resource}")
         self.requests += 1
         try:
-            found = readers[resource](name, namespace)
+            found = readers[resource](name, namespace, **TIMEOUT)
         except ApiException as error:
             if error.status == 404:
                 return None
@@ -148,6 +148,7 @@ class RemoteStore(Store):
                 meta["namespace"],
                 status_patch(before, status, uid=meta["uid"]),
                 _content_type=STRATEGIC,  # conditions merge by type, as a kubelet's patch
+                **TIMEOUT,
             )
         except ApiException as error:
             if error.status in (404, 409) or replaced(error):
@@ -166,7 +167,9 @@ class RemoteStore(Store):
         )
         self.requests += 1
         try:
-            self.core.delete_namespaced_pod(meta["name"], meta["namespace"], body=options)
+            self.core.delete_namespaced_pod(
+                meta["name"], meta["namespace"], body=options, **TIMEOUT
+            )
         except ApiException as error:
             if error.status not in (404, 409):
                 raise
@@ -186,9 +189,10 @@ class RemoteStore(Store):
                     meta["name"],
                     meta["namespace"],
                     {"count": event["count"], "lastTimestamp": event["lastTimestamp"]},
+                    **TIMEOUT,
                 )
             else:
-                self.core.create_namespaced_event(meta["namespace"], body)
+                self.core.create_namespaced_event(meta["namespace"], body, **TIMEOUT)
         except ApiException as error:
             if error.status not in (404, 409, 422):
                 raise

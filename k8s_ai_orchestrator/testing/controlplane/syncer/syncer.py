@@ -49,7 +49,7 @@ from kubernetes.client.rest import ApiException
 from ...kube import resize
 from ...kube.lifecycle import is_terminal
 from ..agent.logserver import LogLookup
-from ..informer import REQUEST_TIMEOUT_S, Informer, Obj
+from ..informer import TIMEOUT, Informer, Obj
 from ..loops import describe_loop
 from ..patches import STRATEGIC, ignoring, replaced, status_patch
 from . import translate
@@ -58,7 +58,6 @@ from .nodes import NodeSync
 from .proxies import NodeProxies
 
 TICK_S = 5.0  # a safety net: every watched change wakes the loop at once
-_TIMEOUT = {"_request_timeout": REQUEST_TIMEOUT_S}  # no request may stall the single loop
 
 
 class TenantSyncer:
@@ -255,7 +254,7 @@ class TenantSyncer:
             self._copy_priority_class(priority)
         body = translate.host_pod(vpod, self.tenant, self.host_namespace, priority_synced=True)
         try:
-            created = self.host.create_namespaced_pod(self.host_namespace, body, **_TIMEOUT)
+            created = self.host.create_namespaced_pod(self.host_namespace, body, **TIMEOUT)
         except ApiException as error:
             if error.status == 409:
                 return  # created by an earlier pass; the watch brings it
@@ -269,7 +268,7 @@ class TenantSyncer:
             else self.virtual.read_namespaced_config_map
         )
         try:
-            obj = self.tenant_api.sanitize_for_serialization(read(name, namespace, **_TIMEOUT))
+            obj = self.tenant_api.sanitize_for_serialization(read(name, namespace, **TIMEOUT))
         except ApiException as error:
             if error.status == 404:
                 return  # the agent reports CreateContainerConfigError, as a kubelet would
@@ -281,14 +280,14 @@ class TenantSyncer:
             else self.host.create_namespaced_config_map
         )
         with ignoring(409):
-            create(self.host_namespace, body, **_TIMEOUT)
+            create(self.host_namespace, body, **TIMEOUT)
 
     def _copy_priority_class(self, name: str) -> None:
         if name in self._synced_classes:
             return
         scheduling = client.SchedulingV1Api(self.tenant_api)
         try:
-            found = scheduling.read_priority_class(name, **_TIMEOUT)
+            found = scheduling.read_priority_class(name, **TIMEOUT)
         except ApiException as error:
             if error.status == 404:
                 return
@@ -301,7 +300,7 @@ class TenantSyncer:
             "description": f"{name} of vCluster {self.tenant}",
         }
         with ignoring(409):
-            client.SchedulingV1Api(self.host_api).create_priority_class(body, **_TIMEOUT)
+            client.SchedulingV1Api(self.host_api).create_priority_class(body, **TIMEOUT)
         self._synced_classes.add(name)
 
     def _bind(self, vpod: Obj, node: str) -> None:
@@ -314,7 +313,7 @@ class TenantSyncer:
         }
         with ignoring(404, 409):
             self.virtual.create_namespaced_pod_binding(
-                meta["name"], meta["namespace"], body, _preload_content=False, **_TIMEOUT
+                meta["name"], meta["namespace"], body, _preload_content=False, **TIMEOUT
             )
 
     def _copy_status(self, vpod: Obj, hpod: Obj) -> None:
@@ -329,7 +328,7 @@ class TenantSyncer:
                 meta["namespace"],
                 status_patch(before, status, uid=meta["uid"]),
                 _content_type=STRATEGIC,
-                **_TIMEOUT,
+                **TIMEOUT,
             )
         except ApiException as error:
             if error.status in (404, 409) or replaced(error):
@@ -352,7 +351,7 @@ class TenantSyncer:
         meta = hpod["metadata"]
         with ignoring(404, 409, 422):
             answer = self.host.patch_namespaced_pod_resize(
-                meta["name"], meta["namespace"], {"spec": {"containers": containers}}, **_TIMEOUT
+                meta["name"], meta["namespace"], {"spec": {"containers": containers}}, **TIMEOUT
             )
             self.host_pods.update(self.host_api.sanitize_for_serialization(answer))
 
@@ -363,7 +362,7 @@ class TenantSyncer:
         )
         with ignoring(404, 409):
             self.host.delete_namespaced_pod(
-                meta["name"], meta["namespace"], body=options, **_TIMEOUT
+                meta["name"], meta["namespace"], body=options, **TIMEOUT
             )
 
     def _finish_tenant_delete(self, vpod: Obj) -> None:
@@ -375,7 +374,7 @@ class TenantSyncer:
         )
         with ignoring(404, 409):
             self.virtual.delete_namespaced_pod(
-                meta["name"], meta["namespace"], body=options, **_TIMEOUT
+                meta["name"], meta["namespace"], body=options, **TIMEOUT
             )
 
     def _write_event(self, event: Obj, exists: bool) -> None:
@@ -383,10 +382,10 @@ class TenantSyncer:
         with ignoring(404, 409, 422):
             if exists:
                 self.virtual.replace_namespaced_event(
-                    meta["name"], meta["namespace"], event, **_TIMEOUT
+                    meta["name"], meta["namespace"], event, **TIMEOUT
                 )
             else:
-                self.virtual.create_namespaced_event(meta["namespace"], event, **_TIMEOUT)
+                self.virtual.create_namespaced_event(meta["namespace"], event, **TIMEOUT)
 
 
 def _owner_uid(hpod: Obj) -> str | None:
