@@ -166,12 +166,33 @@ class CheckpointStore(ConfigurableResource):  # type: ignore[misc]
             >>> store.open("tiles").load() is None
             True
         """
+        self._quiet_handle(context_or_key, fingerprint).clear()
+
+    def last_saved_at(self, context_or_key: Any, *, fingerprint: str | None = None) -> float | None:
+        """When the step's newest intact-looking commit was saved (unix time), None without
+        one; read only, no handle kept. `AICompute` reads it after a preempted attempt: the
+        work since then is what its relaunch redoes.
+
+        Example:
+            >>> store = CheckpointStore(root="memory://doc-saved-at", handle_signals=False)
+            >>> store.last_saved_at("tiles") is None
+            True
+            >>> _ = store.open("tiles").save({"next": 3})
+            >>> store.last_saved_at("tiles") > 0
+            True
+        """
+        latest = self._quiet_handle(context_or_key, fingerprint).latest
+        return None if latest is None else latest.saved_at
+
+    def _quiet_handle(self, context_or_key: Any, fingerprint: str | None) -> CheckpointHandle:
+        """A handle of the key that installs no signal handler and is not kept: for the
+        store's own reads and deletes outside a step."""
         fs, base = self._filesystem()
         key = self._key(context_or_key, fingerprint)
         folder = KeyFolder(fs, f"{base}/{key.relative_path()}", root=base)
-        CheckpointHandle(
+        return CheckpointHandle(
             folder, key, HandleSettings(), log=LOGGER, watch=PROCESS_WATCH, install_signals=False
-        ).clear()
+        )
 
     def location(self, context_or_key: Any, *, fingerprint: str | None = None) -> dict[str, str]:
         """Where a step's checkpoints live, for a program that runs without Dagster.

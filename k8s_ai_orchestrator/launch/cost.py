@@ -196,6 +196,24 @@ def step_costs(
     return figures
 
 
+def work_since_save(
+    saved_at: float | None, ran_from: float | None, ended_at: float
+) -> float | None:
+    """The seconds of an interrupted attempt's work its relaunch redoes, from its checkpoint's
+    last save (all unix times): `ended_at - saved_at` when it saved while it ran (from
+    `ran_from`); None (all of it) when it saved nothing in that time.
+
+    Example:
+        >>> work_since_save(saved_at=1030.0, ran_from=1000.0, ended_at=1042.5)
+        12.5
+        >>> work_since_save(saved_at=990.0, ran_from=1000.0, ended_at=1042.5) is None
+        True
+    """
+    if saved_at is None or ran_from is None or saved_at < ran_from:
+        return None
+    return max(0.0, ended_at - saved_at)
+
+
 def _redone(usage: ResourceUsage) -> ResourceUsage:
     """The part of an interrupted attempt its relaunch redoes: its work since its checkpoint
     (`lost_seconds`) out of its wall time; all of it when the step did not say."""

@@ -25,6 +25,7 @@ from dagster import (
 
 from .. import stepenv
 from ..backends.base import (
+    RELAUNCH_REASONS,
     Backend,
     Capabilities,
     FailureReason,
@@ -32,10 +33,10 @@ from ..backends.base import (
     StepState,
     StepStatus,
 )
-from ..errors import BudgetError, PipesProgramError
+from ..errors import BudgetError, CheckpointError, PipesProgramError
 from ..launch.attempts import LOG_TAIL_LINES, StepAttempts
 from ..launch.budget import CapWatch, estimate, over_budget, spent
-from ..launch.cost import step_prices
+from ..launch.cost import step_prices, work_since_save
 from ..launch.lifecycle import Attempt, Observation, Verdict, launch_note
 from ..launch.plan import PlannedStep, launch_request
 from ..launch.relaunch import StepHistory, decide
@@ -59,10 +60,12 @@ class PipesAttempts:
         context: Any,
         command: Sequence[str],
         *,
+        last_save: Callable[[], float | None] | None = None,
         clock: Callable[[], float] = time.monotonic,
         wall_clock: Callable[[], float] = time.time,
     ) -> None:
         self._backend = backend
+        self._last_save = last_save  # when its checkpoint was last saved (unix time)
         self._caps = Capabilities.of(backend)
         self._clock = clock  # timeouts and durations
         self._wall_clock = wall_clock  # each attempt's times in the summary
@@ -166,6 +169,9 @@ class PipesAttempts:
             return None if at is None else round(launched_wall + at - launched_at, 3)
 
         usage = backend.usage(handle)
+        if status.state is StepState.FAILED:
+            reason = status.reason or FailureReason.ERROR
+            live.failed_for(reason, self._redone(reason, wall(attempt.running_at), wall(ended_at)))
         live.finished(usage, status)
         self._attempt_rows.append(
             {
@@ -201,6 +207,19 @@ class PipesAttempts:
         self._budget_stop = f"program '{key}' {stop}"
         return replace(seen, verdict=Verdict.GIVE_UP)
 
+    def _redone(
+        self, reason: FailureReason, ran_from: float | None, ended: float | None
+    ) -> float | None:
+        """The work a relaunch after `reason` redoes: since the program's last checkpoint save
+        while it ran (`checkpoints` given to `run`); None (all of it) when unknown."""
+        if reason not in RELAUNCH_REASONS or ended is None or self._last_save is None:
+            return None
+        try:
+            saved_at = self._last_save()
+        except CheckpointError:
+            return None
+        return work_since_save(saved_at, ran_from, ended)
+
     def _message_poller(self, reader: PipesMessageReader) -> Callable[..., None]:
         """Reads the pod's log for Pipes messages (Kubernetes); file readers tail on their own."""
         logs = self._caps.logs
@@ -222,9 +241,8 @@ class PipesAttempts:
 
     def _relaunch_or_fail(self, status: StepStatus) -> None:
         live = self._live
-        reason = status.reason or FailureReason.ERROR
+        reason = status.reason or FailureReason.ERROR  # `failed_for` noted it
         decision = decide(self._settings.relaunch, live.history, reason)
-        live.reasons.append(reason)  # `finished` took this reason from `status`
         if decision.relaunch:
             live.record_relaunch(reason, decision.memory_bytes)
             self._log(f"Relaunching: {decision.message}")

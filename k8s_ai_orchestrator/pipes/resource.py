@@ -161,7 +161,10 @@ class AICompute(ConfigurableResource, PipesClient):  # type: ignore[misc]
             program_extras[CHECKPOINT_EXTRA] = checkpoints.location(context)
         backend = make_backend(planned.backend, settings)
         try:
-            attempts = PipesAttempts(backend, planned, settings, context, list(command))
+            last_save = (lambda: checkpoints.last_saved_at(context)) if checkpoints else None
+            attempts = PipesAttempts(
+                backend, planned, settings, context, list(command), last_save=last_save
+            )
             attempts.validate(dict(env or {}))
             completed = attempts.run(
                 lambda reader: open_pipes_session(

@@ -123,7 +123,7 @@ def test_a_preempted_program_is_relaunched_and_resumes_from_its_checkpoint(
     preempter = threading.Thread(target=preempt_after_two_tiles)
     preempter.start()
     result = materialize_tiles(
-        local_ai(prices={"cpu_hour": 0.04, "memory_gib_hour": 0.005}),
+        local_ai(prices={"cpu_hour": 3600.0, "memory_gib_hour": 0.005}),
         {"cpu": 0.5, "memory": "256Mi"},
         env,
         f"file://{ckpt}",
@@ -136,8 +136,13 @@ def test_a_preempted_program_is_relaunched_and_resumes_from_its_checkpoint(
     metadata = materialization_metadata(result)
     assert metadata["attempt"] == 1 and metadata["resumed_at"] >= 2 and metadata["tiles"] == 8
     assert metadata["reasons"] == "Preempted" and metadata["preemptions"] == 1
-    # the materialization's cost: both attempts, the first one's as interrupted waste
+    # the materialization's cost: both attempts; interrupted waste is what the relaunch
+    # redid: the first attempt's work since its last save (under a tile of 0.3 s, and the
+    # watcher's look at its end), not the whole first attempt
     assert 0 < metadata["waste_interrupted_cost"] < metadata["cost"]
+    first = attempt_rows(metadata)[0]
+    redone = metadata["waste_interrupted_cpu_seconds"]
+    assert 0 < redone <= 0.5 * (0.3 + 0.2) and redone < first["cpu_seconds"], (redone, first)
     assert metadata["waste_oom_killed_cost"] == 0 and metadata["currency"] == "USD"
     # `k8s-ai cost` charges it to the asset, read back from the instance
     (entry,) = load_cost_entries(instance, datetime.now(UTC) - timedelta(hours=1))
