@@ -240,6 +240,35 @@ def dynamic_fan_out() -> None:
     total(emit_tiles().map(square).collect(), base())
 
 
+@op(tags=compute(cpu=1, memory="1Gi"))
+def measured_work() -> None:
+    """Burns 3 s of CPU, then holds 300 MiB (every page touched) for 1.5 s, then records the
+    kernel's own account of this step process (getrusage: CPU time and peak RSS) plus its
+    helper processes' (Dagster's log tailer: CPU time and RSS now, from /proc)."""
+    import resource
+
+    import psutil
+
+    end = time.process_time() + 3.0
+    while time.process_time() < end:
+        pass
+    block = bytearray(300 << 20)
+    for i in range(0, len(block), 4096):
+        block[i] = 1
+    time.sleep(1.5)
+    used = resource.getrusage(resource.RUSAGE_SELF)
+    helpers = psutil.Process().children(recursive=True)
+    helper_cpu = sum(sum(h.cpu_times()[:2]) for h in helpers)
+    helper_rss = sum(h.memory_info().rss for h in helpers)
+    cpu = used.ru_utime + used.ru_stime + helper_cpu
+    _record("rusage", cpu=cpu, maxrss=used.ru_maxrss * 1024 + helper_rss, helpers=len(helpers))
+
+
+@job(executor_def=ai_executor)
+def measured() -> None:
+    measured_work()
+
+
 defs = Definitions(
     resources={"ai": AICompute(local={"cpus": 2, "memory": "4Gi"}, poll_interval_s=0.1)},
     jobs=[
@@ -254,5 +283,6 @@ defs = Definitions(
         tenant_routed,
         machine_wide,
         dynamic_fan_out,
+        measured,
     ],
 )

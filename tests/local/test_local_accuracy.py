@@ -1,0 +1,46 @@
+"""The local backend's measured figures agree with the kernel's own account of the step.
+
+The step (`measured_work`, tests/local/jobs.py) records, as it ends, `getrusage(RUSAGE_SELF)`:
+its CPU time and its peak RSS as the kernel counted them, plus what its helper processes
+(Dagster's log tailers, which a cgroup would charge too) have used and hold, from /proc. The
+step's summary, from the backend's sampling of its process tree, must agree: CPU-seconds
+within max(2 %, 1 s) (the step spends a little more after its record, on Dagster's closing
+events), peak memory within 5 %. Real instance, real step process.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from dagster import DagsterEventType, DagsterInstance, execute_job
+from dagster._core.definitions.reconstruct import ReconstructableRepository
+
+JOBS = ReconstructableRepository.for_module(
+    "tests.local.jobs", "defs", working_directory=str(Path(__file__).parents[2])
+)
+
+
+def test_cpu_seconds_and_peak_memory_agree_with_the_kernels_rusage(
+    instance: DagsterInstance, test_out: Path
+) -> None:
+    result = execute_job(
+        JOBS.get_reconstructable_job("measured"),
+        instance=instance,
+        run_config={"execution": {"config": {"local": {"cpus": 2, "memory": "4Gi"}}}},
+        raise_on_error=False,
+    )
+
+    assert result.success
+    lines = (test_out / "events.jsonl").read_text().splitlines()
+    [kernel] = [e for e in map(json.loads, lines) if e["name"] == "rusage"]
+    [meta] = [
+        {k: v.value for k, v in r.dagster_event.engine_event_data.metadata.items()}  # type: ignore[union-attr]
+        for r in instance.all_logs(result.run_id, of_type=DagsterEventType.ENGINE_EVENT)
+        if (r.dagster_event.message or "").startswith("Step 'measured_work' reserved")  # type: ignore[union-attr]
+    ]
+    cpu = float(meta["k8s_ai/cpu_used_seconds"])
+    assert kernel["cpu"] >= 3.0
+    assert abs(cpu - kernel["cpu"]) <= max(0.02 * kernel["cpu"], 1.0), (cpu, kernel)
+    peak = int(meta["k8s_ai/peak_memory_bytes"])
+    assert abs(peak - kernel["maxrss"]) <= 0.05 * kernel["maxrss"], (peak, kernel)
