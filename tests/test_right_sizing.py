@@ -16,7 +16,6 @@ from k8s_ai_orchestrator.backends.base import (
     GrowOutcome,
     GrowResult,
     JobHandle,
-    MemoryGrowth,
     Resize,
     ResourceUsage,
     StepStatus,
@@ -25,6 +24,7 @@ from k8s_ai_orchestrator.backends.kubernetes import KubernetesBackend, Kubernete
 from k8s_ai_orchestrator.backends.local import AdmissionLedger, LocalCapacity
 from k8s_ai_orchestrator.backends.local.ledger import Want
 from k8s_ai_orchestrator.backends.local.meter import AttemptMeter
+from k8s_ai_orchestrator.backends.memory import MemoryGrowth
 from k8s_ai_orchestrator.errors import BackendError, ConfigError
 from k8s_ai_orchestrator.executor.step_events import metadata_values
 from k8s_ai_orchestrator.executor.usage_history import PARTITION_TAG, load_usage_history

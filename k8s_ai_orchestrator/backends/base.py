@@ -22,7 +22,6 @@ Example:
 from __future__ import annotations
 
 import enum
-import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
@@ -211,34 +210,6 @@ class Resize:
     used_bytes: int  # the memory in use that passed the threshold
     outcome: GrowOutcome
     reason: str = ""  # why it was refused or is pending
-
-
-@dataclass(frozen=True)
-class MemoryGrowth:
-    """When a running step's memory limit is raised in place instead of waiting for the OOM.
-
-    Example:
-        >>> growth = MemoryGrowth(grow_at=0.85, factor=2.0, max_memory_bytes=4 * 1024**3)
-        >>> growth.target(1024**3, used_bytes=900 * 1024**2) == 2 * 1024**3
-        True
-        >>> growth.target(1024**3, used_bytes=800 * 1024**2) is None
-        True
-    """
-
-    grow_at: float  # fraction of the limit in use that triggers growth, 0 < grow_at < 1
-    factor: float = 2.0  # the new limit is the old × factor (oom_escalation.factor) ...
-    max_memory_bytes: int = 450 * 1024**3  # ... capped here (oom_escalation.max_memory)
-
-    def target(self, limit_bytes: int, used_bytes: int) -> int | None:
-        """The limit to grow to when `used_bytes` passed the threshold, else None.
-
-        The answer equals `limit_bytes` when the limit is already at the cap.
-        """
-        if used_bytes < self.grow_at * limit_bytes:
-            return None
-        mib = 1024**2
-        grown = int(math.ceil(limit_bytes * self.factor / mib)) * mib
-        return max(limit_bytes, min(grown, self.max_memory_bytes))
 
 
 @runtime_checkable

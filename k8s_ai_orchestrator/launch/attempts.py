@@ -21,12 +21,12 @@ from typing import Any
 from ..backends.base import (
     FailureReason,
     GrowOutcome,
-    MemoryGrowth,
     Resize,
     ResourceUsage,
     StepState,
     StepStatus,
 )
+from ..backends.memory import MemoryGrowth
 from ..spec import ComputeSpec, format_memory
 from .cost import Prices, ended, step_costs, step_prices
 from .lifecycle import Attempt, Note, NoteKind, Observation, resize_message

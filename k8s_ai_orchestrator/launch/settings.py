@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..backends.base import MemoryGrowth
+from ..backends.memory import MemoryGrowth
 from ..backends.slurm.config import config_from_mapping
 from ..errors import ConfigError, config_number
 from ..spec import (

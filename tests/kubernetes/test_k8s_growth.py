@@ -14,7 +14,7 @@ import pytest
 from k8s_support import TENANTS, python_step, tenant_config, wait_terminal
 from kubernetes.client.exceptions import ApiException
 
-from k8s_ai_orchestrator.backends.base import FailureReason, GrowOutcome, MemoryGrowth
+from k8s_ai_orchestrator.backends.base import FailureReason, GrowOutcome
 from k8s_ai_orchestrator.backends.kubernetes import KubernetesBackend, KubernetesConfig
 from k8s_ai_orchestrator.backends.kubernetes.api import ApiRetry
 from k8s_ai_orchestrator.backends.kubernetes.growth import (
@@ -23,6 +23,7 @@ from k8s_ai_orchestrator.backends.kubernetes.growth import (
     PodMemory,
     resizable,
 )
+from k8s_ai_orchestrator.backends.memory import MemoryGrowth
 from k8s_ai_orchestrator.launch.lifecycle import resize_message
 from tests.support import FakeClock
 
@@ -137,6 +138,37 @@ def test_a_resize_the_tenant_forbids_is_refused_and_not_asked_again(clock: FakeC
     (refused,) = state.resizes
     assert refused.outcome is GrowOutcome.REFUSED
     assert refused.reason == "the API server refused the resize (403 Forbidden)"
+
+
+def test_a_step_whose_memory_climbs_slowly_grows_by_what_its_trend_needs(
+    clock: FakeClock,
+) -> None:
+    # 700 MiB, then 10 MiB a second: past 85 % of 1Gi at 873 MiB, then 10 s more at that rate
+    # is 973 MiB, which 1145 MiB keeps under the threshold: at least a quarter more, 1280Mi
+    core, state = FakeCore(used=700 * MiB), memory()
+    grower = growth(clock, POLICY)
+    while not core.resizes:
+        grower.observe(core, "team-a", pod(), state)  # type: ignore[arg-type]
+        clock.advance(1.0)
+        core.used += 10 * MiB
+    resources = core.resizes[0]["spec"]["containers"][0]["resources"]
+    assert resources["limits"] == {"memory": "1280Mi"}  # × 2 (2048Mi) without a trend
+
+
+def test_a_size_the_node_cannot_take_is_not_asked_again_but_a_smaller_one_may_be(
+    clock: FakeClock,
+) -> None:
+    core, state = FakeCore(used=900 * MiB, resize_error=422), memory()
+    grower = growth(clock, POLICY)
+    grower.observe(core, "team-a", pod(), state)  # type: ignore[arg-type]  # 2Gi: no trend yet
+    core.resize_error = None
+    clock.advance(1.5)
+    grower.observe(core, "team-a", pod(), state)  # type: ignore[arg-type]  # flat: 1.25 ×
+    refused = state.resizes[0]
+    assert (refused.outcome, refused.new_bytes) == (GrowOutcome.REFUSED, 2 * GiB)
+    assert [c["spec"]["containers"][0]["resources"]["limits"] for c in core.resizes] == [
+        {"memory": "1280Mi"}
+    ]
 
 
 def test_without_node_stats_the_tenant_is_not_asked_again(

@@ -11,13 +11,14 @@ import pytest
 from k8s_support import TENANTS, python_step, tenant_config, wait_terminal
 from test_k8s_growth import POLICY, FakeCore, growth, memory, pod
 
-from k8s_ai_orchestrator.backends.base import GrowOutcome, MemoryGrowth, StepState
+from k8s_ai_orchestrator.backends.base import GrowOutcome, StepState
 from k8s_ai_orchestrator.backends.kubernetes import KubernetesBackend, KubernetesConfig
 from k8s_ai_orchestrator.backends.kubernetes.growth import (
     REPORT_GRACE_S,
     STEP_POD_MAIN,
     report_usage,
 )
+from k8s_ai_orchestrator.backends.memory import MemoryGrowth
 from k8s_ai_orchestrator.usage_report import MemoryReading
 from tests.support import FakeClock
 

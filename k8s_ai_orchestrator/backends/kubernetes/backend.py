@@ -35,12 +35,12 @@ from ..base import (
     GrowResult,
     JobHandle,
     LaunchRequest,
-    MemoryGrowth,
     Resize,
     ResourceUsage,
     StepState,
     StepStatus,
 )
+from ..memory import MemoryGrowth
 from .admission import Admissions, AdmissionTools, AttemptJob
 from .api import ApiRetry
 from .attempts import Attempt, AttemptBook

@@ -17,8 +17,9 @@ each resize is read from the pod's status:
 - accepted: `status.containerStatuses[].resources.limits.memory` shows the new limit;
 - pending: the condition `PodResizePending` (reason Deferred: the node has no room now); the
   kubelet keeps trying, and the step falls back to OOM escalation if it passes its old limit;
-- refused: the API server said no (no `pods/resize` permission, or more than the node's
-  allocatable); the same size is not asked for again.
+- refused: the API server said no: no `pods/resize` permission (nothing is asked for again),
+  or more than the node's allocatable (no size as large is asked for again; a smaller one the
+  trend calls for later may be).
 
 Reading the summary needs `get` on `nodes/proxy` (the tenant chart's opt-in `rbac.nodeProxy`,
 off by default: it is exec-equivalent); the step's own reports need only the `pods/log` the
@@ -53,7 +54,8 @@ from ... import steppod
 from ...errors import BackendError
 from ...spec import ComputeSpec
 from ...usage_report import MemoryReading
-from ..base import GrowOutcome, LaunchRequest, MemoryGrowth, Resize
+from ..base import GrowOutcome, LaunchRequest, Resize
+from ..memory import MemoryGrowth, MemoryTrend
 from .api import ApiRetry, api_message
 from .config import KubernetesConfig
 
@@ -95,8 +97,9 @@ class PodMemory:
     asked_bytes: int | None = None  # a resize sent, its outcome not seen yet
     asked_used: int = 0  # memory in use when it was sent
     reported_pending: str = ""  # the PodResizePending message already recorded
-    refused: set[int] = field(default_factory=set)  # sizes the API refused
+    refused_from: int | None = None  # the least size the API refused (0: it refuses any)
     resizes: list[Resize] = field(default_factory=list)
+    trend: MemoryTrend = field(default_factory=MemoryTrend)  # how fast its memory rises
 
 
 def resizable(manifest: dict[str, Any]) -> None:
@@ -261,10 +264,16 @@ class PodGrowth:
         if used is None:
             return
         state.peak_bytes = max(state.peak_bytes, used)
+        state.trend.add(now, used)
         if self.growth is None or state.asked_bytes is not None:
             return
-        target = self.growth.target(state.limit_bytes, used)
-        if target is None or target <= state.limit_bytes or target in state.refused:
+        target = self.growth.target(state.limit_bytes, used, state.trend.rate())
+        refused = state.refused_from
+        if (
+            target is None
+            or target <= state.limit_bytes
+            or (refused is not None and target >= refused)
+        ):
             return
         self.ask(core, tenant, pod, state, target, used)
 
@@ -347,7 +356,9 @@ class PodGrowth:
             )
         except (ApiException, BackendError) as error:
             if isinstance(error, ApiException):
-                state.refused.add(target)  # the server's answer: not asked for again
+                denied = error.status in (401, 403)  # no permission: no size will do
+                least = 0 if denied else min(target, state.refused_from or target)
+                state.refused_from = least  # the server's answer: not asked for again
                 reason = f"the API server refused the resize ({api_message(error)})"
             else:
                 reason = f"the resize could not be sent ({error})"

@@ -40,11 +40,11 @@ from ..base import (
     GrowResult,
     JobHandle,
     LaunchRequest,
-    MemoryGrowth,
     Resize,
     ResourceUsage,
     StepStatus,
 )
+from ..memory import MemoryGrowth
 from .attempt import LocalAttempt
 from .capacity import LocalCapacity, local_cpu, local_gpus, local_memory
 from .launch import (
@@ -362,7 +362,7 @@ class LocalBackend:
         self, attempt: LocalAttempt, meter: AttemptMeter, rss: int, growth: MemoryGrowth
     ) -> None:
         old = meter.limit_bytes
-        target = growth.target(old, rss)
+        target = growth.target(old, rss, meter.trend.rate())
         if target is None:
             return
         if target <= old:

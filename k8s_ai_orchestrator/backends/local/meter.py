@@ -21,6 +21,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ..base import ResourceUsage
+from ..memory import MemoryTrend
 
 CPU_WINDOW_S = 1.0  # peak cores are averaged over at least this long
 
@@ -37,10 +38,12 @@ class AttemptMeter:
     _cpu_by_process: dict[tuple[int, float], float] = field(default_factory=dict)
     _window: tuple[float, float] | None = None  # (time, CPU seconds) at the window's start
     _peak_cores: float = 0.0
+    trend: MemoryTrend = field(default_factory=MemoryTrend)  # how fast its memory rises
 
     def observe(self, now: float, memory_bytes: int, cpu: dict[tuple[int, float], float]) -> None:
         """Fold in one sample: the tree's charged memory and each process's CPU seconds."""
         self.max_rss = max(self.max_rss, memory_bytes)
+        self.trend.add(now, memory_bytes)
         self._cpu_by_process.update(cpu)
         used = self.cpu_seconds
         if self._window is None:
