@@ -48,9 +48,9 @@ from k8s_ai_orchestrator.backends.base import (
     ResourceUsage,
 )
 from k8s_ai_orchestrator.backends.local import AdmissionLedger, LocalBackend, LocalCapacity
-from k8s_ai_orchestrator.backends.memory import MemoryGrowth
 from k8s_ai_orchestrator.launch.autosize import AutoSizing, UsageRecord, size_from_history
 from k8s_ai_orchestrator.launch.relaunch import RelaunchPolicy, StepHistory, decide
+from k8s_ai_orchestrator.memorygrowth import MemoryGrowth
 from k8s_ai_orchestrator.spec import ComputeSpec
 
 MiB, GiB = 1024**2, 1024**3

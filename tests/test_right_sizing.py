@@ -24,7 +24,6 @@ from k8s_ai_orchestrator.backends.kubernetes import KubernetesBackend, Kubernete
 from k8s_ai_orchestrator.backends.local import AdmissionLedger, LocalCapacity
 from k8s_ai_orchestrator.backends.local.ledger import Want
 from k8s_ai_orchestrator.backends.local.meter import AttemptMeter
-from k8s_ai_orchestrator.backends.memory import MemoryGrowth
 from k8s_ai_orchestrator.errors import BackendError, ConfigError
 from k8s_ai_orchestrator.executor.step_events import metadata_values
 from k8s_ai_orchestrator.executor.usage_history import PARTITION_TAG, load_usage_history
@@ -33,6 +32,7 @@ from k8s_ai_orchestrator.launch.autosize import AutoSizing, UsageRecord, size_fr
 from k8s_ai_orchestrator.launch.lifecycle import Attempt, Note, NoteKind
 from k8s_ai_orchestrator.launch.relaunch import StepHistory
 from k8s_ai_orchestrator.launch.settings import ExecutorSettings
+from k8s_ai_orchestrator.memorygrowth import MemoryGrowth
 from k8s_ai_orchestrator.report import LoggedEvent, build_report, render_html, summarize
 from k8s_ai_orchestrator.report.model import Measured
 from k8s_ai_orchestrator.report.png import report_figure

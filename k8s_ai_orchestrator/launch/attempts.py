@@ -26,7 +26,7 @@ from ..backends.base import (
     StepState,
     StepStatus,
 )
-from ..backends.memory import MemoryGrowth
+from ..memorygrowth import MemoryGrowth
 from ..spec import ComputeSpec, format_memory
 from .cost import Prices, ended, step_costs, step_prices
 from .lifecycle import Attempt, Note, NoteKind, Observation, resize_message

@@ -13,9 +13,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..backends.memory import MemoryGrowth
 from ..backends.slurm.config import config_from_mapping
 from ..errors import ConfigError, config_number
+from ..memorygrowth import MemoryGrowth
 from ..spec import (
     BACKENDS,
     ComputeSpec,

@@ -23,8 +23,8 @@ from k8s_ai_orchestrator.backends.kubernetes.growth import (
     PodMemory,
     resizable,
 )
-from k8s_ai_orchestrator.backends.memory import MemoryGrowth
 from k8s_ai_orchestrator.launch.lifecycle import resize_message
+from k8s_ai_orchestrator.memorygrowth import MemoryGrowth
 from tests.support import FakeClock
 
 MiB, GiB = 1024**2, 1024**3

@@ -17,7 +17,7 @@ from kubernetes import client, config
 
 from k8s_ai_orchestrator.backends.base import GrowOutcome, StepState
 from k8s_ai_orchestrator.backends.kubernetes import KubernetesBackend, KubernetesConfig
-from k8s_ai_orchestrator.backends.memory import MemoryGrowth
+from k8s_ai_orchestrator.memorygrowth import MemoryGrowth
 from k8s_ai_orchestrator.quantities import parse_memory
 from k8s_ai_orchestrator.testing.controlplane import write_kubeconfig
 from k8s_ai_orchestrator.testing.controlplane.kube import RealKube

@@ -18,7 +18,7 @@ from k8s_ai_orchestrator.backends.kubernetes.growth import (
     STEP_POD_MAIN,
     report_usage,
 )
-from k8s_ai_orchestrator.backends.memory import MemoryGrowth
+from k8s_ai_orchestrator.memorygrowth import MemoryGrowth
 from k8s_ai_orchestrator.usage_report import MemoryReading
 from tests.support import FakeClock
 

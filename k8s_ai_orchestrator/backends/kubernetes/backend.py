@@ -31,6 +31,7 @@ from kubernetes.client import CoreV1Api
 from kubernetes.client.exceptions import ApiException
 
 from ...errors import BackendError
+from ...memorygrowth import MemoryGrowth
 from ..base import (
     GrowResult,
     JobHandle,
@@ -40,7 +41,6 @@ from ..base import (
     StepState,
     StepStatus,
 )
-from ..memory import MemoryGrowth
 from .admission import Admissions, AdmissionTools, AttemptJob
 from .api import ApiRetry
 from .attempts import Attempt, AttemptBook

@@ -2,30 +2,20 @@
 
 While a step's pod runs, its memory in use comes from the step itself: a measured step's
 container starts through `steppod` (`report_usage` rewrites its argv), which writes its
-cgroup's working set to the pod's log every `K8S_AI_USAGE_INTERVAL_S` seconds; the backend's
-log follower takes those lines out of the log (`usage_report`) and `observe` uses each new one.
-Pods that do not report (a command that is not `python -m ...` or `python -c ...`, or no report
-within `REPORT_GRACE_S` of running) are read from the kubelet's summary on their node instead
-(`GET /api/v1/nodes/{node}/proxy/stats/summary`, the source metrics-server reads; at most once
-a second per attempt). Both only when growth or `memory="auto"` needs them. The peak becomes
-the attempt's `max_rss_bytes`. With a `MemoryGrowth` policy, once the pod uses `grow_at` of its
-limit its memory request and limit are raised in place (× the escalation factor, capped by
-`max_memory`); the step container's `resizePolicy` says NotRequired (`resizable`), so the
-kubelet applies it without a restart when the node has room. What became of
-each resize is read from the pod's status:
+cgroup's working set to the pod's log every `K8S_AI_USAGE_INTERVAL_S` seconds; the log
+follower takes those lines out (`usage_report`) and `observe` uses each new one. Pods that do
+not report (not `python -m|-c ...`, or no report within `REPORT_GRACE_S`) are read from their
+node's kubelet summary (`nodes/{node}/proxy/stats/summary`, at most once a second), only when
+growth or `memory="auto"` needs it. The peak becomes the attempt's `max_rss_bytes`. With a
+`MemoryGrowth` policy, past `grow_at` of its limit the pod's memory request and limit are
+raised in place by what its climb needs (`memorygrowth`), without a restart (`resizable`):
 
-- accepted: `status.containerStatuses[].resources.limits.memory` shows the new limit;
-- pending: the condition `PodResizePending` (reason Deferred: the node has no room now); the
-  kubelet keeps trying, and the step falls back to OOM escalation if it passes its old limit;
-- refused: the API server said no: no `pods/resize` permission (nothing is asked for again),
-  or more than the node's allocatable (no size as large is asked for again; a smaller one the
-  trend calls for later may be).
-
-Reading the summary needs `get` on `nodes/proxy` (the tenant chart's opt-in `rbac.nodeProxy`,
-off by default: it is exec-equivalent); the step's own reports need only the `pods/log` the
-executor has anyway. Without node stats (a 403, or any other refusal) the tenant's stats are
-not asked for again; a growing step that does not report records once a refused growth that
-names the fix (`NODE_PROXY_FIX`) and falls back to the OOM relaunch with more memory.
+accepted when `status.containerStatuses[].resources` shows it; pending under `PodResizePending`
+(the kubelet keeps trying; past its old limit the step is OOM-relaunched); refused by the API
+server: for permission never asked again, for the node's allocatable no size as large again.
+The summary needs `get nodes/proxy` (the chart's opt-in `rbac.nodeProxy`: exec-equivalent);
+without node stats a growing step that does not report records once a refused growth naming
+the fix (`NODE_PROXY_FIX`) and falls back to the OOM relaunch.
 
 Example:
     >>> pod = {"spec": {"containers": [{"name": "dagster"}]}, "status": {"containerStatuses": [
@@ -52,10 +42,10 @@ from kubernetes.utils import parse_quantity
 
 from ... import steppod
 from ...errors import BackendError
+from ...memorygrowth import MemoryGrowth, MemoryTrend
 from ...spec import ComputeSpec
 from ...usage_report import MemoryReading
 from ..base import GrowOutcome, LaunchRequest, Resize
-from ..memory import MemoryGrowth, MemoryTrend
 from .api import ApiRetry, api_message
 from .config import KubernetesConfig
 

@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Literal
 
 from ...errors import ConfigError
+from ...memorygrowth import MemoryGrowth
 from ...proctree import charged_memory, tree_cpu_seconds
 from ...spec import ComputeSpec, format_memory
 from ..base import (
@@ -44,7 +45,6 @@ from ..base import (
     ResourceUsage,
     StepStatus,
 )
-from ..memory import MemoryGrowth
 from .attempt import LocalAttempt
 from .capacity import LocalCapacity, local_cpu, local_gpus, local_memory
 from .launch import (

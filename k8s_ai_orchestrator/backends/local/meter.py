@@ -20,8 +20,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from ...memorygrowth import MemoryTrend
 from ..base import ResourceUsage
-from ..memory import MemoryTrend
 
 CPU_WINDOW_S = 1.0  # peak cores are averaged over at least this long
 
