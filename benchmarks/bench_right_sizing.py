@@ -56,6 +56,18 @@ from k8s_ai_orchestrator.spec import ComputeSpec
 MiB, GiB = 1024**2, 1024**3
 UNITS, GROW_FROM, MIB_PER_UNIT = 20, 8, 40
 GENEROUS, IN_PLACE, RELAUNCH = "generous static 2Gi", "in place", "OOM relaunch (× 2)"
+BY_FACTOR = "in place, × 2 each time"
+
+
+@dataclass(frozen=True)
+class FactorOnly(MemoryGrowth):
+    """In-place growth by the factor alone, whatever the step's climb (the growth before it
+    was sized by the climb): the baseline for the memory the climb's sizing saves."""
+
+    def target(
+        self, limit_bytes: int, used_bytes: float, rate_bytes_per_s: float | None = None
+    ) -> int | None:
+        return super().target(limit_bytes, used_bytes, None)
 
 
 @dataclass(frozen=True)
@@ -173,12 +185,15 @@ def main() -> None:
 
 def _compare(target: Target, folder: Path, rounds: int) -> None:
     growth = MemoryGrowth(grow_at=target.grow_at, factor=2.0, max_memory_bytes=4 * GiB)
+    by_factor = FactorOnly(grow_at=target.grow_at, factor=2.0, max_memory_bytes=4 * GiB)
     ways = {
         GENEROUS: (2 * GiB, None, False),
         IN_PLACE: (256 * MiB, growth, False),
+        BY_FACTOR: (256 * MiB, by_factor, False),
         RELAUNCH: (256 * MiB, None, True),
     }
     walls: dict[str, list[float]] = {label: [] for label in ways}
+    held: dict[str, list[tuple[float, float]]] = {label: [] for label in ways}
     notes: dict[str, str] = {}
     for round_ in range(rounds):
         for n, (label, (memory, policy, escalate)) in enumerate(ways.items()):
@@ -187,6 +202,10 @@ def _compare(target: Target, folder: Path, rounds: int) -> None:
             wall, usages = _run_until_done(backend, spec, out, escalate, target.unit_s)
             backend.close()
             walls[label].append(wall)
+            last = usages[-1]  # reserved GiB-s vs used (peak × wall) of the attempt that ended
+            held[label].append(
+                (last.memory_gib_seconds, (last.max_rss_bytes or 0) / GiB * last.wall_seconds)
+            )
             notes[label] = f"{len(usages)} attempt(s), {_redone(out)} units redone"
     grown_to = (UNITS - GROW_FROM) * MIB_PER_UNIT
     print(f"{target.name}: a {UNITS}-unit step ({target.unit_s} s each) growing to")
@@ -200,6 +219,11 @@ def _compare(target: Target, folder: Path, rounds: int) -> None:
         ratio = statistics.median(walls[label]) / statistics.median(walls[GENEROUS])
         print(f"  {label} / generous: {ratio:.3f}")
     print("  (target: in place <= 1.05 with zero units redone)")
+    print("memory held / used by the last attempt (GiB-s; used = peak × wall time)")
+    for label in (IN_PLACE, BY_FACTOR):
+        reserved = statistics.median(r for r, _ in held[label])
+        used = statistics.median(u for _, u in held[label])
+        print(f"  {label:<26} {reserved:6.2f} / {used:5.2f}  ratio {reserved / used:.2f}")
 
 
 def _auto(target: Target, folder: Path) -> None:
