@@ -191,7 +191,7 @@ def test_a_gang_preempts_a_preemptible_step_which_learns_who_preempted_it(
 
     preempted = wait_status(gang_target, backend, filled, lambda s: s.is_terminal)
 
-    assert preempted.reason == FailureReason.PREEMPTED
+    assert preempted.reason == FailureReason.PREEMPTED, preempted
     assert "PreemptionByScheduler" in preempted.message
     assert "preempted by step 'train' of run 'trains' (pod k8s-ai-" in preempted.message
     assert wait_status(gang_target, backend, gang, lambda s: s.is_terminal).state == (

@@ -20,6 +20,7 @@ from k8s_ai_orchestrator.backends.kubernetes.preemption import (
     STEP_ANNOTATION,
     name_preemptor,
     name_preemptor_of_any,
+    preempted_event,
     wait_for_preemptor,
 )
 from tests.support import FakeClock
@@ -322,3 +323,11 @@ def test_the_wait_is_bounded_even_when_the_clock_does_not_move() -> None:
 
     assert found is None
     assert tenant.pod_reads == int(PREEMPTOR_WAIT_CAP_S / PREEMPTOR_POLL_S) + 1
+
+
+def test_a_pod_gone_before_its_marks_reached_the_tenant_is_known_preempted_by_its_event() -> None:
+    victim = step_pod("embed-0", "v-uid", "embed", "r0", priority=100, node="node-b")
+    core: Any = LateMarksTenant(victim, [TRAIN_BOUND], marks_after=0)
+    assert preempted_event(core, "ns", victim) == "Preempted by pod t-uid on node node-b"
+    unmarked: Any = LateMarksTenant(victim, [TRAIN_BOUND], marks_after=10**6)
+    assert preempted_event(unmarked, "ns", victim) == ""

@@ -243,8 +243,8 @@ def dynamic_fan_out() -> None:
 @op(tags=compute(cpu=1, memory="1Gi"))
 def measured_work() -> None:
     """Burns 3 s of CPU, then holds 300 MiB (every page touched) for 1.5 s, then records the
-    kernel's own account of this step process (getrusage: CPU time and peak RSS) plus its
-    helper processes' (Dagster's log tailer: CPU time and RSS now, from /proc)."""
+    kernel's own account of this step process (CPU time from getrusage, peak RSS from VmHWM)
+    plus its helper processes' (Dagster's log tailers: CPU time and RSS now, from /proc)."""
     import resource
 
     import psutil
@@ -257,11 +257,17 @@ def measured_work() -> None:
         block[i] = 1
     time.sleep(1.5)
     used = resource.getrusage(resource.RUSAGE_SELF)
+    # the peak: VmHWM, this process's high-water RSS (getrusage's ru_maxrss is not: it keeps
+    # the spawning process's peak across the exec)
+    status = Path("/proc/self/status").read_text()
+    hwm = next(
+        int(line.split()[1]) * 1024 for line in status.splitlines() if line.startswith("VmHWM:")
+    )
     helpers = psutil.Process().children(recursive=True)
     helper_cpu = sum(sum(h.cpu_times()[:2]) for h in helpers)
     helper_rss = sum(h.memory_info().rss for h in helpers)
     cpu = used.ru_utime + used.ru_stime + helper_cpu
-    _record("rusage", cpu=cpu, maxrss=used.ru_maxrss * 1024 + helper_rss, helpers=len(helpers))
+    _record("rusage", cpu=cpu, maxrss=hwm + helper_rss, helpers=len(helpers))
 
 
 @job(executor_def=ai_executor)

@@ -33,6 +33,7 @@ from .growth import PodGrowth
 from .jobapi import JobApi
 from .logs import LogStreams, read_tail
 from .pending import PendingExplainer
+from .preemption import preempted_event
 from .scaleup import NODE_COMING
 from .status import (
     container_ages,
@@ -96,6 +97,8 @@ class AttemptObserver:
             if pod is not None:
                 self._measure(attempt, pod)
                 current = self._coming_eviction(attempt, current, [pod])
+        if current.reason == FailureReason.LOST and pod is not None:
+            current = self._preempted_unseen(attempt, current, pod)
         victim = pod or gone
         if current.reason == FailureReason.PREEMPTED and victim is not None:
             current = self._name_preemptor(attempt, current, [victim])
@@ -229,6 +232,18 @@ class AttemptObserver:
             return current
         attempt.preemptor.named_by_admission()
         return StepStatus(StepState.RUNNING, eviction.reason, eviction.message, node=current.node)
+
+    def _preempted_unseen(self, attempt: Attempt, status: StepStatus, pod: Pod) -> StepStatus:
+        """A pod deleted and never ended (Lost) that the scheduler's `Preempted` event says was
+        preempted: Preempted, as it would read had its DisruptionTarget reached the tenant."""
+        said = preempted_event(self.core(attempt), attempt.namespace, pod)
+        if not said:
+            return status
+        message = (
+            f"PreemptionByScheduler: pod {pod_name(pod)} was preempted ({said}) and deleted "
+            "before its end reached this tenant"
+        )
+        return StepStatus.failed(FailureReason.PREEMPTED, message, node=status.node)
 
     def _name_preemptor(
         self, attempt: Attempt, status: StepStatus, victims: list[Pod]

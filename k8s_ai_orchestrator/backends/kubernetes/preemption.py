@@ -194,6 +194,14 @@ class PreemptorLookup:
         self.settled = True
 
 
+def preempted_event(core: CoreV1Api, namespace: str, victim: Obj) -> str:
+    """The scheduler's `Preempted` event message on `victim` ("" when none can be read): what
+    still says a pod was preempted when its host pod went before its DisruptionTarget and end
+    were copied to the tenant (vCluster copies events, not a vanished pod's last status)."""
+    events = _read_events(core, namespace, victim) or []
+    return next((e.get("message") or "" for e in events if e.get("reason") == "Preempted"), "")
+
+
 def _marked(victim: Obj, events: Sequence[Obj]) -> bool:
     """Whether the scheduler's preemption of `victim` shows in the tenant yet."""
     disruption = condition_of(victim.get("status") or {}, "DisruptionTarget") or {}
