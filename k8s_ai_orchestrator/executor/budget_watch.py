@@ -34,8 +34,8 @@ class BudgetWatch:
         self._prices = settings.prices
         self._warn = warn
         self._ended: dict[str, Spent] = {}  # steps of this run that have ended
-        currency = settings.prices.currency if settings.prices else ""
-        self._caps = CapWatch(settings.budget or Budget(), currency)
+        self._currency = settings.prices.currency if settings.prices else ""
+        self._caps = CapWatch(settings.budget or Budget(), self._currency)
         self.stopped: dict[str, str] = {}  # step → why it was stopped
         self._due: dict[str, float] = {}  # step → when it passes a cap at its current rate
 
@@ -71,9 +71,8 @@ class BudgetWatch:
             so_far[other] = self._spent(held, held.reserved_so_far(now))
             if (spec := held.held()) is not None:
                 rates[other] = self._spent(held, [ResourceUsage.reserved(spec, 1.0)])
-        currency = self._prices.currency if self._prices else ""
         warnings, stop = self._caps.verdict(key, so_far)
-        wait = seconds_to_cap(key, so_far, rates, budget, currency)
+        wait = seconds_to_cap(key, so_far, rates, budget, self._currency)
         self._due[key] = float("inf") if stop else now + max(wait, MIN_RECHECK_S)
         if stop:
             self.stopped[key] = f"{BudgetError.__module__}.BudgetError: step '{key}' {stop}"

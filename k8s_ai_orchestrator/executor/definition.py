@@ -154,8 +154,7 @@ class AIExecutor(Executor):
             if live is not None and event.event_type is DagsterEventType.STEP_WORKER_STARTED:
                 live.worker_started(event.pid)
             outcome = event.is_step_failure or event.is_step_up_for_retry or event.is_step_success
-            late = outcome and key and self.handler.budget.late(key, event.pid, os.getpid())
-            if key and late:
+            if key and outcome and (late := self.handler.budget.late(key, event.pid, os.getpid())):
                 self.handler.note(key, late)
                 continue  # the step was stopped for its budget: that is its outcome
             if key and live is not None and event.is_step_failure:

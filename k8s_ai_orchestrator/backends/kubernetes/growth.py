@@ -347,8 +347,8 @@ class PodGrowth:
         except (ApiException, BackendError) as error:
             if isinstance(error, ApiException):
                 denied = error.status in (401, 403)  # no permission: no size will do
-                least = 0 if denied else min(target, state.refused_from or target)
-                state.refused_from = least  # the server's answer: not asked for again
+                least = target if state.refused_from is None else min(target, state.refused_from)
+                state.refused_from = 0 if denied else least  # not asked for again
                 reason = f"the API server refused the resize ({api_message(error)})"
             else:
                 reason = f"the resize could not be sent ({error})"

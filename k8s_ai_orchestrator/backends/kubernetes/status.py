@@ -326,8 +326,7 @@ def gang_wait(pods: Iterable[Mapping[str, Any]], now: float) -> float:
         >>> gang_wait([pod("2026-12-02T10:00:00Z", "2026-12-02T10:00:20Z")], at)
         20.0
     """
-    ages = (container_ages([pod], now) for pod in pods)
-    return sum(started - (ended or 0.0) for started, ended in ages)
+    return _node_seconds([container_ages([pod], now) for pod in pods])
 
 
 def gang_seen_ended(
@@ -348,12 +347,17 @@ def gang_seen_ended(
         >>> gang_seen_ended(both[:1], 2, at)  # rank 1 never started: rank 0's 40 s
         (None, 40.0)
     """
-    ran = [p for p in pods if container_ages([p], now) != (0.0, None)]
-    if len(ran) < nodes:
-        return None, gang_wait(pods, now)
-    starts = [container_ages([p], now)[0] for p in ran]
+    ages = [container_ages([pod], now) for pod in pods]
+    starts = [started for started, ended in ages if (started, ended) != (0.0, None)]
+    if len(starts) < nodes:
+        return None, _node_seconds(ages)
     whole = min(starts)
     return whole, sum(start - whole for start in starts)
+
+
+def _node_seconds(ages: Iterable[tuple[float, float | None]]) -> float:
+    """What pods ran, from each one's (started, ended) ages (`container_ages`)."""
+    return sum(started - (ended or 0.0) for started, ended in ages)
 
 
 def container_ages(pods: Iterable[Mapping[str, Any]], now: float) -> tuple[float, float | None]:
