@@ -19,6 +19,7 @@ if TYPE_CHECKING:
     from .checkpoint import CheckpointStore
     from .errors import ComputeSpecError, OrchestratorError
     from .executor.definition import ai_executor
+    from .executor.k8s_run_launcher import AIK8sRunLauncher
     from .executor.run_launcher import ProcessRunLauncher
     from .gang import Gang
     from .pipes import AICompute
@@ -26,6 +27,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "AICompute",
+    "AIK8sRunLauncher",
     "CheckpointStore",
     "ComputeSpecError",
     "Gang",
@@ -48,6 +50,10 @@ def _load(name: str) -> Any:
         from .pipes import AICompute
 
         return AICompute
+    if name == "AIK8sRunLauncher":
+        from .executor.k8s_run_launcher import AIK8sRunLauncher
+
+        return AIK8sRunLauncher
     if name == "CheckpointStore":
         from .checkpoint import CheckpointStore
 

@@ -34,7 +34,7 @@ from collections.abc import Mapping
 from typing import Any
 
 import psutil
-from dagster import DagsterRun
+from dagster import DagsterInstance, DagsterRun
 from dagster._core.launcher.base import (
     CheckRunHealthResult,
     LaunchRunContext,
@@ -119,17 +119,7 @@ class ProcessRunLauncher(RunLauncher, ConfigurableClass):
         if worker is not None and process_alive(*worker):
             os.kill(worker[0], signal.SIGTERM)  # the run worker maps it to an interrupt
             return True
-        run_config: Mapping[str, Any] = run.run_config
-        config = (run_config.get("execution") or {}).get("config") or {}
-        cancelled = cancel_run(ExecutorSettings.from_config(config), run_id)
-        found = "; ".join(f"{name}: {', '.join(jobs)}" for name, jobs in cancelled.items() if jobs)
-        self._instance.report_engine_event(
-            f"Run worker of run {run_id} is gone; cancelled its steps' attempts on every backend "
-            f"({found or 'none left'})",
-            run,
-            cls=self.__class__,
-        )
-        self._instance.report_run_canceled(run)
+        cancel_orphaned_run(self._instance, run, self.__class__)
         return True
 
     def _start(self, run: DagsterRun, command: str, args: Any, python: str) -> None:
@@ -149,6 +139,24 @@ class ProcessRunLauncher(RunLauncher, ConfigurableClass):
         self._children = [child for child in self._children if child.poll() is None]
 
 
+def cancel_orphaned_run(instance: DagsterInstance, run: DagsterRun, by: type) -> None:
+    """Cancel every attempt of every step of `run`, whose run worker is gone, on every backend
+    its executor config names (`launch.backends.cancel_run`: local processes by the machine's
+    ledger, Jobs by their run label, sbatch jobs by their comment), say so in the run's events
+    and mark it canceled. The one home of what each of our run launchers does then."""
+    run_config: Mapping[str, Any] = run.run_config
+    config = (run_config.get("execution") or {}).get("config") or {}
+    cancelled = cancel_run(ExecutorSettings.from_config(config), run.run_id)
+    found = "; ".join(f"{name}: {', '.join(jobs)}" for name, jobs in cancelled.items() if jobs)
+    instance.report_engine_event(
+        f"Run worker of run {run.run_id} is gone; cancelled its steps' attempts on every "
+        f"backend ({found or 'none left'})",
+        run,
+        cls=by,
+    )
+    instance.report_run_canceled(run)
+
+
 def _origin(run: DagsterRun) -> Any:
     if run.job_code_origin is None:
         raise ConfigError(
@@ -166,4 +174,4 @@ def _worker(run: DagsterRun) -> tuple[int, float] | None:
     return int(pid), float(started)
 
 
-__all__ = ["PID_TAG", "ProcessRunLauncher"]
+__all__ = ["PID_TAG", "ProcessRunLauncher", "cancel_orphaned_run"]

@@ -18,6 +18,7 @@ import pytest
 import yaml
 from dagster import DagsterInstance, DagsterRun, DagsterRunStatus
 from dagster._core.definitions.reconstruct import ReconstructableRepository
+from dagster._core.launcher.base import WorkerStatus
 from k8s_support import NAMESPACE
 from kubernetes.client import CoreV1Api
 from kubernetes.client.exceptions import ApiException
@@ -35,10 +36,14 @@ REPO = ReconstructableRepository.for_module(
 )
 
 
-def instance_yaml(cluster: Any, home: Path) -> str:
+DAGSTERS = ("dagster_k8s", "K8sRunLauncher")  # Dagster's own launcher
+OURS = ("k8s_ai_orchestrator", "AIK8sRunLauncher")  # the same, whose terminate reaches steps
+
+
+def instance_yaml(cluster: Any, home: Path, launcher: tuple[str, str] = DAGSTERS) -> str:
     """dagster.yaml as a Helm-deployed Dagster has it: `K8sRunLauncher` (run workers as Jobs
     in the tenant's namespace) and run monitoring that resumes a run whose run worker died."""
-    launcher = {
+    config = {
         "service_account_name": "default",
         "instance_config_map": "dagster-instance",
         "job_namespace": NAMESPACE,
@@ -55,11 +60,7 @@ def instance_yaml(cluster: Any, home: Path) -> str:
                 "module": "dagster._core.run_coordinator",
                 "class": "DefaultRunCoordinator",
             },
-            "run_launcher": {
-                "module": "dagster_k8s",
-                "class": "K8sRunLauncher",
-                "config": launcher,
-            },
+            "run_launcher": {"module": launcher[0], "class": launcher[1], "config": config},
             "run_monitoring": {
                 "enabled": True,
                 "max_resume_run_attempts": 2,
@@ -84,9 +85,9 @@ def launch(instance: DagsterInstance, cluster: Any, folder: Path) -> DagsterRun:
     return run
 
 
-def use_k8s_run_launcher(cluster: Any, home: Path) -> None:
+def use_k8s_run_launcher(cluster: Any, home: Path, launcher: tuple[str, str] = DAGSTERS) -> None:
     """Write the instance's dagster.yaml and the ConfigMap its Helm chart would create."""
-    (home / "dagster.yaml").write_text(instance_yaml(cluster, home))
+    (home / "dagster.yaml").write_text(instance_yaml(cluster, home, launcher))
     core = CoreV1Api(cluster.tenant("team-a").api_client())
     config_map = {"metadata": {"name": "dagster-instance"}, "data": {"dagster.yaml": "{}"}}
     try:
@@ -192,3 +193,48 @@ def test_terminating_a_k8s_run_launcher_run_deletes_its_step_jobs(
         found = instance.get_run_by_id(run.run_id)
         assert found is not None and found.status == DagsterRunStatus.CANCELED, found
     assert not (tmp_path / "release").exists()
+
+
+def test_terminating_a_run_whose_run_worker_pod_died_cancels_its_step_jobs(
+    cluster: Any, dagster_home: Path, tmp_path: Path
+) -> None:
+    """With no daemon to resume it, the run worker's pod is killed: Dagster's own terminate
+    would only delete the dead run worker's Job. `AIK8sRunLauncher` sees the run worker has
+    failed, deletes the step's Job (its pod's process stops before it is released) and marks
+    the run canceled."""
+    use_k8s_run_launcher(cluster, dagster_home, OURS)
+    with DagsterInstance.get() as instance:
+        run = launch(instance, cluster, tmp_path)
+        try:
+            wait_until(
+                lambda: True if (tmp_path / "executions").exists() else None,
+                timeout_s=180,
+                what="the step",
+            )
+            (first,) = run_worker_processes(run)
+            first.send_signal(signal.SIGKILL)
+            launcher = instance.run_launcher
+            assert type(launcher).__name__ == "AIK8sRunLauncher"
+
+            def failed() -> bool | None:
+                found = instance.get_run_by_id(run.run_id)
+                assert found is not None
+                health = launcher.check_run_worker_health(found)
+                return True if health.status == WorkerStatus.FAILED else None
+
+            wait_until(failed, timeout_s=120, what="the run worker's Job to fail")
+            assert step_jobs(cluster)  # nobody cancelled it yet
+            assert launcher.terminate(run.run_id)
+            wait_until(
+                lambda: True if not step_jobs(cluster) else None, timeout_s=60, what="no step Job"
+            )
+        finally:
+            for proc in run_worker_processes(run):
+                proc.kill()
+        found = instance.get_run_by_id(run.run_id)
+        assert found is not None and found.status == DagsterRunStatus.CANCELED, found
+        messages = engine_messages(instance, run.run_id)
+    gone = [m for m in messages if "is gone; cancelled its steps' attempts" in m]
+    assert len(gone) == 1 and "kubernetes: k8s-ai-" in gone[0], messages
+    assert not (tmp_path / "release").exists()
+    assert (tmp_path / "executions").read_text().splitlines() == ["tally attempt 0"]

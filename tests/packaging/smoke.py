@@ -44,6 +44,7 @@ def check_public_names() -> None:
         "AICompute",
         "ComputeSpecError",
         "ProcessRunLauncher",
+        "AIK8sRunLauncher",
     ):
         assert hasattr(lib, name), name
     assert lib.compute("xs")["k8s_ai/size"] == "xs"
