@@ -86,6 +86,29 @@ def test_a_gangs_ranks_that_ran_while_the_others_waited_are_waste() -> None:
     assert step_costs([held], spec, prices)["waste_gang_waiting_cost"] == 0
 
 
+def test_quota_held_idle_before_a_kueue_attempt_ran_is_waste_and_its_queue_wait_is_not() -> None:
+    """An attempt Kueue admitted whose gang pods waited 15 min for their nodes held its quota
+    then: reserved (in `cost`) and `quota_idle` waste; its hour in the queue before admission
+    held nothing and costs nothing. Neither is counted again under how the attempt ended."""
+    spec = resolve_spec({"cpu": 4, "memory": "16Gi", "nodes": 2})
+    prices = Prices.from_config(PRICES)
+    # two nodes: 1 h run, 15 min admitted and idle (both nodes' quota), 1 h queued
+    held = ResourceUsage.reserved(spec, HOUR + HOUR / 4)
+    attempt = replace(held, wall_seconds=HOUR, quota_idle_seconds=HOUR / 4, queued_seconds=HOUR)
+    figures = step_costs([attempt], spec, prices)
+    assert figures["cost"] == pytest.approx(0.24 * 2 * 1.25)
+    assert figures["waste_quota_idle_cost"] == pytest.approx(0.24 * 2 / 4)
+    assert figures["waste_quota_idle_cpu_seconds"] == pytest.approx(2 * 4 * HOUR / 4)
+    oom = replace(attempt, ended=FailureReason.OOM_KILLED.value, max_rss_bytes=8 * GiB)
+    figures = step_costs([oom, attempt], spec, prices)
+    assert figures["waste_oom_killed_cost"] == pytest.approx(0.24 * 2)  # what it ran, only
+    assert figures["waste_quota_idle_cost"] == pytest.approx(0.24 * 2 / 4 * 2)
+    # 8 of 16 GiB unused on each of the 2 nodes for the hour it ran, not for its idle quota
+    assert figures["waste_unused_memory_gib_seconds"] == pytest.approx(8 * 2 * HOUR)
+    record = usage_from_record(usage_record(attempt))  # it travels to a resumed run worker
+    assert (record.quota_idle_seconds, record.queued_seconds) == (HOUR / 4, HOUR)
+
+
 def test_memory_reserved_above_the_measured_peak_is_waste_and_without_prices_no_money() -> None:
     spec = resolve_spec({"cpu": 1, "memory": "8Gi"})
     attempt = replace(reserved(1, 8), max_rss_bytes=2 * GiB)

@@ -147,6 +147,11 @@ class ResourceUsage:
     # a gang's ranks that ran while the others were not running yet, in node-seconds: held,
     # so part of the reservation above, but no work was done in them (the gang waited)
     waiting_node_seconds: float = 0.0
+    # what it waited before it ran (from its submit), holding nothing (a queue, the scheduler)
+    queued_seconds: float = 0.0
+    # what it waited before it ran holding its quota (Kueue admitted it; its pods not running
+    # yet): reserved, so part of the reservation above, but nothing ran in it
+    quota_idle_seconds: float = 0.0
 
     @classmethod
     def reserved(

@@ -209,6 +209,8 @@ class StepAttempts:
             "memory_gib_seconds": round(total.memory_gib_seconds, 2),
             "gpu_seconds": round(total.gpu_seconds, 2),
             "wall_seconds": round(total.wall_seconds, 2),
+            "queued_seconds": round(sum(u.queued_seconds for u in self.usage), 2),
+            "quota_idle_seconds": round(sum(u.quota_idle_seconds for u in self.usage), 2),
             **self.measured_metadata(),
             **step_costs(self.usage, self.spec, step_prices(prices, self.backend, self.tenant)),
         }

@@ -12,8 +12,14 @@ GPU-seconds, never a made-up price. Waste is split by cause:
 - `gang_waiting`: a Kubernetes gang's ranks that ran while the others were not running yet
   (all a gang that never ran whole reserved): held, no work done
   (`ResourceUsage.waiting_node_seconds`);
+- `quota_idle`: a Kubernetes attempt's quota held before it ran: Kueue admitted its Job, its
+  pods waited (`ResourceUsage.quota_idle_seconds`): held, no work done. The wait before
+  admission holds nothing and is no waste (`queued_seconds`);
 - `unused_memory`: memory reserved above the measured peak, for the wall time of the attempts
   whose peak the backend measured (none on Kubernetes without in-place growth).
+
+An attempt's waiting parts are never also counted under how it ended: an OOM-killed gang's
+ranks' waiting is `gang_waiting`, what it ran `oom_killed`.
 
 Example:
     >>> prices = Prices.from_config({"cpu_hour": 0.04, "memory_gib_hour": 0.005,
@@ -45,7 +51,8 @@ MONEY_DIGITS = 6  # a seconds-long step on a CPU costs millionths
 _KEYS = ("cpu_hour", "memory_gib_hour", "gpu_hour", "gpu_hour_by_type", "preemptible_factor")
 _CURRENCY = "currency"
 _OVERRIDES = ("backends", "tenants")  # sections of prices of their own
-CAUSES = ("oom_killed", "interrupted", "gang_waiting", "unused_memory")  # what waste is split into
+CAUSES = ("oom_killed", "interrupted", "gang_waiting", "quota_idle", "unused_memory")  # waste by
+# cause; unused memory, measured, comes last
 WASTE_CAUSES = {  # a finished attempt's reason → the waste it counts as
     FailureReason.OOM_KILLED.value: "oom_killed",
     **{reason.value: "interrupted" for reason in RELAUNCH_REASONS},
@@ -170,16 +177,21 @@ def step_costs(
     attempts: Sequence[ResourceUsage], spec: ComputeSpec, prices: Prices | None
 ) -> dict[str, Any]:
     """The step's waste over its finished attempts in CPU-, GiB- and GPU-seconds (metadata
-    values) and, with `prices`, its cost and the waste's."""
-    waste: dict[str, list[ResourceUsage]] = {cause: [] for cause in WASTE_CAUSES.values()}
+    values) and, with `prices`, its cost and the waste's. Each attempt's reservation is split
+    once (`_parts`): what it ran, which its ending may waste, its gang ranks' waiting and its
+    quota held idle."""
+    waste: dict[str, list[ResourceUsage]] = {c: [] for c in CAUSES if c != "unused_memory"}
+    unused: list[float] = []
     for attempt in attempts:
+        ran, waiting, idle = _parts(attempt, spec.nodes)
         cause = WASTE_CAUSES.get(attempt.ended)
         if cause is not None:
-            waste[cause].append(attempt)
-    unused = [_unused_memory(a) for a in attempts if a.max_rss_bytes]
+            waste[cause].append(_redone(ran) if cause == "interrupted" else ran)
+        waste["gang_waiting"].append(waiting)
+        waste["quota_idle"].append(idle)
+        if attempt.max_rss_bytes:
+            unused.append(_unused_memory(ran, spec.nodes))
     figures: dict[str, Any] = {}
-    waste["interrupted"] = [_redone(u) for u in waste["interrupted"]]
-    waste["gang_waiting"] = [_waited(u, spec.nodes) for u in attempts if u.waiting_node_seconds]
     for cause, used in waste.items():
         figures.update(_seconds(f"waste_{cause}", used))
     if unused:
@@ -222,15 +234,32 @@ def _redone(usage: ResourceUsage) -> ResourceUsage:
     return _share(usage, min(1.0, usage.lost_seconds / usage.wall_seconds))
 
 
-def _waited(usage: ResourceUsage, nodes: int) -> ResourceUsage:
-    """The part of a gang attempt's reservation its ranks held while the others were not
-    running yet: its waiting node-seconds out of all the node-seconds it held."""
-    held = nodes * usage.wall_seconds + usage.waiting_node_seconds
-    return _share(usage, usage.waiting_node_seconds / held if held else 0.0)
+def _parts(usage: ResourceUsage, nodes: int) -> tuple[ResourceUsage, ResourceUsage, ResourceUsage]:
+    """An attempt's reservation split by node-seconds into what it ran (its wall time on every
+    node, with its other fields), what its gang ranks held while the others were not running
+    yet, and what it held of its quota before it ran (Kueue admitted it, its pods waited).
+
+    Example:
+        >>> gang = ResourceUsage(cpu_seconds=120.0, wall_seconds=20.0, waiting_node_seconds=10.0,
+        ...     quota_idle_seconds=5.0)
+        >>> [part.cpu_seconds for part in _parts(gang, nodes=2)]
+        [80.0, 20.0, 20.0]
+    """
+    ran = nodes * usage.wall_seconds
+    held = ran + usage.waiting_node_seconds + nodes * usage.quota_idle_seconds
+    if not held:
+        return usage, ResourceUsage(), ResourceUsage()
+    return (
+        replace(_share(usage, ran / held), wall_seconds=usage.wall_seconds),
+        _share(usage, usage.waiting_node_seconds / held),
+        _share(usage, nodes * usage.quota_idle_seconds / held),
+    )
 
 
 def _share(usage: ResourceUsage, share: float) -> ResourceUsage:
-    return ResourceUsage(
+    """`share` of the attempt's reservation (and wall time); its other fields kept."""
+    return replace(
+        usage,
         cpu_seconds=usage.cpu_seconds * share,
         memory_gib_seconds=usage.memory_gib_seconds * share,
         gpu_seconds=usage.gpu_seconds * share,
@@ -238,12 +267,13 @@ def _share(usage: ResourceUsage, share: float) -> ResourceUsage:
     )
 
 
-def _unused_memory(usage: ResourceUsage) -> float:
-    """GiB-seconds reserved above the measured peak (requested GiB = GiB-s / wall)."""
-    if not usage.wall_seconds or usage.max_rss_bytes is None:
+def _unused_memory(ran: ResourceUsage, nodes: int) -> float:
+    """GiB-seconds reserved above the measured peak (per node, for each of a gang's nodes;
+    requested GiB per node = GiB-s / wall / nodes), over what the attempt ran."""
+    if not ran.wall_seconds or ran.max_rss_bytes is None:
         return 0.0
-    requested_gib = usage.memory_gib_seconds / usage.wall_seconds
-    return max(0.0, requested_gib - usage.max_rss_bytes / GiB) * usage.wall_seconds
+    requested_gib = ran.memory_gib_seconds / ran.wall_seconds / nodes
+    return max(0.0, requested_gib - ran.max_rss_bytes / GiB) * ran.wall_seconds * nodes
 
 
 def _seconds(prefix: str, used: Sequence[ResourceUsage]) -> dict[str, float]:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -129,6 +130,7 @@ def test_a_kueue_gang_waits_without_pods_until_its_cluster_queue_has_quota_for_a
     gang = None
     try:
         wait_status(plane, backend, holder, lambda s: s.state == StepState.RUNNING)
+        submitted = time.monotonic()
         gang = backend.submit(
             gang_step(run_gang_code("sleep_rank", 0), run_id="kq-quota", gpus_per_node=4)
         )
@@ -145,9 +147,16 @@ def test_a_kueue_gang_waits_without_pods_until_its_cluster_queue_has_quota_for_a
         )
         assert gang_pods(plane, gang) == []
         assert (job_of(plane, gang.job_id) or {})["spec"]["suspend"] is True
+        queued_at_least = time.monotonic() - submitted
         backend.cancel(holder)
         status = wait_status(plane, backend, gang, lambda s: s.is_terminal)
         assert status.state == StepState.SUCCEEDED, status
+        # its wait in the queue held nothing; from admission (its pods made) to its first
+        # rank's start it held the quota: a moment here, where the nodes were free
+        usage = backend.usage(gang)
+        assert usage.queued_seconds >= queued_at_least - 1, usage
+        assert 0 <= usage.quota_idle_seconds < 30, usage
+        assert usage.wall_seconds > 0, usage
     finally:
         for handle in (holder, gang):
             if handle is not None:

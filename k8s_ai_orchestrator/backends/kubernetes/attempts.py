@@ -49,6 +49,9 @@ class Attempt:
     ended_unseen: StepStatus | None = None  # adopted: how its Job ended, if it had (no pods)
     gpu_devices: int | None = None  # DRA: devices allocated to its pods' claims (`dra.py`)
     gang_wait_node_s: float = 0.0  # a gang: its ranks' node-seconds before all of them ran
+    # before it ran: (queued holding nothing, quota held idle) seconds (`waiting.split_wait`);
+    # None until it ran or ended, and for an adopted attempt (its submit was not seen)
+    waited: tuple[float, float] | None = None
 
     @property
     def request(self) -> LaunchRequest:
@@ -70,23 +73,26 @@ class Attempt:
         """Requested resources × seconds it has run (so far: until `clock()`); GPUs are the
         devices allocated to its claims where they were read (DRA), else those it asked for.
         A gang counts its ranks that ran before all of them did (`gang_wait_node_s`), and a
-        gang that never ran whole only those."""
-        if self.started_at is None and not self.gang_wait_node_s:
-            return ResourceUsage()
+        gang that never ran whole only those; quota held idle before it ran counts as held."""
+        queued, idle = self.waited or (0.0, 0.0)
         end = self.finished_at if self.finished_at is not None else clock()
         wall = 0.0 if self.started_at is None else max(0.0, end - self.started_at)
         node = self.final.node if self.final else None
         spec = self.request.spec
-        held = ResourceUsage.reserved(spec, wall, self.gpu_devices)
-        waited = ResourceUsage.reserved(replace(spec, nodes=1), self.gang_wait_node_s)
+        parts = [
+            ResourceUsage.reserved(spec, wall + idle, self.gpu_devices),
+            ResourceUsage.reserved(replace(spec, nodes=1), self.gang_wait_node_s),
+        ]
         return ResourceUsage(
-            cpu_seconds=held.cpu_seconds + waited.cpu_seconds,
-            memory_gib_seconds=held.memory_gib_seconds + waited.memory_gib_seconds,
-            gpu_seconds=held.gpu_seconds + waited.gpu_seconds,
+            cpu_seconds=sum(part.cpu_seconds for part in parts),
+            memory_gib_seconds=sum(part.memory_gib_seconds for part in parts),
+            gpu_seconds=sum(part.gpu_seconds for part in parts),
             wall_seconds=wall,
             nodes=(node,) if node else (),
-            max_rss_bytes=max_rss_bytes,
+            max_rss_bytes=max_rss_bytes if self.started_at is not None else None,
             waiting_node_seconds=self.gang_wait_node_s,
+            queued_seconds=round(queued, 3),
+            quota_idle_seconds=round(idle, 3),
         )
 
     def pods(self) -> list[Pod]:

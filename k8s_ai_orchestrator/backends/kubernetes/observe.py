@@ -44,6 +44,7 @@ from .status import (
     settled_pod_status,
 )
 from .tenants import TenantConnections
+from .waiting import split_wait
 
 FAILURE_LOG_TAIL_LINES = 50
 
@@ -113,12 +114,21 @@ class AttemptObserver:
         if attempt.started_at is None:
             ran = container_ages(pods, self._wall())[0] if attempt.adopted else 0.0
             attempt.started_at = self._clock() - ran
+            self._waited(attempt, pods)
             if attempt.is_gang and not attempt.adopted:  # its ranks that ran while it waited
                 attempt.gang_wait_node_s = gang_wait(pods, self._wall())
             spec, tenant = attempt.request.spec, self._config.tenant(attempt.tenant)
             if claims_gpus(spec, self._config.gpus_of(tenant)):
                 api_client = self._tenants.client(attempt.tenant, attempt.request.step_key)
                 attempt.gpu_devices = read_allocated_devices(api_client, attempt.namespace, pods)
+
+    def _waited(self, attempt: Attempt, pods: list[Pod]) -> None:
+        """Record once what the attempt waited before it ran, split by whether it held its
+        quota (`waiting.split_wait`); an adopted attempt's submit was not seen: not recorded."""
+        if attempt.waited is None and not attempt.adopted:
+            since_submit = (attempt.finished_at or self._clock()) - attempt.submitted_at
+            holds = attempt.admission.holds_quota
+            attempt.waited = split_wait(since_submit, pods, self._wall(), holds_quota=holds)
 
     def core(self, attempt: Attempt) -> CoreV1Api:
         """The CoreV1Api of the attempt's tenant."""
@@ -197,8 +207,13 @@ class AttemptObserver:
             started, ended = container_ages([pod], self._wall())  # it ended while unwatched
             attempt.started_at = attempt.finished_at - started
             attempt.finished_at -= ended or 0.0
-        elif attempt.started_at is None and status.node and not attempt.is_gang:
-            attempt.started_at = attempt.submitted_at
+        pods = attempt.pods() or ([pod] if pod is not None else [])
+        if attempt.started_at is None and status.node and not attempt.is_gang:
+            ran = container_ages(pods, self._wall())[0]  # it ran between two looks
+            attempt.started_at = attempt.finished_at - ran if ran else attempt.submitted_at
+            if not ran:  # when is unknown: all of it counts as run, none as waited
+                attempt.waited = attempt.waited or (0.0, 0.0)
+        self._waited(attempt, pods)
         if status.state == StepState.FAILED and pod is not None and not attempt.cancelled:
             try:
                 attempt.log_tail = read_tail(

@@ -29,6 +29,7 @@ class LocalAttempt:
     kill_reason: FailureReason | None = None
     kill_message: str = ""
     adopted: bool = False  # started by an earlier run worker: its log file is removed here
+    queued_at: float | None = None  # when it was submitted (None: adopted, not seen)
 
 
 __all__ = ["LocalAttempt"]

@@ -28,6 +28,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Literal
 
@@ -140,7 +141,7 @@ class LocalBackend:
         handle = JobHandle(backend=self.name, job_id=job_id, step_key=request.step_key)
         log_path = self._log_dir / f"{_safe_file_name(job_id)}.log"
         alone = not self.capacity.cpu_memory_fit(request.spec)
-        attempt = LocalAttempt(request, handle, log_path, alone=alone)
+        attempt = LocalAttempt(request, handle, log_path, alone=alone, queued_at=self._clock())
         with self._lock:
             self._attempts[job_id] = attempt
             self._queue.append(attempt)
@@ -212,7 +213,10 @@ class LocalBackend:
                 return ResourceUsage()
             spec, now = attempt.request.spec, attempt.ended_at or self._clock()
             gpus = min(local_gpus(spec), self.capacity.gpus)
-            return attempt.meter.usage(local_cpu(spec), gpus, now)
+            used = attempt.meter.usage(local_cpu(spec), gpus, now)
+            if attempt.queued_at is None:  # adopted: its wait was not seen
+                return used
+            return replace(used, queued_seconds=max(0.0, attempt.started_at - attempt.queued_at))
 
     def grow_memory(self, handle: JobHandle, new_limit_bytes: int) -> GrowResult:
         """Raise a running attempt's memory limit in place, if the machine has room for it.

@@ -268,6 +268,7 @@ class SlurmBackend:
             max_rss_bytes=max(known) if known else None,
             nodes=info.nodes,
             cpu_used_seconds=measured.cpu_used_seconds,
+            queued_seconds=max(0.0, info.start_time - (info.submit_time or info.start_time)),
         )
 
     def _measured(self, job_id: str, attempt: _Attempt | None, info: JobInfo) -> Measured:

@@ -222,6 +222,7 @@ def job_info(row: Mapping[str, Any], job_id: str) -> JobInfo:
         batch_host=row.get("batch_host") or None,
         start_time=float(started) if started and state != "PENDING" else None,
         end_time=float(ended) if ended and not unfinished else None,
+        submit_time=float(submitted) if (submitted := number(row.get("submit_time"))) else None,
         restarts=int(row.get("restart_cnt") or 0),
         cpus=cpus,
         memory_mb=memory_mb,

@@ -61,6 +61,7 @@ class JobInfo:
     batch_host: str | None = None
     start_time: float | None = None  # epoch seconds
     end_time: float | None = None
+    submit_time: float | None = None  # when it was (last) queued
     restarts: int = 0  # times Slurm requeued the job
     cpus: int = 0  # allocated CPUs, all nodes
     memory_mb: int = 0  # allocated memory, all nodes
@@ -221,6 +222,7 @@ def parse_scontrol_job(line: str) -> JobInfo:
         batch_host=fields.get("BatchHost") or None,
         start_time=parse_time(fields.get("StartTime")) if state not in PENDING_STATES else None,
         end_time=parse_time(fields.get("EndTime")),
+        submit_time=parse_time(fields.get("SubmitTime")),
         restarts=int(fields.get("Restarts", "0") or 0),
         cpus=cpus,
         memory_mb=memory_mb,

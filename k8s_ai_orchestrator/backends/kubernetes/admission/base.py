@@ -61,6 +61,10 @@ class AdmissionTools:
 class Admission(Protocol):
     """How an attempt's Job gets room in its tenant (one implementation per mode)."""
 
+    # whether an attempt whose pods exist but do not run yet holds the tenant's quota (Kueue
+    # admitted it): the wait is then quota held idle, not queued (`waiting.split_wait`)
+    holds_quota: bool
+
     def prepare(
         self, request: LaunchRequest, settings: TenantConfig, api_client: ApiClient
     ) -> None:

@@ -21,6 +21,8 @@ from .base import AdmissionTools, AttemptJob
 class DirectAdmission:
     """Creates the Job at once; nothing to check before, wait for or undo after."""
 
+    holds_quota = False  # a Pending pod holds nothing
+
     def __init__(self, tools: AdmissionTools) -> None:
         self._tools = tools
 

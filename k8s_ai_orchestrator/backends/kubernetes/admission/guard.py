@@ -138,6 +138,8 @@ class _Held:
 class GuardAdmission:
     """Holds a gang's Job back until all its pods have room (see the module docstring)."""
 
+    holds_quota = False  # a Pending pod holds nothing
+
     def __init__(self, tools: AdmissionTools) -> None:
         self._tools = tools
         self._held: dict[str, _Held] = {}

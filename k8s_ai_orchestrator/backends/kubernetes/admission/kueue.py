@@ -34,6 +34,8 @@ class KueueAdmission:
         drop_earlier: deletes the Jobs of a step's earlier attempts that have not succeeded.
     """
 
+    holds_quota = True  # an admitted Workload's pods hold its quota until they run
+
     def __init__(
         self, tools: AdmissionTools, drop_earlier: Callable[[LaunchRequest], None]
     ) -> None:

@@ -23,6 +23,8 @@ from .base import AdmissionTools, AttemptJob
 class WorkloadAdmission:
     """Creates a gang's Job with its PodGroup (see the module docstring)."""
 
+    holds_quota = False  # a Pending pod holds nothing
+
     def __init__(self, tools: AdmissionTools) -> None:
         self._tools = tools
         self._checked: set[str] = set()  # tenants found to serve PodGroups
