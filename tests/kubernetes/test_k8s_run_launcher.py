@@ -102,6 +102,16 @@ def step_jobs(cluster: Any) -> list[str]:
     return [name for name in names if name.startswith("k8s-ai-")]
 
 
+def wait_for_step(folder: Path, services: list[Any] | None = None) -> None:
+    """Until the run's step has begun (it counts its execution in `folder`)."""
+    wait_until(
+        lambda: True if (folder / "executions").exists() else None,
+        timeout_s=180,
+        what="the step",
+        services=services or (),
+    )
+
+
 def run_worker_processes(run: DagsterRun) -> list[psutil.Process]:
     """The run's run-worker processes the node runs (`dagster api execute_run|resume_run`)."""
     found = []
@@ -123,11 +133,7 @@ def test_the_daemon_resumes_a_k8s_run_launcher_run_whose_run_worker_pod_died(
             argv = [str(BIN / "dagster-daemon"), "run", "-m", "resume_pipelines", "-d", str(TESTS)]
             daemon = services.start("daemon-k8s-run-launcher", argv, env, tmp_path / "daemon.log")
             run = launch(instance, cluster, tmp_path)
-
-            def started() -> bool | None:
-                return True if (tmp_path / "executions").exists() else None
-
-            wait_until(started, timeout_s=180, what="the step", services=[daemon])
+            wait_for_step(tmp_path, [daemon])
             (first,) = run_worker_processes(run)
             first.send_signal(signal.SIGKILL)  # its pod fails, and with it the run worker Job
 
@@ -172,11 +178,7 @@ def test_terminating_a_k8s_run_launcher_run_deletes_its_step_jobs(
     with DagsterInstance.get() as instance:
         run = launch(instance, cluster, tmp_path)
         try:
-            wait_until(
-                lambda: True if (tmp_path / "executions").exists() else None,
-                timeout_s=180,
-                what="the step",
-            )
+            wait_for_step(tmp_path)
             assert step_jobs(cluster)
             assert instance.run_launcher.terminate(run.run_id)
             wait_until(
@@ -206,11 +208,7 @@ def test_terminating_a_run_whose_run_worker_pod_died_cancels_its_step_jobs(
     with DagsterInstance.get() as instance:
         run = launch(instance, cluster, tmp_path)
         try:
-            wait_until(
-                lambda: True if (tmp_path / "executions").exists() else None,
-                timeout_s=180,
-                what="the step",
-            )
+            wait_for_step(tmp_path)
             (first,) = run_worker_processes(run)
             first.send_signal(signal.SIGKILL)
             launcher = instance.run_launcher
