@@ -7,12 +7,14 @@ The end-to-end checks against a real instance and real step processes are in
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from k8s_ai_orchestrator.cli import main
+from k8s_ai_orchestrator.launch.cost import CAUSES
 from k8s_ai_orchestrator.report.costchart import chart_unit, write_cost_png
 from k8s_ai_orchestrator.report.costs import (
     NO_ASSET,
@@ -131,6 +133,9 @@ def test_the_chart_is_in_money_when_priced_else_in_gpu_or_cpu_hours(tmp_path: Pa
     assert chart_unit([entry("train", "2025-12-01", None, gpu_seconds=7200.0)]) == "GPU-hours"
     png = write_cost_png(priced_entries, "asset", tmp_path / "charts" / "cost.png")
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    every_cause = replace(priced_entries[0], waste_cost=dict.fromkeys(CAUSES, 0.1))
+    png = write_cost_png([every_cause], "asset", tmp_path / "charts" / "causes.png")
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"  # each cause has its colour
 
 
 def test_the_command_refuses_an_unknown_grouping_and_a_missing_instance(

@@ -33,6 +33,7 @@ CAUSE_COLORS = {
     "oom_killed": "#d62728",
     "interrupted": "#ff7f0e",
     "gang_waiting": "#8c564b",
+    "quota_idle": "#7f7f7f",
     "unused_memory": "#9467bd",
 }
 DPI = 110
