@@ -51,8 +51,8 @@ MONEY_DIGITS = 6  # a seconds-long step on a CPU costs millionths
 _KEYS = ("cpu_hour", "memory_gib_hour", "gpu_hour", "gpu_hour_by_type", "preemptible_factor")
 _CURRENCY = "currency"
 _OVERRIDES = ("backends", "tenants")  # sections of prices of their own
-CAUSES = ("oom_killed", "interrupted", "gang_waiting", "quota_idle", "unused_memory")  # waste by
-# cause; unused memory, measured, comes last
+# what waste is split into: how an attempt ended, its waiting, and memory measured unused
+CAUSES = ("oom_killed", "interrupted", "gang_waiting", "quota_idle", "unused_memory")
 WASTE_CAUSES = {  # a finished attempt's reason → the waste it counts as
     FailureReason.OOM_KILLED.value: "oom_killed",
     **{reason.value: "interrupted" for reason in RELAUNCH_REASONS},

@@ -28,7 +28,6 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable
-from dataclasses import replace
 from pathlib import Path
 from typing import Literal
 
@@ -213,10 +212,7 @@ class LocalBackend:
                 return ResourceUsage()
             spec, now = attempt.request.spec, attempt.ended_at or self._clock()
             gpus = min(local_gpus(spec), self.capacity.gpus)
-            used = attempt.meter.usage(local_cpu(spec), gpus, now)
-            if attempt.queued_at is None:  # adopted: its wait was not seen
-                return used
-            return replace(used, queued_seconds=max(0.0, attempt.started_at - attempt.queued_at))
+            return attempt.meter.usage(local_cpu(spec), gpus, now)
 
     def grow_memory(self, handle: JobHandle, new_limit_bytes: int) -> GrowResult:
         """Raise a running attempt's memory limit in place, if the machine has room for it.
@@ -336,7 +332,8 @@ class LocalBackend:
             return
         self.ledger.started(attempt.handle.job_id, attempt.process.pid, str(attempt.log_path))
         attempt.started_at = self._clock()
-        attempt.meter = AttemptMeter(local_memory(attempt.request.spec), attempt.started_at)
+        queued = attempt.started_at - (attempt.queued_at or attempt.started_at)
+        attempt.meter = AttemptMeter(local_memory(attempt.request.spec), attempt.started_at, queued)
         self._set_status(attempt, StepStatus.running(node="localhost"))
         self._running[attempt.handle.job_id] = attempt
 

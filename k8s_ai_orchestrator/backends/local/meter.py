@@ -32,6 +32,7 @@ class AttemptMeter:
 
     limit_bytes: int  # the memory limit enforced now
     started_at: float
+    queued_s: float = 0.0  # how long it waited in the machine's line (0: adopted, not seen)
     max_rss: int = 0  # highest charged memory sampled
     _held_byte_seconds: float = 0.0  # memory held before `_limit_since`
     _limit_since: float | None = None
@@ -87,6 +88,7 @@ class AttemptMeter:
             nodes=("localhost",),
             cpu_used_seconds=round(self.cpu_seconds, 3),
             peak_cpu=self.peak_cpu(now),
+            queued_seconds=round(max(0.0, self.queued_s), 3),
         )
 
 
