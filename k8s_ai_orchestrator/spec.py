@@ -36,6 +36,8 @@ BACKENDS = ("local", "kubernetes", "slurm")
 # Validated with `fullmatch`: with `match`/`$`, "a100\n" would pass and break an sbatch header.
 _LABEL_VALUE = re.compile(r"[A-Za-z0-9](?:[-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?")  # label value
 _DNS_LABEL = re.compile(r"[a-z0-9](?:[-a-z0-9]{0,61}[a-z0-9])?")
+# A GPU partition profile as drivers name them: "1g.10gb", "1g.10gb+me", "3g.40gb".
+_PARTITION = re.compile(r"[A-Za-z0-9](?:[-A-Za-z0-9_.+]{0,61}[A-Za-z0-9])?")
 
 # Field names a spec understands (the keys of `compute(...)` and of size-table rows).
 SPEC_FIELDS = (
@@ -46,6 +48,7 @@ SPEC_FIELDS = (
     "memory_default",
     "gpu",
     "gpu_type",
+    "gpu_partition",
     "nodes",
     "tasks_per_node",
     "gpus_per_node",
@@ -92,6 +95,7 @@ class ComputeSpec:
     memory_bytes: int  # memory per node (request == limit)
     gpu: int = 0  # GPUs per node
     gpu_type: str | None = None  # e.g. "nvidia-h100-80gb"; None = any
+    gpu_partition: str | None = None  # `gpu` partitions of this profile ("1g.10gb"), not GPUs
     nodes: int = 1  # >1 means a multi-node gang (Slurm)
     tasks_per_node: int = 1  # ranks per node for gang steps
     preemptible: bool = False  # may run on preemptible capacity; resumes from checkpoint
@@ -125,7 +129,8 @@ class ComputeSpec:
     def describe(self) -> str:
         parts = [f"{_fmt_number(self.cpu)} CPU", self.memory_quantity]
         if self.gpu:
-            parts.append(f"{self.gpu} GPU" + (f" ({self.gpu_type})" if self.gpu_type else ""))
+            kind = f"× {self.gpu_partition} GPU partition" if self.gpu_partition else "GPU"
+            parts.append(f"{self.gpu} {kind}" + (f" ({self.gpu_type})" if self.gpu_type else ""))
         text = " / ".join(parts)
         if self.nodes > 1:
             text = f"{self.nodes} nodes × {self.tasks_per_node} tasks × ({text})"
@@ -210,6 +215,29 @@ def parse_gpu_type(value: Any, step: str | None = None) -> str:
             'letter or digit (it becomes a node label value and a Slurm GRES type): "a100"'
         )
         raise field_error("gpu_type", value, allowed, step, whitespace_fix(value, _LABEL_VALUE))
+    return value
+
+
+def parse_gpu_partition(value: Any, gpu: int, step: str | None = None) -> str:
+    """A GPU partition profile (a MIG profile such as "1g.10gb"): the step gets `gpu` such
+    partitions instead of whole GPUs.
+
+    Example:
+        >>> parse_gpu_partition("1g.10gb", 1)
+        '1g.10gb'
+    """
+    if not isinstance(value, str) or not _PARTITION.fullmatch(value):
+        allowed = (
+            "gpu_partition must be a partition profile the GPU driver publishes: 1-63 letters, "
+            "digits, '-', '_', '.' or '+', starting and ending with a letter or digit: \"1g.10gb\""
+        )
+        raise field_error("gpu_partition", value, allowed, step, whitespace_fix(value, _PARTITION))
+    if gpu < 1:
+        allowed = (
+            "gpu_partition needs gpu (or gpus_per_node) >= 1, the number of partitions: write "
+            f'gpu=1, gpu_partition="{value}"'
+        )
+        raise field_error("gpu_partition", value, allowed, step)
     return value
 
 
@@ -345,6 +373,7 @@ def resolve_spec(
     tenant = fields.get("tenant")
     timeout = fields.get("timeout")
     gpu_type = fields.get("gpu_type")
+    partition = fields.get("gpu_partition")
     return ComputeSpec(
         cpu=parse_cpu(row.cpu if cpu is None else cpu, step, _field("cpu", fields)),
         memory_bytes=parse_memory(
@@ -352,6 +381,9 @@ def resolve_spec(
         ),
         gpu=gpu,
         gpu_type=parse_gpu_type(gpu_type, step) if gpu_type is not None else None,
+        gpu_partition=(
+            parse_gpu_partition(partition, gpu, step) if partition is not None else None
+        ),
         nodes=nodes,
         tasks_per_node=parse_count(
             get("tasks_per_node", 1), "tasks_per_node", minimum=1, step=step

@@ -30,6 +30,7 @@ def compute(
     memory_default: str | None = None,
     gpu: int | None = None,
     gpu_type: str | None = None,
+    gpu_partition: str | None = None,
     nodes: int | None = None,
     tasks_per_node: int | None = None,
     gpus_per_node: int | None = None,
@@ -53,6 +54,8 @@ def compute(
             run's and the most "auto" ever asks for.
         gpu: GPUs (per node).
         gpu_type: GPU model to select nodes by (the executor maps it to node labels).
+        gpu_partition: a partition profile ("1g.10gb"): ``gpu`` partitions of a GPU instead
+            of whole GPUs (Kubernetes with ``gpus.request: dra``; see gpus-with-dra.md).
         nodes: nodes for a multi-node gang step (> 1 runs on Slurm).
         tasks_per_node: ranks per node for gang steps.
         gpus_per_node: GPUs per node for gang steps (same as ``gpu``).
@@ -83,6 +86,7 @@ def compute(
         "memory_default": memory_default,
         "gpu": gpu,
         "gpu_type": gpu_type,
+        "gpu_partition": gpu_partition,
         "nodes": nodes,
         "tasks_per_node": tasks_per_node,
         "gpus_per_node": gpus_per_node,

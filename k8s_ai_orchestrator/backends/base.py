@@ -26,6 +26,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
+from ..errors import SubmitError
 from ..spec import ComputeSpec
 
 
@@ -155,10 +156,11 @@ class ResourceUsage:
 
     @classmethod
     def reserved(
-        cls, spec: ComputeSpec, seconds: float, gpus: int | None = None, **measured: object
+        cls, spec: ComputeSpec, seconds: float, gpus: float | None = None, **measured: object
     ) -> ResourceUsage:
         """`spec`'s whole reservation (every node of a gang) held for `seconds`; `gpus`: the
-        devices it was given, when they were counted (DRA), else those it asked for.
+        GPUs it was given, when they were counted (DRA: a partition by its share of its GPU),
+        else those it asked for.
 
         Example:
             >>> ResourceUsage.reserved(ComputeSpec(cpu=4, memory_bytes=2**30, nodes=2), 10.0)
@@ -364,6 +366,18 @@ class Capabilities:
             status_interval_s=(
                 float(backend.status_interval_s) if isinstance(backend, PacesStatus) else 0.0
             ),
+        )
+
+
+def refuse_partition(request: LaunchRequest, backend: str) -> None:
+    """`SubmitError` for a step asking for GPU partitions (`gpu_partition`) on a backend that
+    cannot give them: only Kubernetes tenants with `gpus.request: dra` claim partitions."""
+    if request.spec.gpu_partition:
+        raise SubmitError(
+            f"step '{request.step_key}': gpu_partition={request.spec.gpu_partition!r} is not "
+            f"served by the {backend} backend: GPU partitions are claimed only on Kubernetes "
+            "with gpus.request: dra; run the step with backend='kubernetes' on such a tenant, "
+            "or drop gpu_partition to ask for whole GPUs"
         )
 
 

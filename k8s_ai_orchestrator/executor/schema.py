@@ -50,6 +50,12 @@ GPUS_SCHEMA = _opt(
             "model_attribute": _opt(
                 String, "dra: <domain>/<name> gpu_type matches (gpu.nvidia.com/productName)."
             ),
+            "partition_device_class": _opt(
+                String, "dra: the DeviceClass of GPU partitions (mig.nvidia.com)."
+            ),
+            "partition_attribute": _opt(
+                String, "dra: <domain>/<name> gpu_partition matches (gpu.nvidia.com/profile)."
+            ),
         }
     ),
     "How GPU steps request GPUs: the device plugin, or Dynamic Resource Allocation.",

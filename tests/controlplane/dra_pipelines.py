@@ -5,7 +5,7 @@ import os
 import time
 from pathlib import Path
 
-from dagster import Config, job, op
+from dagster import Config, OpExecutionContext, job, op
 
 from k8s_ai_orchestrator import Gang, ai_executor, compute
 from k8s_ai_orchestrator.stepenv import NODE_NAME
@@ -97,3 +97,24 @@ def gang_h100(gang: Gang) -> None:
 @job(executor_def=ai_executor, resource_defs={"gang": Gang(straggler_timeout_s=120)})
 def gang_h100_job() -> None:
     gang_h100()
+
+
+MIG_1G = compute(cpu=0.5, memory="256Mi", gpu=1, gpu_type=H100, gpu_partition="1g.10gb")
+
+
+@op(config_schema={"out_dir": str}, tags=MIG_1G)
+def mig_hungry(context: OpExecutionContext) -> int:
+    """A 1g.10gb partition step: each attempt records the devices it was given; the first
+    then holds 320 MB (OOM-killed at 256Mi), the next (512Mi) succeeds."""
+    attempt = os.environ.get("K8S_AI_ATTEMPT", "0")
+    Path(context.op_config["out_dir"], f"attempt-{attempt}").write_text(json.dumps(_visible()))
+    if attempt == "0":
+        blocks = [bytearray(16 << 20) for _ in range(20)]
+        time.sleep(60)
+        return len(blocks)
+    return 0
+
+
+@job(executor_def=ai_executor)
+def mig_hungry_job() -> None:
+    mig_hungry()

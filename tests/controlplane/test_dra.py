@@ -25,9 +25,10 @@ from k8s_ai_orchestrator.backends.base import FailureReason, LaunchRequest, Step
 from k8s_ai_orchestrator.backends.kubernetes import KubernetesBackend, KubernetesConfig
 from k8s_ai_orchestrator.backends.kubernetes.dra import GpuRequest, model_selector
 from k8s_ai_orchestrator.backends.kubernetes.jobs import build_job
+from k8s_ai_orchestrator.errors import SubmitError
 from k8s_ai_orchestrator.spec import resolve_spec
 from k8s_ai_orchestrator.testing.controlplane import start_control_plane
-from k8s_ai_orchestrator.testing.controlplane.agent.dra import DRIVER, DraGpus
+from k8s_ai_orchestrator.testing.controlplane.agent.dra import DRIVER, PARTITION_CLASS, DraGpus
 from k8s_ai_orchestrator.testing.controlplane.kube import RealKube
 from k8s_ai_orchestrator.testing.kube.emulator import wait_until
 from k8s_ai_orchestrator.testing.kube.nodes import NodeSpec
@@ -36,6 +37,7 @@ from tests.controlplane.dra_pipelines import (
     H100,
     gang_gpus_job,
     gang_h100_job,
+    mig_hungry_job,
     one_b200_job,
     two_full_nodes_job,
     two_h100_job,
@@ -50,10 +52,12 @@ NODES = [
     NodeSpec(name=name, cpu="16", memory="64Gi", taints=(GPU_TAINT,))
     for name in ("dra-a100", "dra-h100")
 ]
-# the A100 node comes first and has room for two: only the model keeps the step off it
+# the A100 node comes first and has room for two: only the model keeps the step off it; the
+# H100s are partitionable too (MIG-style: 7 × 1g.10gb and 2 × 3g.40gb placements per GPU)
+MIG_PROFILES = (("1g.10gb", 7), ("3g.40gb", 2))
 DRA_GPUS = [
     DraGpus("dra-a100", count=4, product="NVIDIA A100-SXM4-80GB", architecture="Ampere"),
-    DraGpus("dra-h100", count=4, product="NVIDIA H100 80GB HBM3"),
+    DraGpus("dra-h100", count=4, product="NVIDIA H100 80GB HBM3", partitions=MIG_PROFILES),
 ]
 RESOURCE = ("resource.k8s.io", "v1")
 
@@ -86,7 +90,11 @@ def executor_config(kube: RealKube, namespace: str) -> dict[str, Any]:
             "image": "ghcr.io/acme/pipeline:test",
             "python": sys.executable,
             "command_prefix": [sys.executable, "-m", "dagster"],
-            "gpus": {"request": "dra", "device_class": DRIVER},
+            "gpus": {
+                "request": "dra",
+                "device_class": DRIVER,
+                "partition_device_class": PARTITION_CLASS,
+            },
             "tenants": {
                 "gpus": {"kubeconfig": str(kube.plane.host.kubeconfig), "namespace": namespace}
             },
@@ -437,3 +445,117 @@ def test_the_real_scheduler_applies_the_model_selector_and_says_why_a_claim_wait
     )
     assert core.read_namespaced_pod("waits", namespace).spec.node_name is None
     core.delete_namespaced_pod("waits", namespace, grace_period_seconds=0)
+
+
+def claim_devices_of(kube: RealKube, namespace: str) -> dict[str, list[str]]:
+    """Each allocated claim of the namespace → its devices."""
+    return {
+        claim["metadata"]["name"]: [
+            r["device"] for r in claim["status"]["allocation"]["devices"]["results"]
+        ]
+        for claim in listed(kube, namespace, "resourceclaims")
+        if (claim.get("status") or {}).get("allocation")
+    }
+
+
+def test_a_partition_step_and_a_whole_gpu_step_share_one_nodes_gpus_at_the_same_time(
+    dra_kube: RealKube, namespace: str, tmp_path: Path
+) -> None:
+    """On the H100 node, whose slices offer whole GPUs and their 1g.10gb partitions: a step
+    of three whole GPUs and a step of two 1g.10gb partitions run at once. The scheduler puts
+    the partitions on the fourth GPU (the shared counters forbid a whole GPU's partitions
+    while it is allocated); the partition step sees MIG devices, and its GPU-seconds are its
+    share of one GPU (2 × 10Gi of 80Gi). No claim is left."""
+    config = KubernetesConfig.from_dict(executor_config(dra_kube, namespace)["kubernetes"])
+    backend = KubernetesBackend(config, default_tenant="gpus")
+    release = tmp_path / "release"
+    code = (
+        "import os, time\n"
+        "print('devices', os.environ.get('NVIDIA_VISIBLE_DEVICES'), flush=True)\n"
+        f"while not os.path.exists({str(release)!r}): time.sleep(0.1)\n"
+    )
+    command = [sys.executable, "-c", code]
+    whole = resolve_spec({"cpu": 0.5, "memory": "256Mi", "gpu": 3, "gpu_type": H100})
+    part = resolve_spec(
+        {"cpu": 0.5, "memory": "256Mi", "gpu": 2, "gpu_type": H100, "gpu_partition": "1g.10gb"}
+    )
+    h100 = DRA_GPUS[1]
+    try:
+        handles = {
+            "whole": backend.submit(LaunchRequest("run-mig", "whole", 0, command, {}, whole)),
+            "part": backend.submit(LaunchRequest("run-mig", "part", 0, command, {}, part)),
+        }
+        both = wait_until(
+            lambda: all(backend.status(h).state == StepState.RUNNING for h in handles.values()),
+            90,
+            0.2,
+        )
+        assert both, {k: backend.status(h) for k, h in handles.items()}
+        held = sorted(claim_devices_of(dra_kube, namespace).values(), key=len)
+        assert len(held) == 2 and len(held[0]) == 2 and len(held[1]) == 3, held
+        partitions, gpus = held
+        assert all(d.startswith("gpu-") and "-mig-" not in d for d in gpus)
+        (free,) = {f"gpu-{i}" for i in range(4)} - set(gpus)
+        assert all(d.startswith(f"{free}-mig-1g-10gb-") for d in partitions), (free, held)
+        pods = client.CoreV1Api(dra_kube.host.api_client()).list_namespaced_pod(namespace)
+        assert {p.spec.node_name for p in pods.items} == {"dra-h100"}
+        assert wait_until(lambda: "devices MIG-" in backend.logs(handles["part"]), 30, 0.2)
+        shown = backend.logs(handles["part"]).split("devices ", 1)[1].split()[0].split(",")
+        assert sorted(shown) == sorted(h100.devices()[d][1] for d in partitions)
+        release.write_text("go")
+        for handle in handles.values():
+            done = wait_until(lambda h=handle: backend.status(h).is_terminal, 60, 0.2)
+            assert done and backend.status(handle).state == StepState.SUCCEEDED
+        usage = backend.usage(handles["part"])
+    finally:
+        backend.close()
+    assert usage.wall_seconds > 0
+    assert usage.gpu_seconds == pytest.approx(0.25 * usage.wall_seconds)
+    assert wait_until(lambda: not listed(dra_kube, namespace, "resourceclaims"), 60, 0.5)
+
+
+def test_a_partition_asked_for_that_no_gpu_offers_is_refused_before_anything_is_created(
+    dra_kube: RealKube, namespace: str
+) -> None:
+    config = KubernetesConfig.from_dict(executor_config(dra_kube, namespace)["kubernetes"])
+    backend = KubernetesBackend(config, default_tenant="gpus")
+    spec = resolve_spec({"cpu": 0.5, "memory": "256Mi", "gpu": 1, "gpu_partition": "2g.20gb"})
+    try:
+        with pytest.raises(SubmitError) as refused:
+            backend.submit(LaunchRequest("run-mig", "part", 0, ["true"], {}, spec))
+    finally:
+        backend.close()
+    message = str(refused.value)
+    assert "step 'part'" in message and "DeviceClass mig.nvidia.com" in message
+    assert "no 2g.20gb partition" in message
+    assert "pick a gpu_partition the devices offer (1g.10gb, 3g.40gb)" in message
+    assert listed(dra_kube, namespace, "resourceclaimtemplates") == []
+    batch = client.BatchV1Api(dra_kube.host.api_client())
+    assert batch.list_namespaced_job(namespace).items == []
+
+
+def test_an_oom_relaunched_partition_step_gets_a_partition_of_the_same_profile_again(
+    dra_kube: RealKube, namespace: str, dagster_home: Path, tmp_path: Path
+) -> None:
+    """The 1g.10gb step OOM-killed at 256Mi is relaunched at 512Mi with the same claim: both
+    attempts are shown a 1g.10gb partition of an H100."""
+    run_config = {
+        "execution": {"config": executor_config(dra_kube, namespace)},
+        "ops": {"mig_hungry": {"config": {"out_dir": str(tmp_path)}}},
+    }
+    with (
+        DagsterInstance.get() as instance,
+        execute_job(
+            reconstructable(mig_hungry_job), instance=instance, run_config=run_config
+        ) as result,
+    ):
+        messages = engine_messages(instance, result.run_id)
+        assert result.success, messages
+    assert any("OOMKilled" in m for m in messages), messages
+    partitions = {
+        uuid: name for name, (_, uuid) in DRA_GPUS[1].devices().items() if "-mig-1g-10gb-" in name
+    }
+    for attempt in (0, 1):
+        seen = json.loads((tmp_path / f"attempt-{attempt}").read_text())
+        assert seen["NVIDIA_VISIBLE_DEVICES"] in partitions, (attempt, seen)
+    assert wait_until(lambda: not listed(dra_kube, namespace, "resourceclaims"), 60, 0.5)

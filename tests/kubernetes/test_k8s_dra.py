@@ -14,13 +14,16 @@ from k8s_ai_orchestrator.backends.base import LaunchRequest
 from k8s_ai_orchestrator.backends.kubernetes.config import KubernetesConfig
 from k8s_ai_orchestrator.backends.kubernetes.dra import (
     GpuRequest,
-    allocated_devices,
     claim_template,
     model_selector,
+    template_name,
+)
+from k8s_ai_orchestrator.backends.kubernetes.dra_devices import (
+    allocated_gpus,
+    device_shares,
     offer_problem,
     pod_claim,
     pool_offer,
-    template_name,
 )
 from k8s_ai_orchestrator.backends.kubernetes.jobs import build_job, job_name
 from k8s_ai_orchestrator.errors import ConfigError
@@ -301,10 +304,10 @@ def allocation(*requests: str) -> dict[str, Any]:
         ({"metadata": {"name": "not-allocated-yet"}}, 0),
     ],
 )
-def test_allocated_devices_counts_the_claims_results_for_the_gpus_request(
+def test_allocated_gpus_counts_the_claims_results_for_the_gpus_request(
     claim: dict[str, Any], devices: int
 ) -> None:
-    assert allocated_devices(claim) == devices
+    assert allocated_gpus(claim, {}) == devices
 
 
 def test_pod_claim_is_the_claim_the_controller_made_for_the_pods_gpus() -> None:
@@ -314,3 +317,121 @@ def test_pod_claim_is_the_claim_the_controller_made_for_the_pods_gpus() -> None:
     ]
     assert pod_claim({"status": {"resourceClaimStatuses": made}}) == "p-gpus-x7"
     assert pod_claim({"status": {}}) is None
+
+
+# -- GPU partitions (gpu_partition) ------------------------------------------------------------
+
+MIG = {**DRA, "partition_device_class": "mig.nvidia.com"}
+
+
+def test_a_partition_template_asks_the_partition_class_for_the_profile_and_model() -> None:
+    gpus = GpuRequest.from_dict(MIG, "kubernetes.gpus")
+    spec = resolve_spec({"gpu": 2, "gpu_partition": "1g.10gb", "gpu_type": "nvidia-h100"})
+    body = claim_template("k8s-ai-abc-0", "uid-7", spec, gpus)
+    (device_request,) = body["spec"]["spec"]["devices"]["requests"]
+    exactly = device_request["exactly"]
+    assert exactly["deviceClassName"] == "mig.nvidia.com"
+    assert exactly["count"] == 2
+    assert exactly["selectors"] == [
+        {"cel": {"expression": 'device.attributes["gpu.nvidia.com"].profile == "1g.10gb"'}},
+        {"cel": {"expression": model_selector(gpus, "nvidia-h100")}},
+    ]
+
+
+def test_a_partition_pod_claims_like_a_whole_gpu_pod() -> None:
+    pod = pod_of(config(MIG), {"gpu": 1, "gpu_partition": "1g.10gb"})
+    assert pod["resourceClaims"][0]["name"] == "gpus"
+    assert "nvidia.com/gpu" not in pod["containers"][0]["resources"]["limits"]
+
+
+@pytest.mark.parametrize(
+    ("gpus", "message"),
+    [
+        (None, "gpu_partition='1g.10gb' needs gpus.request: dra on tenant 'team-a'"),
+        (DRA, "gpu_partition='1g.10gb' needs gpus.partition_device_class on tenant 'team-a'"),
+    ],
+)
+def test_a_partition_step_the_tenant_cannot_claim_is_refused_before_the_job_exists(
+    gpus: Any, message: str
+) -> None:
+    with pytest.raises(ConfigError) as refused:
+        pod_of(config(gpus), {"gpu": 1, "gpu_partition": "1g.10gb"})
+    assert message in str(refused.value)
+    assert "step 'embed' (1 CPU / 2Gi / 1 × 1g.10gb GPU partition)" in str(refused.value)
+
+
+@pytest.mark.parametrize(
+    ("raw", "message"),
+    [
+        ({**DRA, "partition_device_class": "MIG"}, "partition_device_class='MIG' is not"),
+        ({**DRA, "partition_attribute": "profile"}, "partition_attribute='profile' is not a"),
+        ({"partition_device_class": "mig.nvidia.com"}, "partition_device_class is only read"),
+    ],
+)
+def test_bad_partition_config_is_a_config_error_naming_the_key(raw: Any, message: str) -> None:
+    with pytest.raises(ConfigError) as refused:
+        GpuRequest.from_dict(raw, "kubernetes.gpus")
+    assert message in str(refused.value)
+
+
+def mig_slices() -> list[dict[str, Any]]:
+    """One node, two H100s: gpu-0 whole, gpu-1 also as two 1g.10gb partitions (counters)."""
+
+    def device(name: str, profile: str | None, memory: str, sms: str) -> dict[str, Any]:
+        attributes: dict[str, Any] = {"productName": {"string": "NVIDIA H100 80GB HBM3"}}
+        if profile:
+            attributes["profile"] = {"string": profile}
+        consumed = {"memory": {"value": memory}, "multiprocessors": {"value": sms}}
+        return {
+            "name": name,
+            "attributes": attributes,
+            "consumesCounters": [{"counterSet": "gpu-1", "counters": consumed}],
+        }
+
+    pool = {"name": "n1", "generation": 1, "resourceSliceCount": 2}
+    total = {"memory": {"value": "80Gi"}, "multiprocessors": {"value": "132"}}
+    counters = {"name": "gpu-1", "counters": total}
+    base = {"driver": "gpu.nvidia.com", "nodeName": "n1", "pool": pool}
+    return [
+        {"spec": {**base, "sharedCounters": [counters]}},
+        {
+            "spec": {
+                **base,
+                "devices": [
+                    {
+                        "name": "gpu-0",
+                        "attributes": {"productName": {"string": "NVIDIA H100 80GB HBM3"}},
+                    },
+                    device("gpu-1", None, "80Gi", "132"),
+                    device("gpu-1-mig-1g-10gb-0", "1g.10gb", "10Gi", "16"),
+                    device("gpu-1-mig-1g-10gb-1", "1g.10gb", "10Gi", "16"),
+                ],
+            }
+        },
+    ]
+
+
+def test_pool_offer_counts_whole_gpus_and_partitions_of_a_profile_apart() -> None:
+    gpus = GpuRequest.from_dict(MIG, "g")
+    assert pool_offer(gpus, mig_slices()) == {"n1": {"nvidia-h100-80gb-hbm3": 2}}
+    assert pool_offer(gpus, mig_slices(), "1g.10gb") == {"n1": {"nvidia-h100-80gb-hbm3": 2}}
+    assert pool_offer(gpus, mig_slices(), "3g.40gb") == {}
+    spec = resolve_spec({"gpu": 1, "gpu_partition": "3g.40gb"})
+    assert offer_problem(spec, {}) == "no 3g.40gb partition (the pool offers no such partitions)"
+    three = resolve_spec({"gpu": 3, "gpu_partition": "1g.10gb"})
+    problem = offer_problem(three, pool_offer(gpus, mig_slices(), "1g.10gb"))
+    assert (problem or "").startswith("3 1g.10gb partitions on one node, and no node has more")
+
+
+def test_a_partition_counts_its_share_of_its_gpu_and_a_whole_gpu_one() -> None:
+    shares = device_shares(mig_slices())
+    driver = "gpu.nvidia.com"
+    assert shares[(driver, "n1", "gpu-1-mig-1g-10gb-0")] == 0.125  # 10Gi of 80Gi > 16/132
+    assert shares[(driver, "n1", "gpu-1")] == 1.0
+    assert (driver, "n1", "gpu-0") not in shares  # consumes no counters: one GPU
+    results = [
+        {"request": "gpus", "driver": driver, "pool": "n1", "device": name}
+        for name in ("gpu-1-mig-1g-10gb-0", "gpu-1-mig-1g-10gb-1", "gpu-0")
+    ]
+    claim = {"status": {"allocation": {"devices": {"results": results}}}}
+    assert allocated_gpus(claim, shares) == 1.25

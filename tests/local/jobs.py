@@ -153,6 +153,16 @@ def gpu_on_cpu_machine() -> None:
     wants_gpu()
 
 
+@op(tags=compute(gpu=1, gpu_partition="1g.10gb"))
+def wants_partition() -> None:
+    _record("partition")
+
+
+@job(executor_def=ai_executor)
+def gpu_partition_locally() -> None:
+    wants_partition()
+
+
 @job(executor_def=ai_executor)
 def bad_tags() -> None:
     wants_gpu()
@@ -285,6 +295,7 @@ defs = Definitions(
         checkpointed_preemption,
         long_running,
         gpu_on_cpu_machine,
+        gpu_partition_locally,
         bad_tags,
         tenant_routed,
         machine_wide,

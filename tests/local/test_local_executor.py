@@ -264,6 +264,18 @@ def test_oversize_fail_refuses_a_gpu_step_on_a_machine_without_gpus(instance, te
     assert not any("Warning" in m for m in engine_messages(instance, result.run_id))
 
 
+def test_a_gpu_partition_step_is_refused_before_it_runs(instance, test_out):
+    result = run(instance, "gpu_partition_locally", {"local": {"cpus": 2, "gpus": 1}})
+    assert not result.success
+    assert not recorded(test_out)
+    error = _refusal(result)
+    assert error.cls_name == "SubmitError"
+    assert "step 'wants_partition': gpu_partition='1g.10gb' is not served by the local" in (
+        error.message
+    )
+    assert "gpus.request: dra" in error.message
+
+
 def test_hand_edited_tags_are_rejected_before_any_step_runs(instance, test_out):
     result = run(instance, "bad_tags", {"local": {"cpus": 2}})
     assert not result.success

@@ -47,7 +47,7 @@ class Attempt:
     preemptor: PreemptorLookup = field(default_factory=PreemptorLookup)
     adopted: bool = False  # found by a resumed run worker (it ran while no one watched)
     ended_unseen: StepStatus | None = None  # adopted: how its Job ended, if it had (no pods)
-    gpu_devices: int | None = None  # DRA: devices allocated to its pods' claims (`dra.py`)
+    gpu_devices: float | None = None  # DRA: GPUs allocated to its claims (`dra_devices.py`)
     gang_wait_node_s: float = 0.0  # a gang: its ranks' node-seconds before all of them ran
     # before it ran: (queued holding nothing, quota held idle) seconds (`waiting.split_wait`);
     # None until it ran or ended, and for an adopted attempt (its submit was not seen)

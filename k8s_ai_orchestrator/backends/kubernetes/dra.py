@@ -15,15 +15,19 @@ tenant's own) picks the request:
   rank pods share the Job's pod template, so each rank pod gets a claim of its own from the
   template (one claim per rank pod; claims shared by a PodGroup are not used).
 
+`compute(gpu=N, gpu_partition="1g.10gb")` asks for N partitions of that profile instead of
+whole GPUs (MIG-style devices, which a driver publishes as partitionable devices consuming
+their GPU's shared counters): the claim asks for devices of `partition_device_class`
+(NVIDIA's `mig.nvidia.com`) whose `partition_attribute` (`gpu.nvidia.com/profile`) is the
+profile. Partitions are claimed through DRA only: a tenant on `device_plugin` refuses them.
+
 `gpu_type` is a label-style name ("nvidia-h100-80gb-hbm3"), and NVIDIA's driver publishes
 `productName` as "NVIDIA H100 80GB HBM3": the selector compares the attribute lower-cased with
 spaces as '-', which is how NVIDIA's GPU feature discovery writes the same name as a label.
 
-Pre-flight (`preflight.py`) reads the cluster's ResourceSlices through `pool_offer` and
-refuses a step no node's devices could ever satisfy, or a gang too few nodes' devices could
-(`offer_problem`); nodes and quotas are checked without a DRA step's GPUs (`host_fit`).
-DeviceClass selectors are CEL that only the scheduler evaluates; the count here reads the
-model attribute alone.
+Pre-flight (`preflight.py`) reads the cluster's ResourceSlices (`dra_devices.py`) and
+refuses a step no node's devices could ever satisfy; nodes and quotas are checked without a
+DRA step's GPUs (`host_fit`).
 
 Example:
     >>> gpus = GpuRequest.from_dict({"request": "dra", "device_class": "gpu.nvidia.com"}, "k")
@@ -40,7 +44,7 @@ from dataclasses import dataclass, replace
 from functools import partial
 from typing import Any
 
-from kubernetes.client import ApiClient, CustomObjectsApi
+from kubernetes.client import ApiClient
 from kubernetes.client.exceptions import ApiException
 
 from ...errors import ConfigError, SubmitError, check_keys
@@ -52,9 +56,13 @@ GROUP, VERSION, PLURAL = "resource.k8s.io", "v1", "resourceclaimtemplates"
 CLAIM = "gpus"  # the name of the claim in the pod and of the request in the claim
 REQUESTS = ("device_plugin", "dra")
 DEFAULT_MODEL_ATTRIBUTE = "gpu.nvidia.com/productName"  # NVIDIA's DRA driver's model name
+DEFAULT_PARTITION_ATTRIBUTE = "gpu.nvidia.com/profile"  # the MIG profile of NVIDIA's devices
 # A fully qualified device attribute: `<driver domain>/<C identifier of at most 32 characters>`.
 _ATTRIBUTE = re.compile(r"(?P<domain>[a-z0-9][-a-z0-9.]*[a-z0-9])/(?P<name>[A-Za-z_]\w{0,31})")
-_KEYS = frozenset({"request", "device_class", "model_attribute"})
+_KEYS = frozenset(
+    {"request", "device_class", "model_attribute", "partition_device_class", "partition_attribute"}
+)
+_DRA_ONLY = ("device_class", "model_attribute", "partition_device_class", "partition_attribute")
 
 
 @dataclass(frozen=True)
@@ -72,6 +80,8 @@ class GpuRequest:
     request: str = "device_plugin"  # device_plugin | dra
     device_class: str | None = None  # dra: the DeviceClass the claim asks devices of
     model_attribute: str = DEFAULT_MODEL_ATTRIBUTE  # dra: `<domain>/<name>` gpu_type matches
+    partition_device_class: str | None = None  # dra: the DeviceClass of GPU partitions
+    partition_attribute: str = DEFAULT_PARTITION_ATTRIBUTE  # dra: what gpu_partition matches
 
     @property
     def dra(self) -> bool:
@@ -90,9 +100,9 @@ class GpuRequest:
                 f"{where}.request={request!r} is not one of {', '.join(REQUESTS)}; use "
                 "device_plugin (nvidia.com/gpu limits) or dra (a ResourceClaim per step)"
             )
-        device_class, attribute = raw.get("device_class"), raw.get("model_attribute")
+        device_class = raw.get("device_class")
         if request != "dra":
-            given = [key for key in ("device_class", "model_attribute") if key in raw]
+            given = [key for key in _DRA_ONLY if key in raw]
             if given:
                 raise ConfigError(
                     f"{where}: {', '.join(given)} is only read with request: dra (request is "
@@ -105,20 +115,45 @@ class GpuRequest:
                 "steps claim: set device_class: gpu.nvidia.com for NVIDIA's DRA driver, or a "
                 "name `kubectl get deviceclasses` lists"
             )
-        allowed = DNS_SUBDOMAIN.problem(device_class)
-        if allowed:
-            raise ConfigError(
-                f"{where}.device_class={device_class!r} is not {allowed}; give the name of a "
-                "DeviceClass (`kubectl get deviceclasses`)"
-            )
-        attribute = DEFAULT_MODEL_ATTRIBUTE if attribute is None else attribute
-        if not isinstance(attribute, str) or not _ATTRIBUTE.fullmatch(attribute):
-            raise ConfigError(
-                f"{where}.model_attribute={attribute!r} is not a qualified device attribute "
-                "(<driver domain>/<name>, the name a C identifier of at most 32 characters); "
-                f"give the attribute that holds the GPU model, e.g. {DEFAULT_MODEL_ATTRIBUTE}"
-            )
-        return cls(request="dra", device_class=device_class, model_attribute=attribute)
+        partition_class = raw.get("partition_device_class")
+        for key, name in (
+            ("device_class", device_class),
+            ("partition_device_class", partition_class),
+        ):
+            allowed = DNS_SUBDOMAIN.problem(name) if name is not None else None
+            if allowed:
+                raise ConfigError(
+                    f"{where}.{key}={name!r} is not {allowed}; give the name of a "
+                    "DeviceClass (`kubectl get deviceclasses`)"
+                )
+        return cls(
+            request="dra",
+            device_class=device_class,
+            model_attribute=_attribute(raw, "model_attribute", where, DEFAULT_MODEL_ATTRIBUTE),
+            partition_device_class=partition_class,
+            partition_attribute=_attribute(
+                raw, "partition_attribute", where, DEFAULT_PARTITION_ATTRIBUTE
+            ),
+        )
+
+
+def _attribute(raw: Mapping[str, Any], key: str, where: str, default: str) -> str:
+    """A qualified device attribute key of the `gpus` section (`ConfigError` if malformed)."""
+    attribute = raw.get(key, default)
+    if not isinstance(attribute, str) or not _ATTRIBUTE.fullmatch(attribute):
+        raise ConfigError(
+            f"{where}.{key}={attribute!r} is not a qualified device attribute (<driver "
+            "domain>/<name>, the name a C identifier of at most 32 characters); give the "
+            f"attribute the driver publishes, e.g. {default}"
+        )
+    return attribute
+
+
+def split_attribute(attribute: str) -> tuple[str, str]:
+    """(driver domain, name) of a qualified attribute checked by `GpuRequest.from_dict`."""
+    match = _ATTRIBUTE.fullmatch(attribute)
+    assert match is not None  # checked by GpuRequest.from_dict
+    return match["domain"], match["name"]
 
 
 def claims_gpus(spec: ComputeSpec, gpus: GpuRequest) -> bool:
@@ -128,11 +163,44 @@ def claims_gpus(spec: ComputeSpec, gpus: GpuRequest) -> bool:
 
 def model_selector(gpus: GpuRequest, gpu_type: str) -> str:
     """The CEL expression a device of model `gpu_type` satisfies (see the module docstring)."""
-    match = _ATTRIBUTE.fullmatch(gpus.model_attribute)
-    assert match is not None  # checked by GpuRequest.from_dict
-    domain, name = json.dumps(match["domain"]), match["name"]
+    domain, name = split_attribute(gpus.model_attribute)
     wanted = json.dumps(gpu_type.lower())
-    return f'device.attributes[{domain}].{name}.lowerAscii().replace(" ", "-") == {wanted}'
+    return (
+        f'device.attributes[{json.dumps(domain)}].{name}.lowerAscii().replace(" ", "-") == {wanted}'
+    )
+
+
+def partition_selector(gpus: GpuRequest, profile: str) -> str:
+    """The CEL expression a partition of `profile` satisfies (the attribute as published).
+
+    Example:
+        >>> gpus = GpuRequest(request="dra", device_class="gpu.nvidia.com")
+        >>> partition_selector(gpus, "1g.10gb")
+        'device.attributes["gpu.nvidia.com"].profile == "1g.10gb"'
+    """
+    domain, name = split_attribute(gpus.partition_attribute)
+    return f"device.attributes[{json.dumps(domain)}].{name} == {json.dumps(profile)}"
+
+
+def partition_problem(spec: ComputeSpec, gpus: GpuRequest, tenant: str) -> str | None:
+    """Why a step asking for GPU partitions cannot ask for them in `tenant`, or None."""
+    if not spec.gpu_partition:
+        return None
+    where = f"kubernetes.tenants.{tenant}"
+    if not gpus.dra:
+        return (
+            f"gpu_partition={spec.gpu_partition!r} needs gpus.request: dra on tenant '{tenant}' "
+            "(the device plugin's nvidia.com/gpu counts whole GPUs); set "
+            f"{where}.gpus (or kubernetes.gpus) to request: dra with partition_device_class"
+        )
+    if gpus.partition_device_class is None:
+        return (
+            f"gpu_partition={spec.gpu_partition!r} needs gpus.partition_device_class on tenant "
+            f"'{tenant}', the DeviceClass whose devices are GPU partitions: set "
+            "partition_device_class: mig.nvidia.com for NVIDIA's DRA driver, or a name "
+            "`kubectl get deviceclasses` lists"
+        )
+    return None
 
 
 def template_name(job: str) -> str:
@@ -150,13 +218,17 @@ def claim_template(job: str, job_uid: str, spec: ComputeSpec, gpus: GpuRequest) 
         >>> body["spec"]["spec"]["devices"]["requests"][0]["exactly"]["count"]
         2
     """
+    partition = spec.gpu_partition
     exactly: dict[str, Any] = {
-        "deviceClassName": gpus.device_class,
+        "deviceClassName": gpus.partition_device_class if partition else gpus.device_class,
         "allocationMode": "ExactCount",
         "count": spec.gpu,
     }
+    selectors = [partition_selector(gpus, partition)] if partition else []
     if spec.gpu_type:
-        exactly["selectors"] = [{"cel": {"expression": model_selector(gpus, spec.gpu_type)}}]
+        selectors.append(model_selector(gpus, spec.gpu_type))
+    if selectors:
+        exactly["selectors"] = [{"cel": {"expression": e}} for e in selectors]
     owner = job_owner(job, job_uid)
     return {
         "apiVersion": f"{GROUP}/{VERSION}",
@@ -195,7 +267,9 @@ def host_fit(spec: ComputeSpec, gpus: GpuRequest) -> ComputeSpec:
         >>> host_fit(resolve_spec({"gpu": 2, "gpu_type": "h100"}), gpus).gpu
         0
     """
-    return replace(spec, gpu=0, gpu_type=None) if claims_gpus(spec, gpus) else spec
+    if claims_gpus(spec, gpus):
+        return replace(spec, gpu=0, gpu_type=None, gpu_partition=None)
+    return spec
 
 
 def create_claim_template(
@@ -243,143 +317,18 @@ def _tenant_problem(tenant: str, vcluster: str | None, kueue: bool) -> str | Non
     return None
 
 
-def model_of(gpus: GpuRequest, device: Mapping[str, Any], driver: str) -> str | None:
-    """The label-style model of a ResourceSlice device (as `model_selector` compares it)."""
-    match = _ATTRIBUTE.fullmatch(gpus.model_attribute)
-    assert match is not None  # checked by GpuRequest.from_dict
-    attributes = device.get("attributes") or {}
-    value = (attributes.get(f"{match['domain']}/{match['name']}") or {}).get("string")
-    if value is None and driver == match["domain"]:  # unqualified: the driver's own domain
-        value = (attributes.get(match["name"]) or {}).get("string")
-    return None if value is None else str(value).lower().replace(" ", "-")
-
-
-def pool_offer(gpus: GpuRequest, slices: list[Mapping[str, Any]]) -> dict[str, dict[str, int]]:
-    """Devices per node (or pool) and model, from the ResourceSlices of the model's driver.
-
-    Example:
-        >>> gpus = GpuRequest(request="dra", device_class="gpu.nvidia.com")
-        >>> one = {"attributes": {"productName": {"string": "NVIDIA H100"}}}
-        >>> pool_offer(gpus, [{"spec": {"driver": "gpu.nvidia.com", "nodeName": "n1",
-        ...                             "pool": {"name": "n1"}, "devices": [one, one]}}])
-        {'n1': {'nvidia-h100': 2}}
-    """
-    offer: dict[str, dict[str, int]] = {}
-    for item in slices:
-        spec = item.get("spec") or {}
-        where = spec.get("nodeName") or (spec.get("pool") or {}).get("name", "?")
-        for device in spec.get("devices") or []:
-            model = model_of(gpus, device, str(spec.get("driver")))
-            if model is not None:
-                models = offer.setdefault(where, {})
-                models[model] = models.get(model, 0) + 1
-    return offer
-
-
-def offer_problem(spec: ComputeSpec, offer: Mapping[str, Mapping[str, int]]) -> str | None:
-    """Why no placement's devices could ever satisfy the step's claims, or None (pre-flight):
-    each of its `nodes` pods (a gang's rank pods, on nodes of their own) claims `gpu` devices
-    on its node, so that many nodes must each offer that many devices of the model.
-
-    Example:
-        >>> from k8s_ai_orchestrator.spec import resolve_spec
-        >>> offer_problem(resolve_spec({"gpu": 1, "gpu_type": "b200"}), {"n1": {"h100": 4}})
-        'no device of model b200 (the pool offers n1: 4 × h100)'
-        >>> gang = resolve_spec({"gpu": 2, "nodes": 2})
-        >>> offer_problem(gang, {"n1": {"h100": 4}}).split(" (the pool")[0]
-        '2 devices on each of 2 nodes (one claim per rank pod), and only 1 node offers that'
-    """
-    wanted = spec.gpu_type.lower() if spec.gpu_type else None
-    counts = {
-        node: sum(n for model, n in models.items() if wanted in (None, model))
-        for node, models in offer.items()
-    }
-    most = max(counts.values(), default=0)
-    enough = sum(1 for n in counts.values() if n >= spec.gpu)
-    if enough >= spec.nodes:
-        return None
-    pool = "; ".join(
-        f"{node}: " + ", ".join(f"{n} × {model}" for model, n in sorted(models.items()))
-        for node, models in sorted(offer.items())
-    )
-    of_model = f" of model {wanted}" if wanted else ""
-    if most == 0:
-        return f"no device{of_model} (the pool offers {pool or 'no devices'})"
-    if most < spec.gpu:
-        return (
-            f"{spec.gpu} devices{of_model} on one node, and no node has more than {most} (the "
-            f"pool offers {pool})"
-        )
-    return (
-        f"{spec.gpu} devices{of_model} on each of {spec.nodes} nodes (one claim per rank pod), "
-        f"and only {enough} node{'s offer' if enough != 1 else ' offers'} that (the pool "
-        f"offers {pool})"
-    )
-
-
-def allocated_devices(claim: Mapping[str, Any]) -> int:
-    """How many devices the claim's allocation (`status.allocation.devices.results`) holds
-    for the step's request: whole GPUs count one each (partitions, not built, would count by
-    their share of a device).
-
-    Example:
-        >>> allocated_devices({"status": {"allocation": {"devices": {"results": [
-        ...     {"request": "gpus", "device": "gpu-0"}, {"request": "gpus", "device": "gpu-1"}]}}}})
-        2
-        >>> allocated_devices({"status": {}})
-        0
-    """
-    allocation = (claim.get("status") or {}).get("allocation") or {}
-    results = (allocation.get("devices") or {}).get("results") or []
-    return sum(1 for result in results if result.get("request") == CLAIM)
-
-
-def pod_claim(pod: Mapping[str, Any]) -> str | None:
-    """The name of the ResourceClaim made for the pod's `gpus` claim (its status says), or
-    None while the resource-claim controller has not made it."""
-    for made in (pod.get("status") or {}).get("resourceClaimStatuses") or []:
-        if made.get("name") == CLAIM and made.get("resourceClaimName"):
-            return str(made["resourceClaimName"])
-    return None
-
-
-def read_allocated_devices(
-    api_client: ApiClient, namespace: str, pods: list[Mapping[str, Any]]
-) -> int | None:
-    """The devices allocated to the running pods' claims together (a gang: one claim per rank
-    pod), read once when the attempt starts (a claim goes with its pod). None when a claim
-    is not named yet or cannot be read: usage then counts the GPUs the step asked for."""
-    custom = CustomObjectsApi(api_client)
-    total = 0
-    for pod in pods:
-        name = pod_claim(pod)
-        if name is None:
-            return None
-        try:
-            claim = custom.get_namespaced_custom_object(
-                GROUP, VERSION, namespace, "resourceclaims", name
-            )
-        except ApiException:
-            return None
-        total += allocated_devices(claim)
-    return total
-
-
 __all__ = [
     "CLAIM",
     "GpuRequest",
-    "allocated_devices",
     "claim_devices",
     "claim_template",
     "claims_gpus",
     "create_claim_template",
     "dra_problem",
     "host_fit",
-    "model_of",
     "model_selector",
-    "offer_problem",
-    "pod_claim",
-    "pool_offer",
-    "read_allocated_devices",
+    "partition_problem",
+    "partition_selector",
+    "split_attribute",
     "template_name",
 ]

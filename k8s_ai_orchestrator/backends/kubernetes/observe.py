@@ -27,7 +27,8 @@ from ...usage_report import MemoryReading
 from ..base import FailureReason, JobHandle, StepState, StepStatus
 from .attempts import Attempt
 from .config import KubernetesConfig
-from .dra import claims_gpus, read_allocated_devices
+from .dra import claims_gpus
+from .dra_devices import read_allocated_gpus
 from .gangs import gang_status, partial_gang, pending_pod, pod_index, preempted_pods, running_count
 from .growth import PodGrowth
 from .jobapi import JobApi
@@ -120,7 +121,9 @@ class AttemptObserver:
             spec, tenant = attempt.request.spec, self._config.tenant(attempt.tenant)
             if claims_gpus(spec, self._config.gpus_of(tenant)):
                 api_client = self._tenants.client(attempt.tenant, attempt.request.step_key)
-                attempt.gpu_devices = read_allocated_devices(api_client, attempt.namespace, pods)
+                attempt.gpu_devices = read_allocated_gpus(
+                    api_client, attempt.namespace, pods, partitions=bool(spec.gpu_partition)
+                )
 
     def _waited(self, attempt: Attempt, pods: list[Pod]) -> None:
         """Record once what the attempt waited before it ran, split by whether it held its

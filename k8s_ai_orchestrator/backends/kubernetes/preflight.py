@@ -51,7 +51,8 @@ from .capacity import (
     step_needs,
 )
 from .config import KubernetesConfig, TenantConfig
-from .dra import GROUP, VERSION, GpuRequest, claims_gpus, host_fit, offer_problem, pool_offer
+from .dra import GROUP, VERSION, GpuRequest, claims_gpus, host_fit
+from .dra_devices import offer_problem, partitions_offered, pool_offer
 
 _LOG = logging.getLogger(__name__)
 
@@ -91,6 +92,7 @@ class Preflight:
             spec.memory_bytes,
             spec.gpu,
             spec.gpu_type,
+            spec.gpu_partition,
             spec.nodes,
             spec.tasks_per_node,
             tuple(sorted(node_labels.items())),
@@ -112,15 +114,19 @@ class Preflight:
         api_client: ApiClient,
     ) -> None:
         """DRA: the DeviceClass exists, and some node's ResourceSlices hold `gpu` devices of
-        the step's model (read as `model_selector` matches them)."""
+        the step's model (read as `model_selector` matches them), or partitions of its
+        `gpu_partition` profile."""
         custom = CustomObjectsApi(api_client)
         refused = f"step '{step}' ({spec.describe()}) can never run in tenant '{tenant.name}'"
+        partition = spec.gpu_partition
+        device_class = gpus.partition_device_class if partition else gpus.device_class
+        key = "partition_device_class" if partition else "device_class"
         try:
             self._retry.call(
                 "read DeviceClass",
                 tenant.name,
                 lambda: custom.get_cluster_custom_object(
-                    GROUP, VERSION, "deviceclasses", gpus.device_class
+                    GROUP, VERSION, "deviceclasses", device_class
                 ),
             )
             slices = self._retry.call(
@@ -131,10 +137,9 @@ class Preflight:
         except ApiException as error:
             if error.status == 404:
                 raise SubmitError(
-                    f"{refused}: DeviceClass '{gpus.device_class}' does not exist there (or "
+                    f"{refused}: DeviceClass '{device_class}' does not exist there (or "
                     f"{GROUP}/{VERSION} is not served: Kubernetes 1.34+); install the GPU's DRA "
-                    "driver, or set gpus.device_class to a class `kubectl get deviceclasses` "
-                    "lists"
+                    f"driver, or set gpus.{key} to a class `kubectl get deviceclasses` lists"
                 ) from None
             if error.status not in (401, 403):
                 raise
@@ -147,13 +152,18 @@ class Preflight:
                 "helm chart: rbac.listNodes=true)",
             )
             return
-        problem = offer_problem(spec, pool_offer(gpus, slices))
-        if problem is not None:
-            raise SubmitError(
-                f"{refused}: its ResourceClaim (DeviceClass {gpus.device_class}) asks for "
-                f"{problem}; pick a gpu_type and a gpu count one node's devices offer, or add "
-                "such devices to the cluster"
-            )
+        problem = offer_problem(spec, pool_offer(gpus, slices, partition))
+        if problem is None:
+            return
+        fix = "pick a gpu_type and a gpu count one node's devices offer"
+        if partition:
+            profiles = partitions_offered(gpus, slices)
+            offered = ", ".join(profiles) if profiles else "none"
+            fix = f"pick a gpu_partition the devices offer ({offered}) and a count one node has"
+        raise SubmitError(
+            f"{refused}: its ResourceClaim (DeviceClass {device_class}) asks for {problem}; "
+            f"{fix}, or add such devices to the cluster"
+        )
 
     def _check_access(self, step: str, tenant: TenantConfig, api_client: ApiClient) -> None:
         body = {

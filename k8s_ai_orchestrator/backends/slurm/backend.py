@@ -18,7 +18,14 @@ from pathlib import Path
 from typing import Protocol
 
 from ...errors import SubmitError
-from ..base import FailureReason, JobHandle, LaunchRequest, ResourceUsage, StepStatus
+from ..base import (
+    FailureReason,
+    JobHandle,
+    LaunchRequest,
+    ResourceUsage,
+    StepStatus,
+    refuse_partition,
+)
 from .accounting import Measured
 from .cli import CliTransport, NodeLimits, Runner
 from .config import SlurmConfig
@@ -107,6 +114,7 @@ class SlurmBackend:
 
     def validate(self, request: LaunchRequest) -> None:
         """Refuse a step the partition can never run, before anything is submitted."""
+        refuse_partition(request, "slurm")
         spec, step, limits = request.spec, request.step_key, self.limits()
         where = f"Slurm partition '{limits.partition}'"
         if spec.nodes > len(limits.nodes):
