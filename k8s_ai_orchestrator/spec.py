@@ -49,6 +49,7 @@ SPEC_FIELDS = (
     "gpu",
     "gpu_type",
     "gpu_partition",
+    "gpu_memory",
     "nodes",
     "tasks_per_node",
     "gpus_per_node",
@@ -96,6 +97,7 @@ class ComputeSpec:
     gpu: int = 0  # GPUs per node
     gpu_type: str | None = None  # e.g. "nvidia-h100-80gb"; None = any
     gpu_partition: str | None = None  # `gpu` partitions of this profile ("1g.10gb"), not GPUs
+    gpu_memory_bytes: int | None = None  # each GPU (or partition) has at least this memory
     nodes: int = 1  # >1 means a multi-node gang (Slurm)
     tasks_per_node: int = 1  # ranks per node for gang steps
     preemptible: bool = False  # may run on preemptible capacity; resumes from checkpoint
@@ -130,7 +132,10 @@ class ComputeSpec:
         parts = [f"{_fmt_number(self.cpu)} CPU", self.memory_quantity]
         if self.gpu:
             kind = f"× {self.gpu_partition} GPU partition" if self.gpu_partition else "GPU"
-            parts.append(f"{self.gpu} {kind}" + (f" ({self.gpu_type})" if self.gpu_type else ""))
+            wanted = [self.gpu_type] if self.gpu_type else []
+            if self.gpu_memory_bytes:
+                wanted.append(f"≥ {format_memory(self.gpu_memory_bytes)} each")
+            parts.append(f"{self.gpu} {kind}" + (f" ({', '.join(wanted)})" if wanted else ""))
         text = " / ".join(parts)
         if self.nodes > 1:
             text = f"{self.nodes} nodes × {self.tasks_per_node} tasks × ({text})"
@@ -374,6 +379,12 @@ def resolve_spec(
     timeout = fields.get("timeout")
     gpu_type = fields.get("gpu_type")
     partition = fields.get("gpu_partition")
+    gpu_memory = fields.get("gpu_memory")
+    if gpu_memory is not None and gpu < 1:
+        allowed = (
+            f'gpu_memory is per GPU and needs gpu >= 1: write gpu=1, gpu_memory="{gpu_memory}"'
+        )
+        raise field_error("gpu_memory", gpu_memory, allowed, step)
     return ComputeSpec(
         cpu=parse_cpu(row.cpu if cpu is None else cpu, step, _field("cpu", fields)),
         memory_bytes=parse_memory(
@@ -383,6 +394,9 @@ def resolve_spec(
         gpu_type=parse_gpu_type(gpu_type, step) if gpu_type is not None else None,
         gpu_partition=(
             parse_gpu_partition(partition, gpu, step) if partition is not None else None
+        ),
+        gpu_memory_bytes=(
+            parse_memory(gpu_memory, step, "gpu_memory") if gpu_memory is not None else None
         ),
         nodes=nodes,
         tasks_per_node=parse_count(

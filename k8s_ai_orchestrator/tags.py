@@ -31,6 +31,7 @@ def compute(
     gpu: int | None = None,
     gpu_type: str | None = None,
     gpu_partition: str | None = None,
+    gpu_memory: str | None = None,
     nodes: int | None = None,
     tasks_per_node: int | None = None,
     gpus_per_node: int | None = None,
@@ -56,6 +57,8 @@ def compute(
         gpu_type: GPU model to select nodes by (the executor maps it to node labels).
         gpu_partition: a partition profile ("1g.10gb"): ``gpu`` partitions of a GPU instead
             of whole GPUs (Kubernetes with ``gpus.request: dra``; see gpus-with-dra.md).
+        gpu_memory: the least memory each GPU (or partition) must have: "40Gi" (Kubernetes
+            with ``gpus.request: dra``).
         nodes: nodes for a multi-node gang step (> 1 runs on Slurm).
         tasks_per_node: ranks per node for gang steps.
         gpus_per_node: GPUs per node for gang steps (same as ``gpu``).
@@ -87,6 +90,7 @@ def compute(
         "gpu": gpu,
         "gpu_type": gpu_type,
         "gpu_partition": gpu_partition,
+        "gpu_memory": gpu_memory,
         "nodes": nodes,
         "tasks_per_node": tasks_per_node,
         "gpus_per_node": gpus_per_node,

@@ -369,15 +369,25 @@ class Capabilities:
         )
 
 
-def refuse_partition(request: LaunchRequest, backend: str) -> None:
-    """`SubmitError` for a step asking for GPU partitions (`gpu_partition`) on a backend that
-    cannot give them: only Kubernetes tenants with `gpus.request: dra` claim partitions."""
-    if request.spec.gpu_partition:
+def refuse_device_fields(request: LaunchRequest, backend: str) -> None:
+    """`SubmitError` for a step asking for what only a DRA claim selects (`gpu_partition`, a
+    GPU partition; `gpu_memory`, a least memory per GPU) on a backend that cannot: only
+    Kubernetes tenants with `gpus.request: dra` select devices by their attributes."""
+    spec = request.spec
+    asked = [
+        name
+        for name, value in (
+            ("gpu_partition", spec.gpu_partition),
+            ("gpu_memory", spec.gpu_memory_bytes),
+        )
+        if value
+    ]
+    if asked:
         raise SubmitError(
-            f"step '{request.step_key}': gpu_partition={request.spec.gpu_partition!r} is not "
-            f"served by the {backend} backend: GPU partitions are claimed only on Kubernetes "
-            "with gpus.request: dra; run the step with backend='kubernetes' on such a tenant, "
-            "or drop gpu_partition to ask for whole GPUs"
+            f"step '{request.step_key}' ({spec.describe()}): {' and '.join(asked)} is not "
+            f"served by the {backend} backend: GPUs are selected by partition or memory only on "
+            "Kubernetes with gpus.request: dra; run the step with backend='kubernetes' on such "
+            f"a tenant, or drop {' and '.join(asked)}"
         )
 
 

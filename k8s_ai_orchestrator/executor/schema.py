@@ -56,6 +56,9 @@ GPUS_SCHEMA = _opt(
             "partition_attribute": _opt(
                 String, "dra: <domain>/<name> gpu_partition matches (gpu.nvidia.com/profile)."
             ),
+            "memory_capacity": _opt(
+                String, "dra: <domain>/<name> capacity gpu_memory bounds (gpu.nvidia.com/memory)."
+            ),
         }
     ),
     "How GPU steps request GPUs: the device plugin, or Dynamic Resource Allocation.",

@@ -118,3 +118,24 @@ def mig_hungry(context: OpExecutionContext) -> int:
 @job(executor_def=ai_executor)
 def mig_hungry_job() -> None:
     mig_hungry()
+
+
+MIG_3G = compute(
+    cpu=0.5, memory="512Mi", gpu=1, gpu_type=H100, gpu_partition="3g.40gb", gpu_memory="40Gi"
+)
+
+
+@op(config_schema={"out_dir": str}, tags=MIG_3G)
+def mig_evicted(context: OpExecutionContext) -> int:
+    """A 3g.40gb partition step with at least 40Gi: each attempt records the devices it was
+    given; the first then waits to be evicted, the next succeeds."""
+    attempt = os.environ.get("K8S_AI_ATTEMPT", "0")
+    Path(context.op_config["out_dir"], f"attempt-{attempt}").write_text(json.dumps(_visible()))
+    if attempt == "0":
+        time.sleep(120)
+    return int(attempt)
+
+
+@job(executor_def=ai_executor)
+def mig_evicted_job() -> None:
+    mig_evicted()

@@ -12,6 +12,7 @@ import json
 import shutil
 import sys
 import tempfile
+import threading
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -37,6 +38,7 @@ from tests.controlplane.dra_pipelines import (
     H100,
     gang_gpus_job,
     gang_h100_job,
+    mig_evicted_job,
     mig_hungry_job,
     one_b200_job,
     two_full_nodes_job,
@@ -559,3 +561,66 @@ def test_an_oom_relaunched_partition_step_gets_a_partition_of_the_same_profile_a
         seen = json.loads((tmp_path / f"attempt-{attempt}").read_text())
         assert seen["NVIDIA_VISIBLE_DEVICES"] in partitions, (attempt, seen)
     assert wait_until(lambda: not listed(dra_kube, namespace, "resourceclaims"), 60, 0.5)
+
+
+def test_an_evicted_partition_step_gets_a_partition_of_the_same_profile_and_memory_again(
+    dra_kube: RealKube, namespace: str, dagster_home: Path, tmp_path: Path
+) -> None:
+    """A `3g.40gb` step with `gpu_memory="40Gi"` (the memory selector, evaluated by the real
+    scheduler) is evicted through the Eviction API while it runs, relaunched, and both its
+    attempts are shown a 3g.40gb partition of an H100."""
+    run_config = {
+        "execution": {"config": executor_config(dra_kube, namespace)},
+        "ops": {"mig_evicted": {"config": {"out_dir": str(tmp_path)}}},
+    }
+    core = client.CoreV1Api(dra_kube.host.api_client())
+    stop = threading.Event()
+
+    def evict_the_first_attempt() -> None:
+        while not stop.is_set() and not (tmp_path / "attempt-0").exists():
+            stop.wait(0.05)
+        for pod in core.list_namespaced_pod(namespace).items:
+            if (pod.metadata.labels or {}).get("k8s-ai/attempt") == "0":
+                body = {"metadata": {"name": pod.metadata.name, "namespace": namespace}}
+                core.create_namespaced_pod_eviction(pod.metadata.name, namespace, body)
+
+    evictor = threading.Thread(target=evict_the_first_attempt, daemon=True)
+    evictor.start()
+    try:
+        with (
+            DagsterInstance.get() as instance,
+            execute_job(
+                reconstructable(mig_evicted_job), instance=instance, run_config=run_config
+            ) as result,
+        ):
+            messages = engine_messages(instance, result.run_id)
+            assert result.success, messages
+            assert result.output_for_node("mig_evicted") == 1
+    finally:
+        stop.set()
+        evictor.join(timeout=5)
+    assert any("'mig_evicted' was Evicted; relaunching" in m for m in messages), messages
+    partitions = {
+        uuid: name for name, (_, uuid) in DRA_GPUS[1].devices().items() if "-mig-3g-40gb-" in name
+    }
+    for attempt in (0, 1):
+        seen = json.loads((tmp_path / f"attempt-{attempt}").read_text())
+        assert seen["NVIDIA_VISIBLE_DEVICES"] in partitions, (attempt, seen)
+    assert wait_until(lambda: not listed(dra_kube, namespace, "resourceclaims"), 60, 0.5)
+
+
+def test_a_gpu_memory_no_device_has_is_refused_before_anything_is_created(
+    dra_kube: RealKube, namespace: str
+) -> None:
+    config = KubernetesConfig.from_dict(executor_config(dra_kube, namespace)["kubernetes"])
+    backend = KubernetesBackend(config, default_tenant="gpus")
+    spec = resolve_spec({"cpu": 0.5, "memory": "256Mi", "gpu": 1, "gpu_memory": "100Gi"})
+    try:
+        with pytest.raises(SubmitError) as refused:
+            backend.submit(LaunchRequest("run-mem", "big", 0, ["true"], {}, spec))
+    finally:
+        backend.close()
+    assert "asks for no device with at least 100Gi of memory (the pool offers no devices)" in str(
+        refused.value
+    )
+    assert listed(dra_kube, namespace, "resourceclaimtemplates") == []

@@ -26,7 +26,7 @@ from k8s_ai_orchestrator.backends.kubernetes.dra_devices import (
     pool_offer,
 )
 from k8s_ai_orchestrator.backends.kubernetes.jobs import build_job, job_name
-from k8s_ai_orchestrator.errors import ConfigError
+from k8s_ai_orchestrator.errors import ComputeSpecError, ConfigError
 from k8s_ai_orchestrator.spec import resolve_spec
 
 DRA = {"request": "dra", "device_class": "gpu.nvidia.com"}
@@ -435,3 +435,47 @@ def test_a_partition_counts_its_share_of_its_gpu_and_a_whole_gpu_one() -> None:
     ]
     claim = {"status": {"allocation": {"devices": {"results": results}}}}
     assert allocated_gpus(claim, shares) == 1.25
+
+
+# -- a least memory per GPU (gpu_memory) -------------------------------------------------------
+
+
+def test_gpu_memory_adds_a_capacity_selector_to_the_claim() -> None:
+    gpus = GpuRequest.from_dict(MIG, "kubernetes.gpus")
+    spec = resolve_spec({"gpu": 1, "gpu_memory": "40Gi", "gpu_partition": "3g.40gb"})
+    exactly = claim_template("j-0", "uid", spec, gpus)["spec"]["spec"]["devices"]["requests"][0]
+    assert exactly["exactly"]["selectors"][-1] == {
+        "cel": {
+            "expression": (
+                'device.capacity["gpu.nvidia.com"].memory.compareTo(quantity("40Gi")) >= 0'
+            )
+        }
+    }
+
+
+def test_gpu_memory_on_a_device_plugin_tenant_is_refused_naming_the_fix() -> None:
+    with pytest.raises(ConfigError) as refused:
+        pod_of(config(), {"gpu": 1, "gpu_memory": "40Gi"})
+    assert "gpu_memory='40Gi' needs gpus.request: dra on tenant 'team-a'" in str(refused.value)
+
+
+def test_gpu_memory_needs_a_gpu_and_is_a_memory_quantity() -> None:
+    with pytest.raises(ComputeSpecError, match="gpu_memory is per GPU and needs gpu >= 1"):
+        resolve_spec({"gpu_memory": "40Gi"})
+    with pytest.raises(ComputeSpecError, match="gpu_memory must be a number with a unit"):
+        resolve_spec({"gpu": 1, "gpu_memory": "40"})
+    spec = resolve_spec({"gpu": 2, "gpu_type": "h100", "gpu_memory": "40Gi"})
+    assert spec.describe() == "1 CPU / 2Gi / 2 GPU (h100, ≥ 40Gi each)"
+
+
+def test_pool_offer_with_gpu_memory_counts_the_devices_with_that_much() -> None:
+    gpus = GpuRequest.from_dict(MIG, "g")
+    slices = mig_slices()
+    for device in slices[1]["spec"]["devices"]:
+        device["capacity"] = {"memory": {"value": "10Gi" if "-mig-" in device["name"] else "80Gi"}}
+    assert pool_offer(gpus, slices, None, 64 * 2**30) == {"n1": {"nvidia-h100-80gb-hbm3": 2}}
+    assert pool_offer(gpus, slices, "1g.10gb", 20 * 2**30) == {}
+    spec = resolve_spec({"gpu": 1, "gpu_partition": "1g.10gb", "gpu_memory": "20Gi"})
+    assert offer_problem(spec, {}) == (
+        "no 1g.10gb partition with at least 20Gi of memory (the pool offers no such partitions)"
+    )

@@ -270,9 +270,10 @@ def test_a_gpu_partition_step_is_refused_before_it_runs(instance, test_out):
     assert not recorded(test_out)
     error = _refusal(result)
     assert error.cls_name == "SubmitError"
-    assert "step 'wants_partition': gpu_partition='1g.10gb' is not served by the local" in (
+    assert "step 'wants_partition' (1 CPU / 2Gi / 1 × 1g.10gb GPU partition): gpu_partition is" in (
         error.message
     )
+    assert "not served by the local backend" in error.message
     assert "gpus.request: dra" in error.message
 
 

@@ -19,7 +19,9 @@ tenant's own) picks the request:
 whole GPUs (MIG-style devices, which a driver publishes as partitionable devices consuming
 their GPU's shared counters): the claim asks for devices of `partition_device_class`
 (NVIDIA's `mig.nvidia.com`) whose `partition_attribute` (`gpu.nvidia.com/profile`) is the
-profile. Partitions are claimed through DRA only: a tenant on `device_plugin` refuses them.
+profile. `gpu_memory="40Gi"` adds a selector on each device's `memory_capacity`
+(`gpu.nvidia.com/memory`): at least that much. Both are claimed through DRA only: a tenant on
+`device_plugin` refuses them.
 
 `gpu_type` is a label-style name ("nvidia-h100-80gb-hbm3"), and NVIDIA's driver publishes
 `productName` as "NVIDIA H100 80GB HBM3": the selector compares the attribute lower-cased with
@@ -48,7 +50,7 @@ from kubernetes.client import ApiClient
 from kubernetes.client.exceptions import ApiException
 
 from ...errors import ConfigError, SubmitError, check_keys
-from ...spec import ComputeSpec
+from ...spec import ComputeSpec, format_memory
 from .api import ApiRetry, api_message, create_for_job, job_owner
 from .names import DNS_SUBDOMAIN
 
@@ -57,12 +59,17 @@ CLAIM = "gpus"  # the name of the claim in the pod and of the request in the cla
 REQUESTS = ("device_plugin", "dra")
 DEFAULT_MODEL_ATTRIBUTE = "gpu.nvidia.com/productName"  # NVIDIA's DRA driver's model name
 DEFAULT_PARTITION_ATTRIBUTE = "gpu.nvidia.com/profile"  # the MIG profile of NVIDIA's devices
+DEFAULT_MEMORY_CAPACITY = "gpu.nvidia.com/memory"  # each NVIDIA device's memory capacity
 # A fully qualified device attribute: `<driver domain>/<C identifier of at most 32 characters>`.
 _ATTRIBUTE = re.compile(r"(?P<domain>[a-z0-9][-a-z0-9.]*[a-z0-9])/(?P<name>[A-Za-z_]\w{0,31})")
-_KEYS = frozenset(
-    {"request", "device_class", "model_attribute", "partition_device_class", "partition_attribute"}
+_DRA_ONLY = (
+    "device_class",
+    "model_attribute",
+    "partition_device_class",
+    "partition_attribute",
+    "memory_capacity",
 )
-_DRA_ONLY = ("device_class", "model_attribute", "partition_device_class", "partition_attribute")
+_KEYS = frozenset({"request", *_DRA_ONLY})
 
 
 @dataclass(frozen=True)
@@ -82,6 +89,7 @@ class GpuRequest:
     model_attribute: str = DEFAULT_MODEL_ATTRIBUTE  # dra: `<domain>/<name>` gpu_type matches
     partition_device_class: str | None = None  # dra: the DeviceClass of GPU partitions
     partition_attribute: str = DEFAULT_PARTITION_ATTRIBUTE  # dra: what gpu_partition matches
+    memory_capacity: str = DEFAULT_MEMORY_CAPACITY  # dra: the capacity gpu_memory bounds
 
     @property
     def dra(self) -> bool:
@@ -134,6 +142,7 @@ class GpuRequest:
             partition_attribute=_attribute(
                 raw, "partition_attribute", where, DEFAULT_PARTITION_ATTRIBUTE
             ),
+            memory_capacity=_attribute(raw, "memory_capacity", where, DEFAULT_MEMORY_CAPACITY),
         )
 
 
@@ -182,18 +191,39 @@ def partition_selector(gpus: GpuRequest, profile: str) -> str:
     return f"device.attributes[{json.dumps(domain)}].{name} == {json.dumps(profile)}"
 
 
-def partition_problem(spec: ComputeSpec, gpus: GpuRequest, tenant: str) -> str | None:
-    """Why a step asking for GPU partitions cannot ask for them in `tenant`, or None."""
-    if not spec.gpu_partition:
+def memory_selector(gpus: GpuRequest, least_bytes: int) -> str:
+    """The CEL expression a device with at least `least_bytes` of memory satisfies.
+
+    Example:
+        >>> gpus = GpuRequest(request="dra", device_class="gpu.nvidia.com")
+        >>> memory_selector(gpus, 40 * 2**30)
+        'device.capacity["gpu.nvidia.com"].memory.compareTo(quantity("40Gi")) >= 0'
+    """
+    domain, name = split_attribute(gpus.memory_capacity)
+    least = json.dumps(format_memory(least_bytes))
+    return f"device.capacity[{json.dumps(domain)}].{name}.compareTo(quantity({least})) >= 0"
+
+
+def device_problem(spec: ComputeSpec, gpus: GpuRequest, tenant: str) -> str | None:
+    """Why a step selecting its GPUs by partition or memory cannot in `tenant`, or None."""
+    asked = [
+        f"{field}={value!r}"
+        for field, value in (
+            ("gpu_partition", spec.gpu_partition),
+            ("gpu_memory", format_memory(spec.gpu_memory_bytes) if spec.gpu_memory_bytes else None),
+        )
+        if value
+    ]
+    if not asked:
         return None
     where = f"kubernetes.tenants.{tenant}"
     if not gpus.dra:
         return (
-            f"gpu_partition={spec.gpu_partition!r} needs gpus.request: dra on tenant '{tenant}' "
-            "(the device plugin's nvidia.com/gpu counts whole GPUs); set "
-            f"{where}.gpus (or kubernetes.gpus) to request: dra with partition_device_class"
+            f"{' and '.join(asked)} needs gpus.request: dra on tenant '{tenant}' (the device "
+            "plugin's nvidia.com/gpu counts whole GPUs, without their attributes); set "
+            f"{where}.gpus (or kubernetes.gpus) to request: dra"
         )
-    if gpus.partition_device_class is None:
+    if spec.gpu_partition and gpus.partition_device_class is None:
         return (
             f"gpu_partition={spec.gpu_partition!r} needs gpus.partition_device_class on tenant "
             f"'{tenant}', the DeviceClass whose devices are GPU partitions: set "
@@ -227,6 +257,8 @@ def claim_template(job: str, job_uid: str, spec: ComputeSpec, gpus: GpuRequest) 
     selectors = [partition_selector(gpus, partition)] if partition else []
     if spec.gpu_type:
         selectors.append(model_selector(gpus, spec.gpu_type))
+    if spec.gpu_memory_bytes:
+        selectors.append(memory_selector(gpus, spec.gpu_memory_bytes))
     if selectors:
         exactly["selectors"] = [{"cel": {"expression": e}} for e in selectors]
     owner = job_owner(job, job_uid)
@@ -268,7 +300,7 @@ def host_fit(spec: ComputeSpec, gpus: GpuRequest) -> ComputeSpec:
         0
     """
     if claims_gpus(spec, gpus):
-        return replace(spec, gpu=0, gpu_type=None, gpu_partition=None)
+        return replace(spec, gpu=0, gpu_type=None, gpu_partition=None, gpu_memory_bytes=None)
     return spec
 
 
@@ -324,10 +356,11 @@ __all__ = [
     "claim_template",
     "claims_gpus",
     "create_claim_template",
+    "device_problem",
     "dra_problem",
     "host_fit",
+    "memory_selector",
     "model_selector",
-    "partition_problem",
     "partition_selector",
     "split_attribute",
     "template_name",

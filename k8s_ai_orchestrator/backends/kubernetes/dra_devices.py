@@ -5,8 +5,9 @@ device with its attributes (the model, a partition's profile) and, for partition
 the counters it consumes from its GPU's shared counter set.
 
 - `pool_offer` / `offer_problem`: pre-flight. Devices per node and model, of one kind (whole
-  GPUs: no `partition_attribute`; or partitions of one profile), and why no placement could
-  ever satisfy a step's claims. DeviceClass selectors are CEL that only the scheduler
+  GPUs: no `partition_attribute`; or partitions of one profile) and, for a step with a
+  `gpu_memory`, with at least that `memory_capacity`; and why no placement could ever
+  satisfy a step's claims. DeviceClass selectors are CEL that only the scheduler
   evaluates; the count here reads the model and partition attributes alone. For partitions it
   is an upper bound: partitions that share a GPU's counters are counted as if each could be
   allocated, which holds for the placements of one profile as drivers publish them.
@@ -37,7 +38,7 @@ from kubernetes.client import ApiClient, CustomObjectsApi
 from kubernetes.client.exceptions import ApiException
 from kubernetes.utils import parse_quantity
 
-from ...spec import ComputeSpec
+from ...spec import ComputeSpec, format_memory
 from .dra import CLAIM, GROUP, VERSION, GpuRequest, split_attribute
 
 Obj = Mapping[str, Any]
@@ -66,11 +67,24 @@ def partition_of(gpus: GpuRequest, device: Obj, driver: str) -> str | None:
     return _attribute(device, gpus.partition_attribute, driver)
 
 
+def memory_of(gpus: GpuRequest, device: Obj, driver: str) -> int | None:
+    """The device's `memory_capacity` in bytes, None when it publishes none."""
+    domain, name = split_attribute(gpus.memory_capacity)
+    capacity = device.get("capacity") or {}
+    found = capacity.get(gpus.memory_capacity) or (capacity.get(name) if driver == domain else None)
+    value = (found or {}).get("value")
+    return None if value is None else int(parse_quantity(value))
+
+
 def pool_offer(
-    gpus: GpuRequest, slices: Iterable[Obj], partition: str | None = None
+    gpus: GpuRequest,
+    slices: Iterable[Obj],
+    partition: str | None = None,
+    least_memory: int | None = None,
 ) -> dict[str, dict[str, int]]:
     """Devices per node (or pool) and model, from the ResourceSlices of the model's driver:
-    whole GPUs, or with `partition` the partitions of that profile (see the module)."""
+    whole GPUs, or with `partition` the partitions of that profile, each with at least
+    `least_memory` bytes of memory when given (see the module)."""
     offer: dict[str, dict[str, int]] = {}
     for item in slices:
         spec = item.get("spec") or {}
@@ -78,7 +92,10 @@ def pool_offer(
         driver = str(spec.get("driver"))
         for device in spec.get("devices") or []:
             model = model_of(gpus, device, driver)
-            if model is not None and partition_of(gpus, device, driver) == partition:
+            if model is None or partition_of(gpus, device, driver) != partition:
+                continue
+            memory = memory_of(gpus, device, driver)
+            if least_memory is None or (memory is not None and memory >= least_memory):
                 models = offer.setdefault(where, {})
                 models[model] = models.get(model, 0) + 1
     return offer
@@ -127,6 +144,8 @@ def offer_problem(spec: ComputeSpec, offer: Mapping[str, Mapping[str, int]]) -> 
     what = f"{spec.gpu_partition} partition" if spec.gpu_partition else "device"
     nothing = "no such partitions" if spec.gpu_partition else "no devices"
     of_model = f" of model {wanted}" if wanted else ""
+    if spec.gpu_memory_bytes:
+        of_model += f" with at least {format_memory(spec.gpu_memory_bytes)} of memory"
     if most == 0:
         return f"no {what}{of_model} (the pool offers {pool or nothing})"
     if most < spec.gpu:
@@ -257,6 +276,7 @@ __all__ = [
     "allocated",
     "allocated_gpus",
     "device_shares",
+    "memory_of",
     "model_of",
     "offer_problem",
     "partition_of",

@@ -42,7 +42,7 @@ from ...stepenv import GANG_DIR, NODE_NAME, POD_IP
 from ..base import LaunchRequest, cpu_quantity
 from .capacity import GPU_RESOURCE
 from .config import KubernetesConfig, TenantConfig
-from .dra import claim_devices, claims_gpus, dra_problem, partition_problem
+from .dra import claim_devices, claims_gpus, device_problem, dra_problem
 from .kueue import queue_job
 from .names import (
     DNS_LABEL,
@@ -218,7 +218,7 @@ def _apply_spec(
     requests.update({"cpu": cpu_quantity(pod_cpu), "memory": spec.memory_quantity})
     limits["memory"] = spec.memory_quantity
     limits.pop("cpu", None)
-    if problem := partition_problem(spec, config.gpus_of(tenant), tenant.name):
+    if problem := device_problem(spec, config.gpus_of(tenant), tenant.name):
         raise ConfigError(f"step '{request.step_key}' ({spec.describe()}): {problem}")
     if claims_gpus(spec, config.gpus_of(tenant)):
         _claim_gpus(pod, request, tenant, config)

@@ -93,6 +93,7 @@ class Preflight:
             spec.gpu,
             spec.gpu_type,
             spec.gpu_partition,
+            spec.gpu_memory_bytes,
             spec.nodes,
             spec.tasks_per_node,
             tuple(sorted(node_labels.items())),
@@ -152,7 +153,8 @@ class Preflight:
                 "helm chart: rbac.listNodes=true)",
             )
             return
-        problem = offer_problem(spec, pool_offer(gpus, slices, partition))
+        offer = pool_offer(gpus, slices, partition, spec.gpu_memory_bytes)
+        problem = offer_problem(spec, offer)
         if problem is None:
             return
         fix = "pick a gpu_type and a gpu count one node's devices offer"

@@ -44,7 +44,7 @@ from ..base import (
     Resize,
     ResourceUsage,
     StepStatus,
-    refuse_partition,
+    refuse_device_fields,
 )
 from .attempt import LocalAttempt
 from .capacity import LocalCapacity, local_cpu, local_gpus, local_memory
@@ -133,7 +133,7 @@ class LocalBackend:
         """Every check `submit` makes, creating nothing: under `oversize: fail`, a step larger
         than the machine or asking for more GPUs than it has raises `SubmitError`, and so does
         a step asking for GPU partitions."""
-        refuse_partition(request, "local")
+        refuse_device_fields(request, "local")
         if self.oversize == "fail":
             self.capacity.refuse_oversize(request.step_key, request.spec)
 

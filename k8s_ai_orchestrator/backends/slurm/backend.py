@@ -24,7 +24,7 @@ from ..base import (
     LaunchRequest,
     ResourceUsage,
     StepStatus,
-    refuse_partition,
+    refuse_device_fields,
 )
 from .accounting import Measured
 from .cli import CliTransport, NodeLimits, Runner
@@ -114,7 +114,7 @@ class SlurmBackend:
 
     def validate(self, request: LaunchRequest) -> None:
         """Refuse a step the partition can never run, before anything is submitted."""
-        refuse_partition(request, "slurm")
+        refuse_device_fields(request, "slurm")
         spec, step, limits = request.spec, request.step_key, self.limits()
         where = f"Slurm partition '{limits.partition}'"
         if spec.nodes > len(limits.nodes):
