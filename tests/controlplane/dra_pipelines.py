@@ -139,3 +139,19 @@ def mig_evicted(context: OpExecutionContext) -> int:
 @job(executor_def=ai_executor)
 def mig_evicted_job() -> None:
     mig_evicted()
+
+
+@op(config_schema={"out_dir": str}, tags={**MIG_1G, **compute(preemptible=True)})
+def mig_preemptible(context: OpExecutionContext) -> int:
+    """A preemptible 1g.10gb partition step: each attempt records the devices it was given;
+    the first then waits to be preempted, the next succeeds."""
+    attempt = os.environ.get("K8S_AI_ATTEMPT", "0")
+    Path(context.op_config["out_dir"], f"attempt-{attempt}").write_text(json.dumps(_visible()))
+    if attempt == "0":
+        time.sleep(120)
+    return int(attempt)
+
+
+@job(executor_def=ai_executor)
+def mig_preemptible_job() -> None:
+    mig_preemptible()

@@ -25,6 +25,7 @@ from kubernetes import client
 from k8s_ai_orchestrator.backends.base import FailureReason, LaunchRequest, StepState
 from k8s_ai_orchestrator.backends.kubernetes import KubernetesBackend, KubernetesConfig
 from k8s_ai_orchestrator.backends.kubernetes.dra import GpuRequest, model_selector
+from k8s_ai_orchestrator.backends.kubernetes.dra_devices import NO_DEVICE_PREEMPTION
 from k8s_ai_orchestrator.backends.kubernetes.jobs import build_job
 from k8s_ai_orchestrator.errors import SubmitError
 from k8s_ai_orchestrator.spec import resolve_spec
@@ -40,6 +41,7 @@ from tests.controlplane.dra_pipelines import (
     gang_h100_job,
     mig_evicted_job,
     mig_hungry_job,
+    mig_preemptible_job,
     one_b200_job,
     two_full_nodes_job,
     two_h100_job,
@@ -197,6 +199,7 @@ def test_a_step_waiting_for_devices_is_pending_in_the_schedulers_words(
         held = [result.output_for_node(name) for name in ("four_h100_a", "four_h100_b")]
     pending = [m for m in messages if " is Pending: " in m]
     assert any("cannot allocate all claims" in m for m in pending), messages
+    assert any(NO_DEVICE_PREEMPTION in m for m in pending), messages
     h100 = DRA_GPUS[1]
     every = {h100.uuid(i) for i in range(h100.count)}
     assert [set(h.split(",")) for h in held] == [every, every]
@@ -624,3 +627,70 @@ def test_a_gpu_memory_no_device_has_is_refused_before_anything_is_created(
         refused.value
     )
     assert listed(dra_kube, namespace, "resourceclaimtemplates") == []
+
+
+def test_a_preempted_partition_step_resumes_on_a_partition_of_the_same_profile(
+    dra_kube: RealKube, namespace: str, dagster_home: Path, tmp_path: Path
+) -> None:
+    """A preemptible 1g.10gb step is preempted by the real scheduler for a standard pod that
+    needs the H100 node's CPU, and relaunched once the pod is gone: both attempts are shown a
+    1g.10gb partition of an H100 (the relaunch asks for the same profile and model)."""
+    run_config = {
+        "execution": {"config": executor_config(dra_kube, namespace)},
+        "ops": {"mig_preemptible": {"config": {"out_dir": str(tmp_path)}}},
+    }
+    core = client.CoreV1Api(dra_kube.host.api_client())
+    stop = threading.Event()
+    hog = {
+        "metadata": {"name": "cpu-hog"},
+        "spec": {
+            "priorityClassName": "k8s-ai-standard",
+            "nodeSelector": {"kubernetes.io/hostname": "dra-h100"},
+            "tolerations": [{"operator": "Exists"}],
+            "restartPolicy": "Never",
+            "containers": [
+                {
+                    "name": "hog",
+                    "image": "ghcr.io/acme/pipeline:test",
+                    "command": ["sleep", "600"],
+                    "resources": {"requests": {"cpu": "15800m"}},
+                }
+            ],
+        },
+    }
+
+    def preempt_the_first_attempt() -> None:
+        while not stop.is_set() and not (tmp_path / "attempt-0").exists():
+            stop.wait(0.05)
+        if stop.is_set():
+            return
+        core.create_namespaced_pod(namespace, hog)
+        while not stop.is_set():  # the hog runs: the step's first pod was preempted for it
+            if core.read_namespaced_pod("cpu-hog", namespace).status.phase == "Running":
+                break
+            stop.wait(0.2)
+        core.delete_namespaced_pod("cpu-hog", namespace, grace_period_seconds=0)
+
+    preemptor = threading.Thread(target=preempt_the_first_attempt, daemon=True)
+    preemptor.start()
+    try:
+        with (
+            DagsterInstance.get() as instance,
+            execute_job(
+                reconstructable(mig_preemptible_job), instance=instance, run_config=run_config
+            ) as result,
+        ):
+            messages = engine_messages(instance, result.run_id)
+            assert result.success, messages
+            assert result.output_for_node("mig_preemptible") == 1
+    finally:
+        stop.set()
+        preemptor.join(timeout=10)
+    assert any("'mig_preemptible' was Preempted" in m for m in messages), messages
+    partitions = {
+        uuid: name for name, (_, uuid) in DRA_GPUS[1].devices().items() if "-mig-1g-10gb-" in name
+    }
+    for attempt in (0, 1):
+        seen = json.loads((tmp_path / f"attempt-{attempt}").read_text())
+        assert seen["NVIDIA_VISIBLE_DEVICES"] in partitions, (attempt, seen)
+    assert wait_until(lambda: not listed(dra_kube, namespace, "resourceclaims"), 60, 0.5)

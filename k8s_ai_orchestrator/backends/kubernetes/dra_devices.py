@@ -160,6 +160,30 @@ def offer_problem(spec: ComputeSpec, offer: Mapping[str, Mapping[str, int]]) -> 
     )
 
 
+# The kube-scheduler's words for a pod whose claims no node's free devices satisfy, and what
+# it does not do about it (v1.37: its DynamicResources plugin takes no part in preemption).
+CANNOT_ALLOCATE = "cannot allocate all claims"
+NO_DEVICE_PREEMPTION = (
+    "Kubernetes does not preempt pods to free DRA devices: lower-priority steps holding "
+    "matching devices keep them until they end"
+)
+
+
+def with_device_note(message: str) -> str:
+    """The scheduler's Pending message, with what it leaves unsaid when claims wait.
+
+    Example:
+        >>> with_device_note("0/2 nodes are available: 2 cannot allocate all claims.")
+        ... # doctest: +ELLIPSIS
+        '0/2 nodes are available: 2 cannot allocate all claims. (Kubernetes does not ...)'
+        >>> with_device_note("0/2 nodes are available: 2 Insufficient cpu.")
+        '0/2 nodes are available: 2 Insufficient cpu.'
+    """
+    if CANNOT_ALLOCATE not in message or NO_DEVICE_PREEMPTION in message:
+        return message
+    return f"{message} ({NO_DEVICE_PREEMPTION})"
+
+
 def allocated(claim: Obj) -> list[Device]:
     """The devices the claim's allocation (`status.allocation.devices.results`) holds for
     the step's request (another request's devices are not the step's GPUs)."""
@@ -273,6 +297,8 @@ def read_allocated_gpus(
 
 
 __all__ = [
+    "CANNOT_ALLOCATE",
+    "NO_DEVICE_PREEMPTION",
     "allocated",
     "allocated_gpus",
     "device_shares",
@@ -284,4 +310,5 @@ __all__ = [
     "pod_claim",
     "pool_offer",
     "read_allocated_gpus",
+    "with_device_note",
 ]

@@ -7,9 +7,10 @@ On a cluster that autoscales, the autoscaler says on the same pod whether a node
 the pod's events are read, at most once per `interval_s` per step, and the newest autoscaler
 event (`scaleup.py`: Karpenter's Nominated or FailedScheduling, the cluster-autoscaler's
 TriggeredScaleUp, NotTriggerScaleUp, FailedScaleUp) leads the reason, the scheduler's message
-after it. When there is no condition — or no pod at all because quota admission refused to
-create it — the newest Warning (FailedScheduling, FailedCreate "exceeded quota: ...") becomes
-the reason.
+after it. A pod whose DRA claims wait (`cannot allocate all claims`) is told that Kubernetes
+does not preempt for devices (`dra_devices.with_device_note`). When there is no condition — or
+no pod at all because quota admission refused to create it — the newest Warning
+(FailedScheduling, FailedCreate "exceeded quota: ...") becomes the reason.
 
 Example:
     >>> explainer = PendingExplainer(interval_s=5.0, clock=time.monotonic)  # doctest: +SKIP
@@ -23,6 +24,7 @@ import json
 import logging
 import threading
 from collections.abc import Callable, Iterable, Mapping
+from dataclasses import replace
 from typing import Any
 
 from kubernetes.client import CoreV1Api
@@ -30,6 +32,7 @@ from kubernetes.client.exceptions import ApiException
 
 from ..base import JobHandle, StepStatus
 from .api import is_transient
+from .dra_devices import with_device_note
 from .scaleup import ScaleEvent, read_scale_event
 from .status import UNSCHEDULABLE, pending_status, pod_name
 
@@ -61,6 +64,8 @@ class PendingExplainer:
         kubelet's condition, else the newest Warning event."""
         job = handle.job_id
         status = pending_status(pod) if pod is not None else StepStatus.pending()
+        if status.message:
+            status = replace(status, message=with_device_note(status.message))
         if status.waiting and status.waiting not in UNSCHEDULABLE:
             with self._lock:
                 self._last[job] = status
