@@ -84,7 +84,7 @@ def test_executor_role_grants_exactly_what_the_backend_calls() -> None:
     assert grants[("", "pods/resize")] == {"patch"}  # in-place growth, nothing else
     assert grants[("scheduling.k8s.io", "podgroups")] == {"create", "get"}  # workload gangs
     assert grants[("resource.k8s.io", "resourceclaimtemplates")] == {"create"}  # gpus: dra
-    assert grants[("resource.k8s.io", "resourceclaims")] == {"get"}  # their GPU-seconds
+    assert grants[("resource.k8s.io", "resourceclaims")] == {"get", "list"}  # GPU-seconds, free
     assert grants[("", "events")] >= {"list"}
     assert grants[("", "resourcequotas")] >= {"list"}
     assert "secrets" not in {resource for _, resource in grants}
@@ -121,6 +121,7 @@ def test_the_pre_flight_reads_of_dra_devices_come_with_list_nodes_and_are_read_o
     assert grants == {
         ("resource.k8s.io", "deviceclasses"): {"get"},
         ("resource.k8s.io", "resourceslices"): {"list"},
+        ("resource.k8s.io", "resourceclaims"): {"list"},
     }
     assert not by_kind(render({"rbac": {"listNodes": False}}), "ClusterRole")
 

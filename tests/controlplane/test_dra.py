@@ -200,6 +200,8 @@ def test_a_step_waiting_for_devices_is_pending_in_the_schedulers_words(
     pending = [m for m in messages if " is Pending: " in m]
     assert any("cannot allocate all claims" in m for m in pending), messages
     assert any(NO_DEVICE_PREEMPTION in m for m in pending), messages
+    free = "free now: dra-h100 0 of 4 devices of model nvidia-h100-80gb-hbm3"
+    assert any(free in m for m in pending), pending
     h100 = DRA_GPUS[1]
     every = {h100.uuid(i) for i in range(h100.count)}
     assert [set(h.split(",")) for h in held] == [every, every]

@@ -25,6 +25,7 @@ from k8s_ai_orchestrator.backends.kubernetes.dra_devices import (
     pod_claim,
     pool_offer,
 )
+from k8s_ai_orchestrator.backends.kubernetes.dra_occupancy import free_devices, free_note
 from k8s_ai_orchestrator.backends.kubernetes.jobs import build_job, job_name
 from k8s_ai_orchestrator.errors import ComputeSpecError, ConfigError
 from k8s_ai_orchestrator.spec import resolve_spec
@@ -479,3 +480,32 @@ def test_pool_offer_with_gpu_memory_counts_the_devices_with_that_much() -> None:
     assert offer_problem(spec, {}) == (
         "no 1g.10gb partition with at least 20Gi of memory (the pool offers no such partitions)"
     )
+
+
+# -- which devices are free for a waiting step -------------------------------------------------
+
+
+def holding(*devices: str) -> dict[str, Any]:
+    results = [{"driver": "gpu.nvidia.com", "pool": "n1", "device": d} for d in devices]
+    return {"status": {"allocation": {"devices": {"results": results}}}}
+
+
+def test_a_gpu_one_of_whose_partitions_is_held_is_not_free() -> None:
+    gpus = GpuRequest.from_dict(MIG, "g")
+    whole = resolve_spec({"gpu": 1})
+    part = resolve_spec({"gpu": 1, "gpu_partition": "1g.10gb"})
+    claims = [holding("gpu-1-mig-1g-10gb-0")]
+    assert free_devices(gpus, mig_slices(), claims, whole) == {"n1": (1, 2)}  # gpu-0 only
+    assert free_devices(gpus, mig_slices(), claims, part) == {"n1": (1, 2)}  # the other one
+    assert free_devices(gpus, mig_slices(), [holding("gpu-1")], part) == {"n1": (0, 2)}
+    assert free_devices(gpus, mig_slices(), [], part) == {"n1": (2, 2)}
+
+
+def test_the_free_note_names_the_nodes_the_kind_and_what_is_not_seen() -> None:
+    part = resolve_spec({"gpu": 2, "gpu_partition": "1g.10gb", "gpu_type": "H100"})
+    note = free_note(part, {"n1": (1, 2)}, " (only the claims of namespace 'ml' are visible)")
+    assert note == (
+        "free now: n1 1 of 2 1g.10gb partitions of model h100 "
+        "(only the claims of namespace 'ml' are visible)"
+    )
+    assert free_note(part, {}) == "free now: no node has 1g.10gb partitions of model h100"

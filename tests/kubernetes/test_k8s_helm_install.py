@@ -223,6 +223,8 @@ def test_by_default_the_executor_lists_nodes_but_cannot_reach_their_kubelets(
     assert _allowed(api, "get", "resource.k8s.io/deviceclasses", "")
     assert _allowed(api, "list", "resource.k8s.io/resourceslices", "")
     assert not _allowed(api, "create", "resource.k8s.io/resourceslices", "")
+    assert _allowed(api, "list", "resource.k8s.io/resourceclaims", "")  # the free devices
+    assert not _allowed(api, "update", "resource.k8s.io/resourceclaims", "")
 
 
 def test_the_host_install_lets_the_executor_read_only_its_vcluster_secret(

@@ -217,7 +217,7 @@ def device_shares(slices: Iterable[Obj]) -> dict[Device, float]:
         spec = item.get("spec") or {}
         pool = (str(spec.get("driver")), str((spec.get("pool") or {}).get("name")))
         for counter_set in spec.get("sharedCounters") or []:
-            totals[(*pool, str(counter_set.get("name")))] = _values(counter_set)
+            totals[(*pool, str(counter_set.get("name")))] = counter_values(counter_set)
     shares: dict[Device, float] = {}
     for item in items:
         spec = item.get("spec") or {}
@@ -227,7 +227,7 @@ def device_shares(slices: Iterable[Obj]) -> dict[Device, float]:
                 float(used / total[name])
                 for consumed in device.get("consumesCounters") or []
                 if (total := totals.get((*pool, str(consumed.get("counterSet"))))) is not None
-                for name, used in _values(consumed).items()
+                for name, used in counter_values(consumed).items()
                 if total.get(name)
             ]
             if fractions:
@@ -235,7 +235,8 @@ def device_shares(slices: Iterable[Obj]) -> dict[Device, float]:
     return shares
 
 
-def _values(counters: Obj) -> dict[str, Decimal]:
+def counter_values(counters: Obj) -> dict[str, Decimal]:
+    """A counter set's (or a consumption's) counters as numbers."""
     return {
         str(name): Decimal(parse_quantity((value or {}).get("value", "0")))
         for name, value in (counters.get("counters") or {}).items()
@@ -301,6 +302,7 @@ __all__ = [
     "NO_DEVICE_PREEMPTION",
     "allocated",
     "allocated_gpus",
+    "counter_values",
     "device_shares",
     "memory_of",
     "model_of",

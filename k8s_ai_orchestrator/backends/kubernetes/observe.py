@@ -29,6 +29,7 @@ from .attempts import Attempt
 from .config import KubernetesConfig
 from .dra import claims_gpus
 from .dra_devices import read_allocated_gpus
+from .dra_occupancy import FreeDevices, waits_for_devices
 from .gangs import gang_status, partial_gang, pending_pod, pod_index, preempted_pods, running_count
 from .growth import PodGrowth
 from .jobapi import JobApi
@@ -73,6 +74,7 @@ class AttemptObserver:
         self._logs = logs
         self._clock = clock
         self._pending = PendingExplainer(config.pending_events_interval_s, clock)
+        self._free = FreeDevices(config.pending_events_interval_s, clock)
 
     def status(self, handle: JobHandle, attempt: Attempt) -> StepStatus:
         """The attempt's state (its final one once it has ended)."""
@@ -191,9 +193,19 @@ class AttemptObserver:
 
     def _explain_pending(self, handle: JobHandle, attempt: Attempt, pod: Pod | None) -> StepStatus:
         """Why it is Pending: its admission's reason while it has no pod, else the
-        scheduler's."""
+        scheduler's; a DRA step whose claims wait is also told which devices are free."""
         queued = attempt.admission.pending(attempt.job) if pod is None else None
-        return queued or self._pending.explain(handle, attempt.namespace, pod, self.core(attempt))
+        if queued is not None:
+            return queued
+        status = self._pending.explain(handle, attempt.namespace, pod, self.core(attempt))
+        spec, tenant = attempt.request.spec, self._config.tenant(attempt.tenant)
+        gpus = self._config.gpus_of(tenant)
+        if claims_gpus(spec, gpus) and waits_for_devices(status.message):
+            api_client = self._tenants.client(attempt.tenant, attempt.request.step_key)
+            note = self._free.note(attempt.job.name, spec, gpus, api_client, attempt.namespace)
+            if note:
+                status = replace(status, message=f"{status.message}; {note}")
+        return status
 
     def finish(
         self,
@@ -233,6 +245,7 @@ class AttemptObserver:
             )
         attempt.final = status
         self._pending.forget(attempt.job.name)
+        self._free.forget(attempt.job.name)
         attempt.admission.finished(attempt.job)
         return status
 
