@@ -19,6 +19,7 @@ from gang_support import (
     GangTarget,
     _gang_target,
     gang_step,
+    gpu_pod,
     make_backend,
     run_gang_code,
     wait_status,
@@ -35,6 +36,7 @@ from tests.support import engine_messages
 pytestmark = [pytest.mark.controlplane, pytest.mark.kueue, pytest.mark.timeout(400)]
 
 SLEEP = "import time; time.sleep(600)"
+SLEEP_A_BIT = "import time; time.sleep(1)"
 ROOT = Path(__file__).parents[2]
 HERE = Path(__file__).parent
 
@@ -162,6 +164,57 @@ def test_a_kueue_gang_waits_without_pods_until_its_cluster_queue_has_quota_for_a
             if handle is not None:
                 backend.cancel(handle)
         backend.close()
+
+
+def test_a_step_admitted_while_its_gpus_are_held_outside_kueue_records_idle_quota(
+    plane: GangTarget, kueue_team_a: Any
+) -> None:
+    """Pods Kueue does not count (tenant team-b's, not in its queue) hold every GPU of both
+    nodes: Kueue admits a 4-GPU step at once (its ClusterQueue has the quota), and the step's
+    pod waits for a node while its quota is held. That wait is `quota_idle_seconds` (held,
+    waste), not `queued_seconds`."""
+    backend = kueue_backend(plane, kueue_team_a.local_queue)
+    holders = [f"outside-kueue-{node}" for node in ("node-a", "node-b")]
+    core = plane.core("team-b")
+    step = None
+    try:
+        for name, node in zip(holders, ("node-a", "node-b"), strict=True):
+            core.create_namespaced_pod(NAMESPACE, gpu_pod(name, node, "k8s-ai-standard"))
+        plane.wait_for(
+            lambda: (
+                all(
+                    p["spec"].get("nodeName")
+                    for p in plane.pods("team-b")
+                    if p["metadata"]["name"] in holders
+                )
+                and len([p for p in plane.pods("team-b") if p["metadata"]["name"] in holders]) == 2
+            ),
+            timeout=120,
+        )
+        step = backend.submit(gang_step(SLEEP_A_BIT, step="idle", run_id="kq-idle", nodes=1, gpu=4))
+        # admitted: its pod exists (Kueue unsuspended the Job), and waits for GPUs
+        plane.wait_for(lambda: gang_pods(plane, step), timeout=120)
+        held_from = time.monotonic()
+        time.sleep(6)
+        assert backend.status(step).state == StepState.PENDING
+        core.delete_namespaced_pod(holders[0], NAMESPACE, grace_period_seconds=0)
+        status = wait_status(plane, backend, step, lambda s: s.is_terminal)
+        held = time.monotonic() - held_from
+        assert status.state == StepState.SUCCEEDED, status
+        usage = backend.usage(step)
+        assert usage.quota_idle_seconds >= 5, usage
+        assert usage.quota_idle_seconds <= held + 2, (usage, held)
+        assert usage.queued_seconds < usage.quota_idle_seconds, usage
+    finally:
+        if step is not None:
+            backend.cancel(step)
+        backend.close()
+        for name in holders:
+            try:
+                core.delete_namespaced_pod(name, NAMESPACE, grace_period_seconds=0)
+            except client.ApiException as error:
+                if error.status != 404:
+                    raise
 
 
 def test_kueue_preempts_preemptible_steps_for_a_gang_and_names_it(

@@ -137,3 +137,51 @@ def test_usage_reports_node_cpu_memory_gpu_seconds_and_measured_use_of_a_finishe
     # measured: slurmdbd's MaxRSS and TotalCPU (sstat's samples too on the CLI transport)
     assert usage.max_rss_bytes is not None and usage.max_rss_bytes >= 96 * 1024**2
     assert usage.cpu_used_seconds is not None and usage.cpu_used_seconds >= 1.0
+
+
+def sacct_seconds(text: str) -> float:
+    """sacct's TotalCPU: [D-][HH:]MM:SS[.mmm]."""
+    days, _, clock = text.rpartition("-")
+    parts = [float(p) for p in clock.split(":")]
+    while len(parts) < 3:
+        parts.insert(0, 0.0)
+    hours, minutes, seconds = parts
+    return (int(days) if days else 0) * 86400 + hours * 3600 + minutes * 60 + seconds
+
+
+def sacct_bytes(text: str) -> int:
+    """sacct's MaxRSS: a number with K, M or G (of 1024), or bytes."""
+    units = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
+    if text and text[-1] in units:
+        return int(float(text[:-1]) * units[text[-1]])
+    return int(text or 0)
+
+
+def test_the_measured_use_agrees_with_sacct_within_the_accuracy_bounds(
+    backend: SlurmBackend, cluster: LocalSlurmCluster
+) -> None:
+    """Issue 29's bounds: CPU-seconds within max(2 %, 1 s) of sacct's TotalCPU, peak memory
+    within 5 % of its MaxRSS, read here with the sacct command whatever the transport."""
+    spin = "x = bytearray(160 << 20)\nimport time\nwhile time.process_time() < 3: x[0] = 1"
+    handle = backend.submit(launch_request(["python3", "-c", spin], nodes=1))
+    wait_for_status(backend, handle, running)
+    time.sleep(1.5)  # let jobacct_gather sample the running job once
+    wait_for_status(backend, handle, lambda s: s.is_terminal)
+    usage = backend.usage(handle)
+
+    rows = cluster.run(
+        ["sacct", "-j", handle.job_id, "-n", "-P", "-o", "JobID,TotalCPU,MaxRSS"]
+    ).stdout.split()
+    fields = [row.split("|") for row in rows]
+    (job,) = [f for f in fields if f[0] == handle.job_id]
+    total_cpu = sacct_seconds(job[1])
+    max_rss = max(sacct_bytes(f[2]) for f in fields)
+    assert total_cpu >= 3.0
+    assert usage.cpu_used_seconds is not None
+    assert abs(usage.cpu_used_seconds - total_cpu) <= max(0.02 * total_cpu, 1.0), (
+        usage.cpu_used_seconds,
+        total_cpu,
+    )
+    assert max_rss >= 160 << 20
+    assert usage.max_rss_bytes is not None
+    assert abs(usage.max_rss_bytes - max_rss) <= 0.05 * max_rss, (usage.max_rss_bytes, max_rss)

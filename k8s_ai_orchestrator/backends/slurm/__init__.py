@@ -8,11 +8,41 @@ Example:
 
 from __future__ import annotations
 
-from .backend import SlurmBackend
-from .cli import CommandResult, Runner, subprocess_runner
-from .config import SlurmConfig, config_from_mapping
-from .script import BatchJob, batch_job, render_script
-from .states import JobInfo, to_step_status
+from importlib import import_module
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .backend import SlurmBackend
+    from .cli import CommandResult, Runner, subprocess_runner
+    from .config import SlurmConfig, config_from_mapping
+    from .script import BatchJob, batch_job, render_script
+    from .states import JobInfo, to_step_status
+
+# Each public name's module, imported the first time the name is asked for (PEP 562): a run
+# worker that reads the executor config (`config.py`) loads no Slurm transport.
+_HOMES = {
+    "BatchJob": ".script",
+    "CommandResult": ".cli",
+    "JobInfo": ".states",
+    "Runner": ".cli",
+    "SlurmBackend": ".backend",
+    "SlurmConfig": ".config",
+    "batch_job": ".script",
+    "config_from_mapping": ".config",
+    "render_script": ".script",
+    "subprocess_runner": ".cli",
+    "to_step_status": ".states",
+}
+
+
+def __getattr__(name: str) -> Any:
+    home = _HOMES.get(name)
+    if home is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(import_module(home, __name__), name)
+    globals()[name] = value
+    return value
+
 
 __all__ = [
     "BatchJob",
