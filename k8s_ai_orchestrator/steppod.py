@@ -3,8 +3,9 @@
 When a step's memory is measured (in-place growth, or `memory="auto"`), the Kubernetes
 backend starts its container as `python -c <growth.STEP_POD_MAIN> -m dagster api execute_step
 ...`: `pod_main` starts `UsageReporter`, a daemon thread that writes the container's working
-set (`usage_report`) to the container's stderr every `K8S_AI_USAGE_INTERVAL_S` seconds
-(default 1), then runs the module (or `-c` code) in this same process, as python would. The
+set and CPU time (`usage_report`) to the container's stderr every `K8S_AI_USAGE_INTERVAL_S`
+seconds (default 1), then runs the module (or `-c` code) in this same process, as python would,
+and writes one last report when it returns or exits (the CPU time the step ends with). The
 step keeps its PID, its signals and its exit code; the executor reads the reports from the
 pod's log, which it follows anyway, so it needs no `get nodes/proxy`.
 
@@ -27,9 +28,9 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 
-from .proctree import tree_rss
+from .proctree import tree_cpu_seconds, tree_rss
 from .stepenv import USAGE_INTERVAL_S
-from .usage_report import MemoryReading, cgroup_working_set, format_report
+from .usage_report import MemoryReading, cgroup_usage, format_report
 
 DEFAULT_INTERVAL_S = 1.0
 
@@ -55,9 +56,20 @@ class UsageReporter:
         self._stop = threading.Event()
 
     def read(self) -> MemoryReading:
-        """The container's working set now (its cgroup's, else this process tree's RSS)."""
-        reading = cgroup_working_set() or MemoryReading(tree_rss(os.getpid()), "process tree", 0)
+        """The container's working set and CPU time now (its cgroup's, else this process
+        tree's: RSS, and CPU time of this process, its reaped children and its live ones)."""
+        reading = cgroup_usage() or MemoryReading(tree_rss(os.getpid()), "process tree", 0)
+        if reading.cpu_seconds is None:
+            own = os.times()
+            live = tree_cpu_seconds(os.getpid())
+            live.pop(next((k for k in live if k[0] == os.getpid()), (0, 0.0)), None)
+            cpu = own.user + own.system + own.children_user + own.children_system
+            reading = replace(reading, cpu_seconds=cpu + sum(live.values()))
         return replace(reading, at=self._clock())
+
+    def report(self) -> None:
+        """Write one report now."""
+        self._write(format_report(self.read()))
 
     def start(self) -> threading.Thread:
         thread = threading.Thread(target=self._run, name="k8s-ai-usage", daemon=True)
@@ -70,7 +82,7 @@ class UsageReporter:
     def _run(self) -> None:
         while not self._stop.is_set():
             try:
-                self._write(format_report(self.read()))
+                self.report()
             except (OSError, ValueError):
                 return  # the log is gone: the step goes on unmeasured
             self._stop.wait(self.interval_s)
@@ -88,13 +100,21 @@ def pod_main(argv: Sequence[str]) -> int:
         print(f"usage: -m MODULE | -c CODE [ARGS...]; got {list(argv)}", file=sys.stderr)
         return 2
     interval = float(os.environ.get(USAGE_INTERVAL_S) or DEFAULT_INTERVAL_S)
-    UsageReporter(interval, _stderr_copy()).start()
-    if argv[0] == "-m":
-        sys.argv = [argv[1], *argv[2:]]
-        runpy.run_module(argv[1], run_name="__main__", alter_sys=True)
-    else:
-        sys.argv = ["-c", *argv[2:]]
-        exec(compile(argv[1], "<string>", "exec"), {"__name__": "__main__"})
+    reporter = UsageReporter(interval, _stderr_copy())
+    reporter.start()
+    try:
+        if argv[0] == "-m":
+            sys.argv = [argv[1], *argv[2:]]
+            runpy.run_module(argv[1], run_name="__main__", alter_sys=True)
+        else:
+            sys.argv = ["-c", *argv[2:]]
+            exec(compile(argv[1], "<string>", "exec"), {"__name__": "__main__"})
+    finally:
+        reporter.stop()
+        try:
+            reporter.report()  # the CPU time the step ends with
+        except (OSError, ValueError):
+            pass
     return 0
 
 

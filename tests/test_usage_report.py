@@ -6,15 +6,17 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
 
+from k8s_ai_orchestrator import steppod
 from k8s_ai_orchestrator.backends.kubernetes.growth import STEP_POD_MAIN
 from k8s_ai_orchestrator.usage_report import (
     MemoryReading,
     ReportFilter,
-    cgroup_working_set,
+    cgroup_usage,
     format_report,
     without_reports,
     working_set_v1,
@@ -137,7 +139,7 @@ def _cgroup_root(tmp_path: Path, proc: str, files: dict[str, str]) -> Path:
 def test_only_a_cgroup_of_the_containers_own_with_a_limit_is_read(
     tmp_path: Path, proc: str, files: dict[str, str], expected: MemoryReading | None
 ) -> None:
-    assert cgroup_working_set(_cgroup_root(tmp_path, proc, files)) == expected
+    assert cgroup_usage(_cgroup_root(tmp_path, proc, files)) == expected
 
 
 READING = MemoryReading(83886080, "cgroup v2", 1733.5)
@@ -195,3 +197,81 @@ def test_the_step_pod_reporter_does_not_import_dagster() -> None:
     imported, peak_kib = out.stdout.split()
     assert imported == "False"
     assert int(peak_kib) < 64 * 1024  # about 20 MiB here; with Dagster about 140 MiB
+
+
+@pytest.mark.parametrize(
+    ("proc", "files", "cpu"),
+    [
+        (  # v2: usage_usec of the container's cpu.stat
+            "0::/\n",
+            {
+                "sys/fs/cgroup/memory.max": "1073741824\n",
+                "sys/fs/cgroup/memory.current": "212340736\n",
+                "sys/fs/cgroup/memory.stat": V2_STAT,
+                "sys/fs/cgroup/cpu.stat": "usage_usec 12500000\nuser_usec 10000000\n",
+            },
+            12.5,
+        ),
+        (  # v1: cpuacct.usage (nanoseconds) of the cpu,cpuacct controller's cgroup
+            "5:cpu,cpuacct:/kubepods/pod1/c1\n4:memory:/kubepods/pod1/c1\n0::/\n",
+            {
+                "sys/fs/cgroup/memory/kubepods/pod1/c1/memory.limit_in_bytes": "1073741824\n",
+                "sys/fs/cgroup/memory/kubepods/pod1/c1/memory.usage_in_bytes": "5734400\n",
+                "sys/fs/cgroup/memory/kubepods/pod1/c1/memory.stat": V1_STAT,
+                "sys/fs/cgroup/cpu,cpuacct/kubepods/pod1/c1/cpuacct.usage": "3250000000\n",
+            },
+            3.25,
+        ),
+        (  # v1 without a readable cpuacct: memory only
+            "4:memory:/kubepods/pod1/c1\n0::/\n",
+            {
+                "sys/fs/cgroup/memory/kubepods/pod1/c1/memory.limit_in_bytes": "1073741824\n",
+                "sys/fs/cgroup/memory/kubepods/pod1/c1/memory.usage_in_bytes": "5734400\n",
+                "sys/fs/cgroup/memory/kubepods/pod1/c1/memory.stat": V1_STAT,
+            },
+            None,
+        ),
+    ],
+)
+def test_the_cpu_time_is_the_containers_cgroups_as_the_kubelet_reads_it(
+    tmp_path: Path, proc: str, files: dict[str, str], cpu: float | None
+) -> None:
+    reading = cgroup_usage(_cgroup_root(tmp_path, proc, files))
+    assert reading is not None and reading.cpu_seconds == cpu
+
+
+def test_a_report_carries_the_cpu_time_and_one_without_it_still_parses() -> None:
+    with_cpu = MemoryReading(1, "cgroup v1", 2.0, cpu_seconds=3.5)
+    _, readings = ReportFilter().feed(format_report(with_cpu).encode())
+    assert readings == [with_cpu]
+    old = b'@k8s-ai-usage {"working_set_bytes":1,"source":"cgroup v1","at":2.0}\n'
+    assert ReportFilter().feed(old)[1] == [MemoryReading(1, "cgroup v1", 2.0)]
+
+
+def test_a_step_without_a_cgroup_of_its_own_reports_its_process_trees_cpu_time(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The node agent and the emulator run containers as plain processes (no cgroup of their
+    own): the reporter counts this process's CPU time (its reaped children's too) and its live
+    children's."""
+    monkeypatch.setattr(steppod, "cgroup_usage", lambda: None)
+    child = subprocess.Popen(
+        [sys.executable, "-c", "import time\nwhile time.process_time() < 0.5: pass\ntime.sleep(30)"]
+    )
+    try:
+        lines: list[str] = []
+        reporter = steppod.UsageReporter(interval_s=1.0, write=lines.append)
+        deadline = time.monotonic() + 20
+        while True:
+            reading = reporter.read()
+            assert reading.source == "process tree" and reading.cpu_seconds is not None
+            if reading.cpu_seconds >= time.process_time() + 0.5 or time.monotonic() > deadline:
+                break
+            time.sleep(0.1)
+        assert reading.cpu_seconds >= time.process_time() + 0.5  # its own and the child's
+        reporter.report()
+        (report,) = ReportFilter().feed(lines[0].encode())[1]
+        assert report.cpu_seconds == pytest.approx(reading.cpu_seconds, abs=0.5)
+    finally:
+        child.kill()
+        child.wait()

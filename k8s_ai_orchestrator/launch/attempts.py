@@ -227,8 +227,8 @@ class StepAttempts:
     def measured_metadata(self) -> dict[str, Any]:
         """Requested vs measured use, for the report and `memory="auto"`.
 
-        Empty when the backend measured no memory (Kubernetes); without `peak_cpu` when it
-        measured no CPU (Slurm measures peak memory only).
+        Empty when the backend measured no memory (an unmeasured Kubernetes step); without
+        `peak_cpu` when it measured no CPU peak (Slurm and Kubernetes measure CPU time only).
         """
         peaks = [u.max_rss_bytes for u in self.usage if u.max_rss_bytes]
         if not peaks:

@@ -108,3 +108,22 @@ def grown(context: AssetExecutionContext, ai: AICompute):  # noqa: ANN201
         memory="1Gi",
     )
     return invocation.get_results()
+
+
+@op(tags=compute(cpu=1, memory="1Gi"))
+def burns() -> int:
+    """Holds 300 MiB (every page touched) while it burns 3 CPU-seconds, then holds it 20 s
+    more: long enough for the kubelet's stats to catch up with both."""
+    block = bytearray(300 << 20)
+    for i in range(0, len(block), 4096):
+        block[i] = 1
+    start = time.process_time()
+    while time.process_time() - start < 3:
+        block[0] = (block[0] + 1) % 256
+    time.sleep(20)
+    return len(block)
+
+
+@job(executor_def=ai_executor)
+def burns_job() -> None:
+    burns()

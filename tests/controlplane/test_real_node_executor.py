@@ -9,13 +9,15 @@ and the test's directory mounted; placement by `step_k8s_config`).
 
 from __future__ import annotations
 
+import json
+import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
-from dagster import DagsterInstance, execute_job, materialize, reconstructable
+from dagster import DagsterEventType, DagsterInstance, execute_job, materialize, reconstructable
 from kubernetes import client, config
 
 from k8s_ai_orchestrator import AICompute
@@ -26,6 +28,7 @@ from k8s_ai_orchestrator.testing.controlplane.realnode_steps import TENANT, kube
 from k8s_ai_orchestrator.testing.kube.emulator import wait_until
 from k8s_ai_orchestrator.testing.priorityclasses import install_priority_classes
 from tests.controlplane.realnode_pipelines import (
+    burns_job,
     growing_job,
     grown,
     hello_job,
@@ -281,3 +284,60 @@ def test_a_pipes_program_read_from_the_kubelet_s_summary_is_grown_in_place(on_no
     assert (seen["limit_before"], seen["limit"]) == (GiB, 2 * GiB), seen
     (pod,) = on_node.pods()
     assert pod.status.container_statuses[0].restart_count == 0
+
+
+def test_a_measured_steps_cpu_time_and_peak_memory_agree_with_the_kubelets(
+    on_node: OnNode,
+) -> None:
+    """Issue 29's bounds on the real node: a measured step (in-place growth on) that holds
+    300 MiB while it burns 3 CPU-seconds reports its CPU time and working set from its cgroup;
+    its summary's `cpu_used_seconds` is within max(2 %, 1 s) of the kubelet's last
+    `usageCoreNanoSeconds` for the container, its `peak_memory_bytes` within 5 % of the most
+    `workingSetBytes` the kubelet showed (read through `nodes/proxy` while it ran)."""
+    core, node = client.CoreV1Api(_host(on_node.plane)), on_node.node.name
+    seen: dict[str, float] = {"cpu": 0.0, "memory": 0.0}
+    stop = threading.Event()
+
+    def watch_the_kubelet() -> None:
+        while not stop.is_set():
+            answer = core.connect_get_node_proxy_with_path(
+                node, "stats/summary", _preload_content=False
+            )
+            for pod in json.loads(answer.data).get("pods") or []:
+                if pod["podRef"]["namespace"] != on_node.ns:
+                    continue
+                for container in pod.get("containers") or []:
+                    cpu = (container.get("cpu") or {}).get("usageCoreNanoSeconds")
+                    memory = (container.get("memory") or {}).get("workingSetBytes")
+                    if cpu:
+                        seen["cpu"] = max(seen["cpu"], cpu / 1e9)
+                    if memory:
+                        seen["memory"] = max(seen["memory"], float(memory))
+            stop.wait(1.0)
+
+    watcher = threading.Thread(target=watch_the_kubelet, daemon=True)
+    watcher.start()
+    run_config = {"execution": {"config": on_node.config() | {"oom_escalation": {"grow_at": 0.9}}}}
+    try:
+        with (
+            DagsterInstance.get() as instance,
+            execute_job(
+                reconstructable(burns_job), instance=instance, run_config=run_config
+            ) as result,
+        ):
+            assert result.success, engine_messages(instance, result.run_id)
+            records = instance.all_logs(result.run_id, of_type=DagsterEventType.ENGINE_EVENT)
+            (summary,) = [
+                r.dagster_event
+                for r in records
+                if r.dagster_event
+                and (r.dagster_event.message or "").startswith("Step 'burns' reserved")
+            ]
+    finally:
+        stop.set()
+        watcher.join(timeout=10)
+    meta = {k: v.value for k, v in summary.event_specific_data.metadata.items()}  # type: ignore[union-attr]
+    cpu, peak = float(meta["k8s_ai/cpu_used_seconds"]), float(meta["k8s_ai/peak_memory_bytes"])
+    assert seen["cpu"] >= 3.0 and seen["memory"] >= 300 << 20, seen
+    assert abs(cpu - seen["cpu"]) <= max(0.02 * seen["cpu"], 1.0), (cpu, seen)
+    assert abs(peak - seen["memory"]) <= 0.05 * seen["memory"], (peak, seen)

@@ -69,7 +69,12 @@ class Attempt:
     def is_gang(self) -> bool:
         return self.job.request.spec.is_gang
 
-    def usage(self, clock: Callable[[], float], max_rss_bytes: int | None) -> ResourceUsage:
+    def usage(
+        self,
+        clock: Callable[[], float],
+        max_rss_bytes: int | None,
+        cpu_used_seconds: float | None = None,
+    ) -> ResourceUsage:
         """Requested resources × seconds it has run (so far: until `clock()`); GPUs are the
         devices allocated to its claims where they were read (DRA), else those it asked for.
         A gang counts its ranks that ran before all of them did (`gang_wait_node_s`), and a
@@ -90,6 +95,7 @@ class Attempt:
             wall_seconds=wall,
             nodes=(node,) if node else (),
             max_rss_bytes=max_rss_bytes if self.started_at is not None else None,
+            cpu_used_seconds=cpu_used_seconds if self.started_at is not None else None,
             waiting_node_seconds=self.gang_wait_node_s,
             queued_seconds=round(queued, 3),
             quota_idle_seconds=round(idle, 3),

@@ -93,9 +93,7 @@ class KubernetesBackend:
         self._sleep = sleep
         log = logger or logging.getLogger(__name__)
         self._tenants = TenantConnections(config, allowed_tenants)
-        self._retry = ApiRetry(
-            retries=config.api_retries, sleep=sleep, server_of=self._tenants.server
-        )
+        self._retry = ApiRetry(config.api_retries, sleep=sleep, server_of=self._tenants.server)
         self._jobs = JobApi(self._tenants, self._retry, config)
         self._growth = PodGrowth(growth, self._retry, clock, log)
         self._logs = LogStreams()
@@ -220,10 +218,12 @@ class KubernetesBackend:
         return self._jobs.delete_run(run_id, self._tenants.usable())
 
     def usage(self, handle: JobHandle) -> ResourceUsage:
-        """Requested resources × seconds the attempt has run (so far)."""
-        memory = self._growth.memory(handle.job_id)
-        peak = (memory.peak_bytes or None) if memory is not None else None
-        return self._attempts.of(handle).usage(self._clock, peak)
+        """Requested resources × seconds the attempt has run (so far); a measured step's peak
+        memory and CPU time, to its last report (the one it wrote as it ended, once read)."""
+        memory, last = self._growth.memory(handle.job_id), self._logs.report(handle.job_id)
+        peak = max(memory.peak_bytes if memory else 0, last.working_set_bytes if last else 0)
+        cpu = last.cpu_seconds if last is not None else None
+        return self._attempts.of(handle).usage(self._clock, peak or None, cpu)
 
     def grow_memory(self, handle: JobHandle, new_limit_bytes: int) -> GrowResult:
         """Ask for the running pod's memory to be raised to `new_limit_bytes` in place.

@@ -139,6 +139,12 @@ class LogStreams:
                 self._followers[job] = follower
         return follower
 
+    def report(self, job: str) -> MemoryReading | None:
+        """The latest usage report read from the Job's pod so far (no stream is opened)."""
+        with self._lock:
+            follower = self._followers.get(job)
+        return follower._last_report if follower is not None else None
+
     def close(self, job: str) -> None:
         """Stop following the Job's pod (the attempt was cancelled)."""
         with self._lock:
