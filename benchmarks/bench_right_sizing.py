@@ -23,8 +23,13 @@ Backends:
   OOM-killed by it, its memory read from its own reports and grown by the real kubelet. Units of
   1 s and `grow_at: 0.6`, as on `kubernetes`.
 
-Run: `python -m benchmarks.bench_right_sizing [--backend local|kubernetes|realnode] [--rounds N]`
-(median of N rounds, default 2).
+With `--slow`, a slow climber instead: 300 units that each add 1.5Mi (15Mi/s on `local`, to
+about 450Mi over the step process's own memory), run in place two ways only: grown by its
+climb (the policy) and by the factor alone (× 2 each time); the memory held over what it used
+shows what sizing by the climb saves (`waste_unused_memory` in the cost figures).
+
+Run: `python -m benchmarks.bench_right_sizing [--backend local|kubernetes|realnode] [--rounds N]
+[--slow]` (median of N rounds, default 2).
 """
 
 from __future__ import annotations
@@ -54,7 +59,18 @@ from k8s_ai_orchestrator.memorygrowth import MemoryGrowth
 from k8s_ai_orchestrator.spec import ComputeSpec
 
 MiB, GiB = 1024**2, 1024**3
-UNITS, GROW_FROM, MIB_PER_UNIT = 20, 8, 40
+
+
+@dataclass(frozen=True)
+class Climb:
+    """The step's work: `units` units, each adding `mib_per_unit` from unit `grow_from` on."""
+
+    units: int = 20
+    grow_from: int = 8
+    mib_per_unit: float = 40
+
+
+FAST, SLOW = Climb(), Climb(units=300, grow_from=0, mib_per_unit=1.5)
 GENEROUS, IN_PLACE, RELAUNCH = "generous static 2Gi", "in place", "OOM relaunch (× 2)"
 BY_FACTOR = "in place, × 2 each time"
 
@@ -98,11 +114,16 @@ for unit in range(int(units)):
 
 
 def _run_until_done(
-    backend: Backend, spec: ComputeSpec, out: Path, escalate: bool, unit_s: float
+    backend: Backend,
+    spec: ComputeSpec,
+    out: Path,
+    escalate: bool,
+    unit_s: float,
+    climb: Climb = FAST,
 ) -> tuple[float, list[ResourceUsage]]:
     """Wall seconds from the first submit to success, and each attempt's usage."""
-    argv = [sys.executable, "-c", STEP, str(out), *map(str, (UNITS, unit_s, GROW_FROM))]
-    argv.append(str(MIB_PER_UNIT))
+    argv = [sys.executable, "-c", STEP, str(out), *map(str, (climb.units, unit_s))]
+    argv += [str(climb.grow_from), str(climb.mib_per_unit)]
     history, usages, start = StepHistory("grower"), [], time.perf_counter()
     run_id = uuid.uuid4().hex[:12]
     while True:
@@ -169,21 +190,23 @@ def _real_node(folder: Path) -> Iterator[Target]:
         yield Target("real node (kubelet v1.37, containerd, runc, the kernel)", 1.0, 0.6, make)
 
 
-def _redone(out: Path) -> int:
-    return len(out.read_text().splitlines()) - UNITS
+def _redone(out: Path, climb: Climb) -> int:
+    return len(out.read_text().splitlines()) - climb.units
 
 
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--backend", choices=("local", "kubernetes", "realnode"), default="local")
+    parser.add_argument("--slow", action="store_true", help="a slow climber, in place only")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp, _target(args.backend, Path(tmp)) as target:
-        _compare(target, Path(tmp), args.rounds)
-        _auto(target, Path(tmp))
+        _compare(target, Path(tmp), args.rounds, SLOW if args.slow else FAST)
+        if not args.slow:
+            _auto(target, Path(tmp))
 
 
-def _compare(target: Target, folder: Path, rounds: int) -> None:
+def _compare(target: Target, folder: Path, rounds: int, climb: Climb) -> None:
     growth = MemoryGrowth(grow_at=target.grow_at, factor=2.0, max_memory_bytes=4 * GiB)
     by_factor = FactorOnly(grow_at=target.grow_at, factor=2.0, max_memory_bytes=4 * GiB)
     ways = {
@@ -192,6 +215,8 @@ def _compare(target: Target, folder: Path, rounds: int) -> None:
         BY_FACTOR: (256 * MiB, by_factor, False),
         RELAUNCH: (256 * MiB, None, True),
     }
+    if climb is SLOW:
+        ways = {label: ways[label] for label in (IN_PLACE, BY_FACTOR)}
     walls: dict[str, list[float]] = {label: [] for label in ways}
     held: dict[str, list[tuple[float, float]]] = {label: [] for label in ways}
     notes: dict[str, str] = {}
@@ -199,26 +224,27 @@ def _compare(target: Target, folder: Path, rounds: int) -> None:
         for n, (label, (memory, policy, escalate)) in enumerate(ways.items()):
             backend, out = target.make(folder, policy), folder / f"units-{round_}-{n}.txt"
             spec = ComputeSpec(1, memory)
-            wall, usages = _run_until_done(backend, spec, out, escalate, target.unit_s)
+            wall, usages = _run_until_done(backend, spec, out, escalate, target.unit_s, climb)
             backend.close()
             walls[label].append(wall)
             last = usages[-1]  # reserved GiB-s vs used (peak × wall) of the attempt that ended
             held[label].append(
                 (last.memory_gib_seconds, (last.max_rss_bytes or 0) / GiB * last.wall_seconds)
             )
-            notes[label] = f"{len(usages)} attempt(s), {_redone(out)} units redone"
-    grown_to = (UNITS - GROW_FROM) * MIB_PER_UNIT
-    print(f"{target.name}: a {UNITS}-unit step ({target.unit_s} s each) growing to")
-    print(f"~{grown_to}Mi, no checkpoint, declared 256Mi ({rounds} rounds, median wall time)")
+            notes[label] = f"{len(usages)} attempt(s), {_redone(out, climb)} units redone"
+    grown_to = (climb.units - climb.grow_from) * climb.mib_per_unit
+    print(f"{target.name}: a {climb.units}-unit step ({target.unit_s} s each) growing by")
+    print(f"~{grown_to:.0f}Mi, no checkpoint, declared 256Mi ({rounds} rounds, median wall time)")
     for label in ways:
         shown = f"{label} (grow_at {target.grow_at})" if label == IN_PLACE else label
         runs = ", ".join(f"{t:.2f}" for t in walls[label])
         median = statistics.median(walls[label])
         print(f"  {shown:<26} {median:6.2f} s  [{runs}]  {notes[label]}")
-    for label in (IN_PLACE, RELAUNCH):
-        ratio = statistics.median(walls[label]) / statistics.median(walls[GENEROUS])
-        print(f"  {label} / generous: {ratio:.3f}")
-    print("  (target: in place <= 1.05 with zero units redone)")
+    if GENEROUS in ways:
+        for label in (IN_PLACE, RELAUNCH):
+            ratio = statistics.median(walls[label]) / statistics.median(walls[GENEROUS])
+            print(f"  {label} / generous: {ratio:.3f}")
+        print("  (target: in place <= 1.05 with zero units redone)")
     print("memory held / used by the last attempt (GiB-s; used = peak × wall time)")
     for label in (IN_PLACE, BY_FACTOR):
         reserved = statistics.median(r for r, _ in held[label])

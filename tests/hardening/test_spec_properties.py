@@ -57,6 +57,8 @@ VALID = {
     "memory_default": st.from_regex(r"\A[1-9][0-9]{0,3}(Mi|Gi|G)\Z"),
     "gpu": st.integers(0, 8),
     "gpu_type": st.sampled_from(["a100", "nvidia-h100-80gb"]),
+    "gpu_partition": st.sampled_from(["1g.10gb", "3g.40gb", "1g.10gb+me"]),
+    "gpu_memory": st.from_regex(r"\A[1-9][0-9]{0,2}(Mi|Gi|G)\Z"),
     "nodes": st.integers(1, 4),
     "tasks_per_node": st.integers(1, 8),
     "gpus_per_node": st.integers(0, 8),
@@ -76,7 +78,8 @@ COMPUTE_ARGS = st.fixed_dictionaries(
 
 def within_the_rules_between_fields(kwargs: dict[str, Any]) -> dict[str, Any]:
     """`kwargs` less what a rule between fields refuses: `<x>_default` only with x='auto' and
-    no size; 'auto' only on one node; gpu or gpus_per_node, not both."""
+    no size; 'auto' only on one node; gpu or gpus_per_node, not both; gpu_partition and
+    gpu_memory only with at least one GPU."""
     kept = dict(kwargs)
     for name in ("cpu", "memory"):
         if kept.get(name) == "auto" and kept.get("nodes", 1) > 1:
@@ -85,6 +88,10 @@ def within_the_rules_between_fields(kwargs: dict[str, Any]) -> dict[str, Any]:
             kept.pop(f"{name}_default", None)
     if "gpu" in kept:
         kept.pop("gpus_per_node", None)
+    size_gpus = DEFAULT_SIZE_CLASSES[kept.get("size", "xs")].gpu
+    if kept.get("gpu", kept.get("gpus_per_node", size_gpus)) < 1:
+        kept.pop("gpu_partition", None)
+        kept.pop("gpu_memory", None)
     return kept
 
 
