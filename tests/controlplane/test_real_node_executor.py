@@ -338,6 +338,7 @@ def test_a_measured_steps_cpu_time_and_peak_memory_agree_with_the_kubelets(
         watcher.join(timeout=10)
     meta = {k: v.value for k, v in summary.event_specific_data.metadata.items()}  # type: ignore[union-attr]
     cpu, peak = float(meta["k8s_ai/cpu_used_seconds"]), float(meta["k8s_ai/peak_memory_bytes"])
+    assert meta["k8s_ai/nodes_used"] == on_node.node.name  # its pod's, read as it ended
     assert seen["cpu"] >= 3.0 and seen["memory"] >= 300 << 20, seen
     assert abs(cpu - seen["cpu"]) <= max(0.02 * seen["cpu"], 1.0), (cpu, seen)
     assert abs(peak - seen["memory"]) <= 0.05 * seen["memory"], (peak, seen)

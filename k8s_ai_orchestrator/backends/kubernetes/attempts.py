@@ -82,7 +82,8 @@ class Attempt:
         queued, idle = self.waited or (0.0, 0.0)
         end = self.finished_at if self.finished_at is not None else clock()
         wall = 0.0 if self.started_at is None else max(0.0, end - self.started_at)
-        node = self.final.node if self.final else None
+        placed = {str(p["spec"]["nodeName"]) for p in self.pods() if p["spec"].get("nodeName")}
+        nodes = (self.final.node,) if self.final and self.final.node else tuple(sorted(placed))
         spec = self.request.spec
         parts = [
             ResourceUsage.reserved(spec, wall + idle, self.gpu_devices),
@@ -93,7 +94,7 @@ class Attempt:
             memory_gib_seconds=sum(part.memory_gib_seconds for part in parts),
             gpu_seconds=sum(part.gpu_seconds for part in parts),
             wall_seconds=wall,
-            nodes=(node,) if node else (),
+            nodes=nodes,
             max_rss_bytes=max_rss_bytes if self.started_at is not None else None,
             cpu_used_seconds=cpu_used_seconds if self.started_at is not None else None,
             waiting_node_seconds=self.gang_wait_node_s,
