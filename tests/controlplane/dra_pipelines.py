@@ -102,13 +102,18 @@ def gang_h100_job() -> None:
 MIG_1G = compute(cpu=0.5, memory="256Mi", gpu=1, gpu_type=H100, gpu_partition="1g.10gb")
 
 
+def _record_attempt(context: OpExecutionContext) -> str:
+    """Record the devices this attempt was given in `<out_dir>/attempt-<N>`; N."""
+    attempt = os.environ.get("K8S_AI_ATTEMPT", "0")
+    Path(context.op_config["out_dir"], f"attempt-{attempt}").write_text(json.dumps(_visible()))
+    return attempt
+
+
 @op(config_schema={"out_dir": str}, tags=MIG_1G)
 def mig_hungry(context: OpExecutionContext) -> int:
     """A 1g.10gb partition step: each attempt records the devices it was given; the first
     then holds 320 MB (OOM-killed at 256Mi), the next (512Mi) succeeds."""
-    attempt = os.environ.get("K8S_AI_ATTEMPT", "0")
-    Path(context.op_config["out_dir"], f"attempt-{attempt}").write_text(json.dumps(_visible()))
-    if attempt == "0":
+    if _record_attempt(context) == "0":
         blocks = [bytearray(16 << 20) for _ in range(20)]
         time.sleep(60)
         return len(blocks)
@@ -129,8 +134,7 @@ MIG_3G = compute(
 def mig_evicted(context: OpExecutionContext) -> int:
     """A 3g.40gb partition step with at least 40Gi: each attempt records the devices it was
     given; the first then waits to be evicted, the next succeeds."""
-    attempt = os.environ.get("K8S_AI_ATTEMPT", "0")
-    Path(context.op_config["out_dir"], f"attempt-{attempt}").write_text(json.dumps(_visible()))
+    attempt = _record_attempt(context)
     if attempt == "0":
         time.sleep(120)
     return int(attempt)
@@ -145,8 +149,7 @@ def mig_evicted_job() -> None:
 def mig_preemptible(context: OpExecutionContext) -> int:
     """A preemptible 1g.10gb partition step: each attempt records the devices it was given;
     the first then waits to be preempted, the next succeeds."""
-    attempt = os.environ.get("K8S_AI_ATTEMPT", "0")
-    Path(context.op_config["out_dir"], f"attempt-{attempt}").write_text(json.dumps(_visible()))
+    attempt = _record_attempt(context)
     if attempt == "0":
         time.sleep(120)
     return int(attempt)

@@ -14,7 +14,7 @@ import sys
 import tempfile
 import threading
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -541,31 +541,64 @@ def test_a_partition_asked_for_that_no_gpu_offers_is_refused_before_anything_is_
     assert batch.list_namespaced_job(namespace).items == []
 
 
+def run_partition_job(
+    kube: RealKube,
+    namespace: str,
+    out_dir: Path,
+    job: Any,
+    disrupt: Callable[[threading.Event], None] | None = None,
+) -> list[str]:
+    """Run the one-op `job` (its op records each attempt's devices in `out_dir`) with
+    `disrupt(stop)` in a thread beside it; the run must succeed. Its engine messages."""
+    (op_name,) = [node.name for node in job.nodes]
+    run_config = {
+        "execution": {"config": executor_config(kube, namespace)},
+        "ops": {op_name: {"config": {"out_dir": str(out_dir)}}},
+    }
+    stop = threading.Event()
+    thread = threading.Thread(target=disrupt, args=(stop,), daemon=True) if disrupt else None
+    if thread is not None:
+        thread.start()
+    try:
+        with (
+            DagsterInstance.get() as instance,
+            execute_job(reconstructable(job), instance=instance, run_config=run_config) as result,
+        ):
+            messages = engine_messages(instance, result.run_id)
+            assert result.success, messages
+    finally:
+        stop.set()
+        if thread is not None:
+            thread.join(timeout=10)
+    return messages
+
+
+def assert_every_attempt_got(kube: RealKube, namespace: str, out_dir: Path, profile: str) -> None:
+    """Attempts 0 and 1 were each shown a partition of `profile` of an H100, and no claim is
+    left."""
+    name = f"-mig-{profile.replace('.', '-')}-"
+    partitions = {uuid for device, (_, uuid) in DRA_GPUS[1].devices().items() if name in device}
+    for attempt in (0, 1):
+        seen = json.loads((out_dir / f"attempt-{attempt}").read_text())
+        assert seen["NVIDIA_VISIBLE_DEVICES"] in partitions, (attempt, seen)
+    assert wait_until(lambda: not listed(kube, namespace, "resourceclaims"), 60, 0.5)
+
+
+def first_attempt_running(out_dir: Path, stop: threading.Event) -> bool:
+    """Wait until the op's first attempt has recorded its devices; False if stopped first."""
+    while not stop.is_set() and not (out_dir / "attempt-0").exists():
+        stop.wait(0.05)
+    return not stop.is_set()
+
+
 def test_an_oom_relaunched_partition_step_gets_a_partition_of_the_same_profile_again(
     dra_kube: RealKube, namespace: str, dagster_home: Path, tmp_path: Path
 ) -> None:
     """The 1g.10gb step OOM-killed at 256Mi is relaunched at 512Mi with the same claim: both
     attempts are shown a 1g.10gb partition of an H100."""
-    run_config = {
-        "execution": {"config": executor_config(dra_kube, namespace)},
-        "ops": {"mig_hungry": {"config": {"out_dir": str(tmp_path)}}},
-    }
-    with (
-        DagsterInstance.get() as instance,
-        execute_job(
-            reconstructable(mig_hungry_job), instance=instance, run_config=run_config
-        ) as result,
-    ):
-        messages = engine_messages(instance, result.run_id)
-        assert result.success, messages
+    messages = run_partition_job(dra_kube, namespace, tmp_path, mig_hungry_job)
     assert any("OOMKilled" in m for m in messages), messages
-    partitions = {
-        uuid: name for name, (_, uuid) in DRA_GPUS[1].devices().items() if "-mig-1g-10gb-" in name
-    }
-    for attempt in (0, 1):
-        seen = json.loads((tmp_path / f"attempt-{attempt}").read_text())
-        assert seen["NVIDIA_VISIBLE_DEVICES"] in partitions, (attempt, seen)
-    assert wait_until(lambda: not listed(dra_kube, namespace, "resourceclaims"), 60, 0.5)
+    assert_every_attempt_got(dra_kube, namespace, tmp_path, "1g.10gb")
 
 
 def test_an_evicted_partition_step_gets_a_partition_of_the_same_profile_and_memory_again(
@@ -574,44 +607,21 @@ def test_an_evicted_partition_step_gets_a_partition_of_the_same_profile_and_memo
     """A `3g.40gb` step with `gpu_memory="40Gi"` (the memory selector, evaluated by the real
     scheduler) is evicted through the Eviction API while it runs, relaunched, and both its
     attempts are shown a 3g.40gb partition of an H100."""
-    run_config = {
-        "execution": {"config": executor_config(dra_kube, namespace)},
-        "ops": {"mig_evicted": {"config": {"out_dir": str(tmp_path)}}},
-    }
     core = client.CoreV1Api(dra_kube.host.api_client())
-    stop = threading.Event()
 
-    def evict_the_first_attempt() -> None:
-        while not stop.is_set() and not (tmp_path / "attempt-0").exists():
-            stop.wait(0.05)
+    def evict_the_first_attempt(stop: threading.Event) -> None:
+        if not first_attempt_running(tmp_path, stop):
+            return
         for pod in core.list_namespaced_pod(namespace).items:
             if (pod.metadata.labels or {}).get("k8s-ai/attempt") == "0":
                 body = {"metadata": {"name": pod.metadata.name, "namespace": namespace}}
                 core.create_namespaced_pod_eviction(pod.metadata.name, namespace, body)
 
-    evictor = threading.Thread(target=evict_the_first_attempt, daemon=True)
-    evictor.start()
-    try:
-        with (
-            DagsterInstance.get() as instance,
-            execute_job(
-                reconstructable(mig_evicted_job), instance=instance, run_config=run_config
-            ) as result,
-        ):
-            messages = engine_messages(instance, result.run_id)
-            assert result.success, messages
-            assert result.output_for_node("mig_evicted") == 1
-    finally:
-        stop.set()
-        evictor.join(timeout=5)
+    messages = run_partition_job(
+        dra_kube, namespace, tmp_path, mig_evicted_job, evict_the_first_attempt
+    )
     assert any("'mig_evicted' was Evicted; relaunching" in m for m in messages), messages
-    partitions = {
-        uuid: name for name, (_, uuid) in DRA_GPUS[1].devices().items() if "-mig-3g-40gb-" in name
-    }
-    for attempt in (0, 1):
-        seen = json.loads((tmp_path / f"attempt-{attempt}").read_text())
-        assert seen["NVIDIA_VISIBLE_DEVICES"] in partitions, (attempt, seen)
-    assert wait_until(lambda: not listed(dra_kube, namespace, "resourceclaims"), 60, 0.5)
+    assert_every_attempt_got(dra_kube, namespace, tmp_path, "3g.40gb")
 
 
 def test_a_gpu_memory_no_device_has_is_refused_before_anything_is_created(
@@ -637,12 +647,7 @@ def test_a_preempted_partition_step_resumes_on_a_partition_of_the_same_profile(
     """A preemptible 1g.10gb step is preempted by the real scheduler for a standard pod that
     needs the H100 node's CPU, and relaunched once the pod is gone: both attempts are shown a
     1g.10gb partition of an H100 (the relaunch asks for the same profile and model)."""
-    run_config = {
-        "execution": {"config": executor_config(dra_kube, namespace)},
-        "ops": {"mig_preemptible": {"config": {"out_dir": str(tmp_path)}}},
-    }
     core = client.CoreV1Api(dra_kube.host.api_client())
-    stop = threading.Event()
     hog = {
         "metadata": {"name": "cpu-hog"},
         "spec": {
@@ -661,10 +666,8 @@ def test_a_preempted_partition_step_resumes_on_a_partition_of_the_same_profile(
         },
     }
 
-    def preempt_the_first_attempt() -> None:
-        while not stop.is_set() and not (tmp_path / "attempt-0").exists():
-            stop.wait(0.05)
-        if stop.is_set():
+    def preempt_the_first_attempt(stop: threading.Event) -> None:
+        if not first_attempt_running(tmp_path, stop):
             return
         core.create_namespaced_pod(namespace, hog)
         while not stop.is_set():  # the hog runs: the step's first pod was preempted for it
@@ -673,26 +676,8 @@ def test_a_preempted_partition_step_resumes_on_a_partition_of_the_same_profile(
             stop.wait(0.2)
         core.delete_namespaced_pod("cpu-hog", namespace, grace_period_seconds=0)
 
-    preemptor = threading.Thread(target=preempt_the_first_attempt, daemon=True)
-    preemptor.start()
-    try:
-        with (
-            DagsterInstance.get() as instance,
-            execute_job(
-                reconstructable(mig_preemptible_job), instance=instance, run_config=run_config
-            ) as result,
-        ):
-            messages = engine_messages(instance, result.run_id)
-            assert result.success, messages
-            assert result.output_for_node("mig_preemptible") == 1
-    finally:
-        stop.set()
-        preemptor.join(timeout=10)
+    messages = run_partition_job(
+        dra_kube, namespace, tmp_path, mig_preemptible_job, preempt_the_first_attempt
+    )
     assert any("'mig_preemptible' was Preempted" in m for m in messages), messages
-    partitions = {
-        uuid: name for name, (_, uuid) in DRA_GPUS[1].devices().items() if "-mig-1g-10gb-" in name
-    }
-    for attempt in (0, 1):
-        seen = json.loads((tmp_path / f"attempt-{attempt}").read_text())
-        assert seen["NVIDIA_VISIBLE_DEVICES"] in partitions, (attempt, seen)
-    assert wait_until(lambda: not listed(dra_kube, namespace, "resourceclaims"), 60, 0.5)
+    assert_every_attempt_got(dra_kube, namespace, tmp_path, "1g.10gb")

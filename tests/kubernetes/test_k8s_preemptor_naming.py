@@ -14,6 +14,7 @@ import pytest
 
 from k8s_ai_orchestrator.backends.kubernetes.gangs import preempted_pods
 from k8s_ai_orchestrator.backends.kubernetes.preemption import (
+    NAME_SETTLE_S,
     PREEMPTOR_POLL_S,
     PREEMPTOR_WAIT_CAP_S,
     RUN_ANNOTATION,
@@ -322,7 +323,7 @@ def test_the_wait_is_bounded_even_when_the_clock_does_not_move() -> None:
     found = wait_for_preemptor(core, "ns", [victim], clock=lambda: 0.0, sleep=lambda s: None)
 
     assert found is None
-    assert tenant.pod_reads == int(PREEMPTOR_WAIT_CAP_S / PREEMPTOR_POLL_S) + 1
+    assert tenant.pod_reads == int((PREEMPTOR_WAIT_CAP_S + NAME_SETTLE_S) / PREEMPTOR_POLL_S) + 1
 
 
 def test_a_pod_gone_before_its_marks_reached_the_tenant_is_known_preempted_by_its_event() -> None:
@@ -331,3 +332,41 @@ def test_a_pod_gone_before_its_marks_reached_the_tenant_is_known_preempted_by_it
     assert preempted_event(core, "ns", victim) == "Preempted by pod t-uid on node node-b"
     unmarked: Any = LateMarksTenant(victim, [TRAIN_BOUND], marks_after=10**6)
     assert preempted_event(unmarked, "ns", victim) == ""
+
+
+class LateNominationTenant(LateMarksTenant):
+    """Marked at once, but the preemptor shows in the tenant only from its `named_after`-th
+    list of pods (a syncer copies the host pod's nomination a moment later), or never; the
+    scheduler's UID is the host's, which no tenant pod has."""
+
+    def __init__(self, victim: dict[str, Any], named_after: int) -> None:
+        super().__init__(victim, [TRAIN_BOUND], marks_after=0)
+        self.named_after, self.pod_lists = named_after, 0
+
+    def list_namespaced_event(self, namespace: str, field_selector: str, **_: Any) -> Any:
+        return SimpleNamespace(data=json.dumps({"items": [preempted("host-uid")]}).encode())
+
+    def list_namespaced_pod(self, namespace: str, **_: Any) -> Any:
+        self.pod_lists += 1
+        shown = self.others if self.pod_lists >= self.named_after else []
+        return SimpleNamespace(data=json.dumps({"items": [self.victim, *shown]}).encode())
+
+
+@pytest.mark.parametrize(("named_after", "named"), [(3, True), (10_000, False)])
+def test_once_marked_the_preemptor_is_waited_for_a_moment_to_be_named(
+    named_after: int, named: bool
+) -> None:
+    """A victim that ended before its tenant showed the preemptor nominated (seen on the
+    real plane through our syncer): the naming is read again for at most NAME_SETTLE_S."""
+    victim = step_pod("embed-0", "v-uid", "embed", "r0", priority=100, node="node-b")
+    victim["spec"]["terminationGracePeriodSeconds"] = 1
+    core: Any = LateNominationTenant(victim, named_after)
+    clock, slept = FakeClock(), []
+
+    found = wait_for_preemptor(core, "ns", [victim], clock=clock, sleep=sleeping(clock, slept))
+
+    assert found is not None and found.named is named
+    if named:
+        assert found.text == BY_TRAIN and sum(slept) == 2 * PREEMPTOR_POLL_S
+    else:
+        assert "host-uid" in found.text and sum(slept) == pytest.approx(NAME_SETTLE_S)

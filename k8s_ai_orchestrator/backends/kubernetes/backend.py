@@ -104,7 +104,7 @@ class KubernetesBackend:
             config, self._tenants, self._retry, self._growth, admissions, default_tenant
         )
         self._observer = AttemptObserver(
-            config, self._tenants, self._jobs, self._growth, self._logs, clock, wall
+            config, self._tenants, self._jobs, self._growth, self._logs, clock, wall, sleep
         )
         self._watches = PodWatches(
             run_selector,

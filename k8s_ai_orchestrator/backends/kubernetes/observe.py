@@ -65,9 +65,11 @@ class AttemptObserver:
         logs: LogStreams,
         clock: Callable[[], float],
         wall: Callable[[], float] = time.time,  # the kubelet's timestamps are epoch seconds
+        sleep: Callable[[float], None] = time.sleep,
     ) -> None:
         self._config = config
         self._wall = wall
+        self._sleep = sleep
         self._tenants = tenants
         self._jobs = jobs
         self._growth = growth
@@ -281,10 +283,15 @@ class AttemptObserver:
     ) -> StepStatus:
         """The status with the step (or pod) that preempted its pod (a gang's preempted pods),
         while they save in their grace period (the step may ask first, on its SIGTERM) and
-        once they have ended."""
-        core = self.core(attempt)
-        message = attempt.preemptor.name(core, attempt.namespace, victims, status.message)
-        return replace(status, message=message)
+        once they have ended: then read again for a moment until a tenant pod is named, once
+        (`PreemptorLookup.wait`), since the victim may end before its tenant shows the
+        preemptor."""
+        core, lookup, namespace = self.core(attempt), attempt.preemptor, attempt.namespace
+        named = lookup.found is not None and lookup.found.named
+        if not status.is_terminal or (lookup.settled and not named):
+            return replace(status, message=lookup.name(core, namespace, victims, status.message))
+        said = lookup.wait(core, namespace, victims, clock=self._clock, sleep=self._sleep)
+        return replace(status, message="; ".join(t for t in (status.message, said) if t))
 
     def _measure(self, attempt: Attempt, pod: Pod) -> None:
         """Measure a running pod's memory (growth on, or a memory="auto" step) and grow it;

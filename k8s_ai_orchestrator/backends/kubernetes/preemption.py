@@ -14,7 +14,10 @@ message, and a tenant cannot read host pods. So the preemptor is named, in this 
 
 A gang is named from its preempted pods (`name_preemptor_of_any`). A step that stopped itself
 on SIGTERM can say Preempted before the tenant shows the victim's `DisruptionTarget` or the
-`Preempted` event; `wait_for_preemptor` then reads them again for a short, bounded time.
+`Preempted` event, and a victim can end before its tenant shows the preemptor nominated (a
+syncer copies host status a moment later); `wait_for_preemptor` then reads them again for a
+short, bounded time: until the marks show and a tenant pod is named, the naming at most
+`NAME_SETTLE_S` after the marks.
 
 Example:
     >>> preemptor_uid("Preempted by pod 6f1c-22 on node node-b")
@@ -41,6 +44,7 @@ STEP_ANNOTATION = "k8s-ai/step-key"
 Obj = Mapping[str, Any]
 PREEMPTOR_WAIT_CAP_S = 10.0  # the longest a step that said Preempted waits for the marks
 PREEMPTOR_POLL_S = 0.5  # between reads of the victim and its events while it waits
+NAME_SETTLE_S = 3.0  # once the marks show, how long a tenant pod may take to be named
 DEFAULT_GRACE_S = 30.0  # a pod's terminationGracePeriodSeconds when its spec has none
 
 
@@ -131,11 +135,12 @@ def wait_for_preemptor(
     sleep: Callable[[float], None],
     cap_s: float = PREEMPTOR_WAIT_CAP_S,
 ) -> Preemptor | None:
-    """`who_preempted`, once the victims' scheduler marks show: their `DisruptionTarget`
-    condition or the scheduler's `Preempted` event. For a step that stopped itself on SIGTERM
-    before the tenant showed them: the victims and their events are read again every
-    `PREEMPTOR_POLL_S` until one shows, for at most the victims' shortest termination grace
-    period and at most `cap_s` (by the injected `clock` and `sleep`).
+    """`who_preempted`, once the victims' scheduler marks show (their `DisruptionTarget`
+    condition or the scheduler's `Preempted` event) and a tenant pod is named. The victims,
+    their events and the namespace's pods are read again every `PREEMPTOR_POLL_S`: until a
+    mark shows, for at most the victims' shortest termination grace period and at most
+    `cap_s`; then until the preemptor is named, for at most `NAME_SETTLE_S` more (by the
+    injected `clock` and `sleep`).
 
     Example:
         >>> wait_for_preemptor(core, "ns", [victim], clock=time.monotonic,
@@ -143,14 +148,23 @@ def wait_for_preemptor(
     """
     bound_s = min([cap_s, *(_grace_s(v) for v in victims)])
     deadline = clock() + bound_s
-    for _ in range(int(bound_s / PREEMPTOR_POLL_S) + 1):  # bounded even if the clock stalls
+    polls = int((bound_s + NAME_SETTLE_S) / PREEMPTOR_POLL_S) + 1  # bounded if the clock stalls
+    found, marked_at = None, None
+    for _ in range(polls):
         fresh = [_read_pod(core, namespace, v) for v in victims]
         events_of = {_name(v): _read_events(core, namespace, v) or [] for v in fresh}
-        if any(_marked(v, events_of[_name(v)]) for v in fresh) or clock() >= deadline:
+        pods = _read_items(lambda: core.list_namespaced_pod(namespace, _preload_content=False))
+        found = name_preemptor_of_any(fresh, events_of, pods or fresh)
+        if any(_marked(v, events_of[_name(v)]) for v in fresh):
+            if found is not None and found.named:
+                break
+            marked_at = clock() if marked_at is None else marked_at
+            if clock() >= marked_at + NAME_SETTLE_S:
+                break
+        elif clock() >= deadline:
             break
-        sleep(max(0.0, min(PREEMPTOR_POLL_S, deadline - clock())))
-    pods = _read_items(lambda: core.list_namespaced_pod(namespace, _preload_content=False))
-    return name_preemptor_of_any(fresh, events_of, pods or fresh)
+        sleep(PREEMPTOR_POLL_S)
+    return found
 
 
 @dataclass

@@ -8,8 +8,10 @@ Example:
 
 from __future__ import annotations
 
-from importlib import import_module
+import sys
 from typing import TYPE_CHECKING, Any
+
+from ...lazy import load_export
 
 if TYPE_CHECKING:
     from .backend import SlurmBackend
@@ -36,12 +38,7 @@ _HOMES = {
 
 
 def __getattr__(name: str) -> Any:
-    home = _HOMES.get(name)
-    if home is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(import_module(home, __name__), name)
-    globals()[name] = value
-    return value
+    return load_export(sys.modules[__name__], _HOMES, name)
 
 
 __all__ = [
