@@ -2,7 +2,7 @@
 
 Example:
     >>> from k8s_ai_orchestrator.checkpoint import CheckpointStore
-    >>> ckpt = CheckpointStore(root="memory://doc-pkg").open("tiles")
+    >>> ckpt = CheckpointStore(root="memory://doc-pkg", handle_signals=False).open("tiles")
     >>> _ = ckpt.save(b"\\x00\\x01", progress=1)
     >>> ckpt.load()
     b'\\x00\\x01'

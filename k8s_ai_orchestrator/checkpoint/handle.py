@@ -11,11 +11,12 @@ The step contract (also in docs/checkpoints.md):
 
 Example:
     >>> from k8s_ai_orchestrator.checkpoint import CheckpointStore
-    >>> ckpt = CheckpointStore(root="memory://doc-handle").open("demo")
+    >>> store = CheckpointStore(root="memory://doc-handle", handle_signals=False)
+    >>> ckpt = store.open("demo")
     >>> ckpt.load() is None
     True
     >>> _ = ckpt.save({"next_tile": 12}, progress=12)
-    >>> CheckpointStore(root="memory://doc-handle").open("demo").load()
+    >>> store.open("demo").load()
     {'next_tile': 12}
 """
 
@@ -128,7 +129,8 @@ class CheckpointHandle:
 
         Example:
             >>> from k8s_ai_orchestrator.checkpoint import CheckpointStore
-            >>> CheckpointStore(root="memory://doc-meta").open("never-saved").resume_metadata()
+            >>> store = CheckpointStore(root="memory://doc-meta", handle_signals=False)
+            >>> store.open("never-saved").resume_metadata()
             {}
         """
         c = self._resumed
