@@ -8,7 +8,7 @@ Example:
     >>> import threading
     >>> idle = threading.Thread(target=lambda: None)
     >>> describe_loop("agent", idle, [ValueError("bad pod")])
-    "agent: loop alive=False, 1 errors, the last: [ValueError('bad pod')]; not running"
+    'agent: loop alive=False, 1 errors, the last: ["ValueError: bad pod"]; not running'
 """
 
 from __future__ import annotations
@@ -18,11 +18,20 @@ import threading
 import traceback
 from collections.abc import Sequence
 
+MAX_ERROR_CHARS = 300  # an error's message is cut here in a description
+
 
 def describe_loop(name: str, thread: threading.Thread, errors: Sequence[BaseException]) -> str:
     """`name`'s loop: alive or not, its last errors, and the last frames of where it is."""
     frame = sys._current_frames().get(thread.ident or -1)
     where = "".join(traceback.format_stack(frame)[-3:]) if frame is not None else ""
-    last = list(errors[-3:])
-    head = f"{name}: loop alive={thread.is_alive()}, {len(errors)} errors, the last: {last!r}"
+    last = ", ".join(f'"{_one_line(error)}"' for error in errors[-3:])
+    head = f"{name}: loop alive={thread.is_alive()}, {len(errors)} errors, the last: [{last}]"
     return f"{head}; at:\n{where}" if where else f"{head}; not running"
+
+
+def _one_line(error: BaseException) -> str:
+    """An error as one short line: its type and message (an ApiException's status, reason and
+    body, which its repr leaves out)."""
+    text = " ".join(str(error).split())
+    return f"{type(error).__name__}: {text[:MAX_ERROR_CHARS]}"

@@ -58,6 +58,7 @@ from .nodes import NodeSync
 from .proxies import NodeProxies
 
 TICK_S = 5.0  # a safety net: every watched change wakes the loop at once
+MAX_ERRORS = 100  # the last errors kept for `describe`
 
 
 class TenantSyncer:
@@ -196,6 +197,7 @@ class TenantSyncer:
                 self.reconcile()
             except Exception as error:  # noqa: BLE001 - the next pass retries
                 self.errors.append(error)
+                del self.errors[:-MAX_ERRORS]
             self._wake.wait(TICK_S)
 
     def reconcile(self) -> None:
@@ -207,12 +209,21 @@ class TenantSyncer:
             self.events.remember(name, PodRef(meta["namespace"], meta["name"], meta["uid"]))
         self.events.sync(self.host_events.items())  # before a pod's end is copied
         for pod in virtual.values():
-            self._sync_pod(pod)
+            self._each(self._sync_pod, pod)
         for pod in self.host_pods.items():
             owner = virtual.get(pod["metadata"]["name"])
             uid = (pod["metadata"].get("annotations") or {}).get(translate.OBJECT_UID)
             if owner is None or owner["metadata"]["uid"] != uid:
-                self._delete_host(pod, None)
+                self._each(self._delete_host, pod, None)
+
+    def _each(self, sync: Callable[..., None], pod: Obj, *args: object) -> None:
+        """One pod's part of a pass: its error is recorded and retried on the next pass, and
+        never keeps the pods after it from syncing (vCluster's syncer requeues per object)."""
+        try:
+            sync(pod, *args)
+        except Exception as error:  # noqa: BLE001 - the next pass retries this pod
+            self.errors.append(error)
+            del self.errors[:-MAX_ERRORS]
 
     def _sync_pod(self, vpod: Obj) -> None:
         meta = vpod["metadata"]
