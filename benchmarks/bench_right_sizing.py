@@ -28,8 +28,15 @@ about 450Mi over the step process's own memory), run in place two ways only: gro
 climb (the policy) and by the factor alone (× 2 each time); the memory held over what it used
 shows what sizing by the climb saves (`waste_unused_memory` in the cost figures).
 
+With `--trend`, `memory="auto"` over a series of runs instead: 7 runs of the step whose data
+grows by a quarter a run (then 7 whose data shrinks by a fifth), each sized from the runs
+before it (declared 2Gi for the first), with OOM relaunch × 2 on; sized by the peaks' trend
+(the policy) and by the highest peak (`auto_sizing.trend: false`, the baseline). Prints the
+attempts, units redone and memory held over used (GiB-s over all attempts; used = peak ×
+wall time of the attempt that succeeded) for each.
+
 Run: `python -m benchmarks.bench_right_sizing [--backend local|kubernetes|realnode] [--rounds N]
-[--slow]` (median of N rounds, default 2).
+[--slow | --trend]` (median of N rounds, default 2).
 """
 
 from __future__ import annotations
@@ -199,8 +206,13 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--backend", choices=("local", "kubernetes", "realnode"), default="local")
     parser.add_argument("--slow", action="store_true", help="a slow climber, in place only")
+    parser.add_argument("--trend", action="store_true", help='memory="auto" over runs only')
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp, _target(args.backend, Path(tmp)) as target:
+        if args.trend:
+            for label, rate in (("grows by 25 %", 1.25), ("shrinks by 20 %", 0.8)):
+                _trend(target, Path(tmp), label, rate)
+            return
         _compare(target, Path(tmp), args.rounds, SLOW if args.slow else FAST)
         if not args.slow:
             _auto(target, Path(tmp))
@@ -273,6 +285,40 @@ def _auto(target: Target, folder: Path) -> None:
             f"  {label:<26} {usage.memory_gib_seconds:6.2f} GiB-s / {used:5.2f}  ratio {ratio:.2f}"
         )
     print(f"  ({sizing.note}; target: auto <= 1.5)")
+
+
+TREND_RUNS = 7  # runs in a --trend series
+TREND_START_MIB = {1.25: 20.0, 0.8: 60.0}  # the first run's growth per unit, by rate
+
+
+def _trend(target: Target, folder: Path, label: str, rate: float) -> None:
+    """`memory="auto"` over `TREND_RUNS` runs whose data changes by `rate` a run, sized by the
+    trend and by the highest peak; OOM relaunch on."""
+    print(f'{target.name}: memory="auto" over {TREND_RUNS} runs whose data {label} a run')
+    for trend in (True, False):
+        backend, records = target.make(folder, None), []
+        attempts = redone = 0
+        held = used = 0.0
+        sizes = []
+        for run in range(TREND_RUNS):
+            climb = Climb(mib_per_unit=TREND_START_MIB[rate] * rate**run)
+            declared = ComputeSpec(1, 2 * GiB, memory_auto=True)
+            policy = AutoSizing(trend=trend)
+            sizing = size_from_history("grower", declared, records, policy, 4 * GiB, 2.0)
+            out = folder / f"trend-{trend}-{rate}-{run}.txt"
+            _, usages = _run_until_done(backend, sizing.spec, out, True, target.unit_s, climb)
+            peak = max(u.max_rss_bytes or 0 for u in usages)
+            records.insert(0, UsageRecord(f"run-{run}", None, peak_memory_bytes=peak))
+            attempts, redone = attempts + len(usages), redone + _redone(out, climb)
+            held += sum(u.memory_gib_seconds for u in usages)
+            used += peak / GiB * usages[-1].wall_seconds
+            sizes.append(sizing.spec.memory_quantity)
+        backend.close()
+        name = "by the trend" if trend else "highest peak"
+        print(
+            f"  {name:<13} {attempts:2d} attempts, {redone:3d} units redone, held / used "
+            f"{held:6.2f} / {used:5.2f} GiB-s  ratio {held / used:.2f}  sizes {', '.join(sizes)}"
+        )
 
 
 if __name__ == "__main__":

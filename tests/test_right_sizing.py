@@ -223,6 +223,63 @@ def test_auto_memory_is_the_highest_recent_peak_with_headroom():
     }
 
 
+def _records(*peaks_mib: int) -> list[UsageRecord]:
+    """Records of runs newest first, with these peaks."""
+    return [
+        UsageRecord(f"run-{n:04d}", None, peak_memory_bytes=mib * MiB)
+        for n, mib in enumerate(peaks_mib)
+    ]
+
+
+def test_auto_memory_follows_a_climb_of_the_peaks_to_the_next_run():
+    spec = _auto_spec(memory_default="4Gi")
+    sizing = size_from_history(
+        "tiles", spec, _records(1600, 1300, 1000), AutoSizing(), MAX_MEMORY, MAX_CPU
+    )
+    # 300Mi a run: 1900Mi expected, × 1.2 (the highest peak alone would give 1920Mi → too
+    # little for the 1900Mi the next run reaches with 1.2 of headroom on 1600Mi)
+    assert sizing.spec.memory_bytes == 2280 * MiB
+    assert sizing.note == (
+        "memory auto: 1.2 × 1900Mi, the trend of the peaks of runs run-0000, run-0001, "
+        "run-0002 (1000Mi → 1600Mi) → 2280Mi"
+    )
+    assert sizing.metadata is not None
+    assert sizing.metadata["auto_trend_memory_bytes"] == 1900 * MiB
+    assert sizing.metadata["auto_peak_memory_bytes"] == 1600 * MiB
+
+
+def test_auto_memory_of_a_shrinking_step_stops_holding_its_old_peak():
+    spec = _auto_spec(memory_default="4Gi")
+    sizing = size_from_history(
+        "tiles", spec, _records(1000, 2000, 3000, 4000), AutoSizing(), MAX_MEMORY, MAX_CPU
+    )
+    assert sizing.spec.memory_bytes == 1200 * MiB  # the newest peak × 1.2, not 4000Mi × 1.2
+
+
+def test_auto_memory_of_a_flat_noisy_step_or_a_short_history_is_the_highest_peak():
+    spec = _auto_spec(memory_default="4Gi")
+    for records in (_records(1000, 1300, 1000, 1300, 1000), _records(1000, 1300)):
+        sizing = size_from_history("tiles", spec, records, AutoSizing(), MAX_MEMORY, MAX_CPU)
+        assert sizing.spec.memory_bytes == 1560 * MiB  # 1300Mi × 1.2
+
+
+def test_auto_memory_after_a_jump_expects_more_of_it():
+    spec = _auto_spec(memory_default="16Gi")
+    records = _records(10_000, 100, 100)
+    sizing = size_from_history("tiles", spec, records, AutoSizing(), MAX_MEMORY, MAX_CPU)
+    # the line through 100, 100, 10,000 reaches 13,300 next, and runs rose 1,650 above it
+    assert sizing.spec.memory_bytes == 17_940 * MiB  # 14,950Mi × 1.2
+
+
+def test_auto_memory_with_the_trend_off_is_the_highest_peak():
+    spec = _auto_spec(memory_default="4Gi")
+    policy = ExecutorSettings.from_config({"auto_sizing": {"trend": False}}).auto_sizing
+    records = _records(1600, 1300, 1000)
+    sizing = size_from_history("tiles", spec, records, policy, MAX_MEMORY, MAX_CPU)
+    assert sizing.spec.memory_bytes == 1920 * MiB
+    assert sizing.metadata is not None and "auto_trend_memory_bytes" not in sizing.metadata
+
+
 def test_auto_memory_without_history_is_the_default_and_says_so():
     sizing = size_from_history(
         "tiles", _auto_spec(memory_default="4Gi"), [], AutoSizing(), MAX_MEMORY, MAX_CPU
@@ -250,7 +307,11 @@ def test_auto_cpu_rounds_the_peak_with_headroom_up_to_a_tenth_of_a_core():
 
 @pytest.mark.parametrize(
     ("config", "key"),
-    [({"headroom": 0.9}, "auto_sizing.headroom"), ({"runs": 0}, "auto_sizing.runs")],
+    [
+        ({"headroom": 0.9}, "auto_sizing.headroom"),
+        ({"runs": 0}, "auto_sizing.runs"),
+        ({"trend": "yes"}, "auto_sizing.trend"),
+    ],
 )
 def test_bad_auto_sizing_config_is_refused_naming_the_key(config: dict[str, Any], key: str):
     with pytest.raises(ConfigError, match=key.replace(".", r"\.")):

@@ -48,12 +48,13 @@ def ai_executor(init_context: InitExecutorContext) -> Executor:
 
     Config keys: backend, size_classes, local {cpus, memory, gpus, oversize, log_dir,
     start_method}, kubernetes, slurm, gang_backend, default_tenant, allowed_tenants,
-    oom_escalation {factor, max_memory, max_attempts, grow_at}, auto_sizing {headroom, runs},
-    prices {cpu_hour, memory_gib_hour, gpu_hour, gpu_hour_by_type, preemptible_factor,
-    currency, backends, tenants}, budget {max_cost_per_step, max_cost_per_run,
-    max_gpu_hours_per_step, max_gpu_hours_per_run, on_exceeded}, max_preemption_retries,
-    grace_period_s, poll_interval_s, idle_poll_interval_s, max_concurrent,
-    tag_concurrency_limits, step_dependency_config, retries. See docs/executor-config.md.
+    oom_escalation {factor, max_memory, max_attempts, grow_at},
+    auto_sizing {headroom, runs, trend}, prices {cpu_hour, memory_gib_hour, gpu_hour,
+    gpu_hour_by_type, preemptible_factor, currency, backends, tenants}, budget {max_cost_per_step,
+    max_cost_per_run, max_gpu_hours_per_step, max_gpu_hours_per_run, on_exceeded},
+    max_preemption_retries, grace_period_s, poll_interval_s, idle_poll_interval_s,
+    max_concurrent, tag_concurrency_limits, step_dependency_config, retries. See
+    docs/executor-config.md.
 
     Example:
         >>> from dagster import Definitions

@@ -16,6 +16,7 @@ from __future__ import annotations
 from dagster import (
     Any,
     Array,
+    Bool,
     Enum,
     EnumValue,
     Field,
@@ -266,6 +267,11 @@ CONFIG_SCHEMA = {
             {
                 "headroom": Field(Float, default_value=1.2, description="Peak × this; >= 1."),
                 "runs": Field(Int, default_value=5, description="Earlier runs read; >= 1."),
+                "trend": Field(
+                    Bool,
+                    default_value=True,
+                    description="Memory follows its peaks' trend (false: the highest peak).",
+                ),
             }
         ),
         'How compute(memory="auto") / cpu="auto" are sized from earlier runs.',

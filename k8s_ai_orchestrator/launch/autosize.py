@@ -1,11 +1,17 @@
 """`compute(memory="auto")` / `cpu="auto"`: a step's size from its earlier runs. Pure logic.
 
 Each finished step's summary engine event records its measured peak memory and peak CPU
-(`usage_history.py` reads them back). At launch, an auto field becomes the highest peak of the
-last `AutoSizing.runs` runs × `headroom`, rounded up (memory to Mi, CPU to 0.1), and kept
-between a floor and a ceiling: with a size class, the class's value is the ceiling; without
-one, memory stops at `oom_escalation.max_memory` and CPU at the largest size class's CPU.
-Without history the declared default is used.
+(`usage_history.py` reads them back). At launch, an auto field becomes the expected peak of the
+next run × `headroom`, rounded up (memory to Mi, CPU to 0.1), and kept between a floor and a
+ceiling: with a size class, the class's value is the ceiling; without one, memory stops at
+`oom_escalation.max_memory` and CPU at the largest size class's CPU. Without history the
+declared default is used.
+
+The expected peak of CPU is the highest of the last `AutoSizing.runs` runs. That of memory
+follows the runs' trend (`trend_peak`) once `MIN_TREND_RUNS` runs recorded it: data that grows
+run after run is sized for the next run's data, not the last one's (which the headroom alone
+may not cover), and a step whose data shrank stops holding its old peak; with fewer runs, or
+`auto_sizing.trend: false`, it is the highest peak.
 
 Example:
     >>> spec = ComputeSpec(cpu=1, memory_bytes=4 * 1024**3, memory_auto=True)
@@ -20,6 +26,7 @@ Example:
 from __future__ import annotations
 
 import math
+import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any
@@ -30,6 +37,7 @@ from ..spec import ComputeSpec, format_memory
 
 MIN_AUTO_MEMORY = 64 * MiB  # "auto" never asks for less memory than this
 MIN_AUTO_CPU = 0.1  # ... nor for fewer cores
+MIN_TREND_RUNS = 3  # memory follows a trend once this many runs recorded a peak
 
 
 @dataclass(frozen=True)
@@ -38,6 +46,7 @@ class AutoSizing:
 
     headroom: float = 1.2  # the next size is the peak × headroom
     runs: int = 5  # how many earlier runs with a record of the step are read
+    trend: bool = True  # memory follows its peaks' trend (False: the highest peak)
 
     def __post_init__(self) -> None:
         config_number(self.headroom, "auto_sizing.headroom", minimum=1)
@@ -81,12 +90,21 @@ def size_from_history(
         used = [r for r in records if r.peak_memory_bytes]
         memory = spec.memory_bytes
         if used:
-            peak = max(r.peak_memory_bytes or 0 for r in used)
-            grown = math.ceil(peak * policy.headroom / MiB) * MiB
+            peaks = [r.peak_memory_bytes or 0 for r in used]
+            peak = max(peaks)
+            expected = trend_peak(peaks) if policy.trend else None
+            grown = math.ceil((expected or peak) * policy.headroom / MiB) * MiB
             memory = min(max(grown, MIN_AUTO_MEMORY), ceiling)
             meta.update(auto_peak_memory_bytes=peak, auto_memory_runs=_run_ids(used))
+            basis = f"peak {_mib(peak)} of {_runs(used)}"
+            if expected is not None:
+                meta.update(auto_trend_memory_bytes=expected)
+                basis = (
+                    f"{_mib(expected)}, the trend of the peaks of {_runs(used)} "
+                    f"({_mib(peaks[-1])} → {_mib(peaks[0])})"
+                )
             notes.append(
-                f"memory auto: {policy.headroom:g} × peak {_mib(peak)} of {_runs(used)} → "
+                f"memory auto: {policy.headroom:g} × {basis} → "
                 f"{format_memory(memory)}{_capped(memory, grown, ceiling)}"
             )
         else:
@@ -113,6 +131,33 @@ def size_from_history(
     return Sizing(spec, "; ".join(notes), meta)
 
 
+def trend_peak(peaks: Sequence[int]) -> int | None:
+    """The next run's peak as the trend of `peaks` (newest first) says; None with fewer than
+    `MIN_TREND_RUNS`.
+
+    The least-squares line through the peaks in run order, one run ahead, plus the most any
+    run rose above that line (so a flat but noisy history expects its highest peak, and a
+    steady climb its next step); never less than the newest peak. (At most 1.5 × the newest
+    peak: the line through three runs 0, 0, X reaches 4/3 X, and X/6 above it.)
+
+    Example:
+        >>> trend_peak([1300, 1200, 1100, 1000])  # a climb of 100 a run
+        1400
+        >>> trend_peak([900, 1000, 1100])  # shrinking: the newest peak
+        900
+        >>> trend_peak([1000, 1300, 1000])  # flat and noisy: the highest
+        1300
+    """
+    if len(peaks) < MIN_TREND_RUNS:
+        return None
+    runs = list(range(len(peaks)))
+    oldest_first = list(reversed(peaks))
+    slope, intercept = statistics.linear_regression(runs, oldest_first)
+    above = max(peak - (intercept + slope * run) for run, peak in enumerate(oldest_first))
+    expected = math.ceil(intercept + slope * len(peaks) + above - 1e-6)
+    return max(expected, peaks[0])
+
+
 def _run_ids(records: Sequence[UsageRecord]) -> str:
     return ", ".join(r.run_id for r in records)
 
@@ -137,7 +182,9 @@ __all__ = [
     "AutoSizing",
     "MIN_AUTO_CPU",
     "MIN_AUTO_MEMORY",
+    "MIN_TREND_RUNS",
     "Sizing",
     "UsageRecord",
     "size_from_history",
+    "trend_peak",
 ]

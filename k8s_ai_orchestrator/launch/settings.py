@@ -235,7 +235,14 @@ def _auto_sizing(raw: Any) -> AutoSizing:
         return AutoSizing()
     headroom = config_number(raw.get("headroom", 1.2), "auto_sizing.headroom", minimum=1)
     runs = config_number(raw.get("runs", 5), "auto_sizing.runs", minimum=1, integer=True)
-    return AutoSizing(float(headroom), int(runs))
+    trend = raw.get("trend", True)
+    if not isinstance(trend, bool):
+        raise ConfigError(
+            f"executor config: auto_sizing.trend={trend!r} is not allowed: it must be true or "
+            "false; set it to false to size memory by the highest recorded peak, or remove "
+            "the key to follow the peaks' trend"
+        )
+    return AutoSizing(float(headroom), int(runs), trend)
 
 
 def _idle_poll(raw: Mapping[str, Any], poll: float) -> float:
