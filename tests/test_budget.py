@@ -10,8 +10,10 @@ import pytest
 
 from k8s_ai_orchestrator.errors import ConfigError
 from k8s_ai_orchestrator.launch.budget import (
+    REST_OF_RUN,
     Budget,
     Estimate,
+    RunTally,
     Spent,
     estimate,
     over_budget,
@@ -144,3 +146,31 @@ def test_the_next_budget_look_is_when_the_first_cap_would_be_passed_at_the_curre
     assert seconds_to_cap("a", so_far, rates, gpu, "") == pytest.approx(100.0)
     assert seconds_to_cap("b", so_far, rates, gpu, "") == float("inf")  # holds no GPU
     assert seconds_to_cap("a", so_far, rates, Budget(max_cost_per_step=0.5), "EUR") == 0.0
+
+
+def test_a_run_cap_reads_the_runs_steps_once_a_second_whatever_the_fan_out() -> None:
+    reads = []
+    steps = {f"s{n}": (Spent(1.0, 0.1), Spent(0.01, 0.0)) for n in range(1000)}
+
+    def read() -> dict[str, tuple[Spent, Spent]]:
+        reads.append(1)
+        return steps
+
+    tally = RunTally(refresh_s=1.0)
+    rests = [tally.rest(key, 50.0, read) for key in steps]
+    assert len(reads) == 1
+    assert rests[0] == (Spent(999.0, pytest.approx(99.9)), Spent(pytest.approx(9.99), 0.0))
+    later, _ = tally.rest("s0", 50.5, read)  # carried forward half a second at 9.99 a second
+    assert len(reads) == 1 and later.cost == pytest.approx(999.0 + 9.99 / 2)
+    tally.rest("s0", 51.0, read)
+    assert len(reads) == 2
+
+
+def test_a_run_cap_is_passed_by_the_rest_of_the_run_taken_as_one() -> None:
+    so_far = {"a": Spent(3.0, 0.0), REST_OF_RUN: Spent(4.0, 0.0)}
+    assert passed("a", so_far, Budget(max_cost_per_run=6.0), "EUR") == {
+        "max_cost_per_run": "the run has reserved 7.00 EUR so far (this step 3.00), past "
+        "budget.max_cost_per_run 6.00 EUR"
+    }
+    unpriced = RunTally().rest("a", 0.0, lambda: {"b": (Spent(None, 1.0), Spent(None, 0.0))})
+    assert unpriced[0] == Spent(None, 1.0)

@@ -1,5 +1,6 @@
 """The budget while the run goes on: each running step's reservation so far, and the run's,
-held to the `budget` caps at every health check (`launch.budget.passed`).
+held to the `budget` caps at every health check (`launch.budget.passed`). A check costs the
+same at any fan-out: the rest of the run is read at most once a second (`RunTally`).
 
 `on_exceeded: warn` writes one warning per step and cap passed and lets the step go on;
 `stop` cancels the step's attempt as a preemption stops it (SIGTERM: it saves at its next
@@ -18,7 +19,16 @@ from dagster._core.execution.context.system import IStepContext
 from ..backends.base import ResourceUsage, StepState, StepStatus
 from ..errors import BudgetError
 from ..launch.attempts import StepAttempts
-from ..launch.budget import Budget, CapWatch, Spent, seconds_to_cap, spent
+from ..launch.budget import (
+    NOTHING,
+    REST_OF_RUN,
+    Budget,
+    CapWatch,
+    RunTally,
+    Spent,
+    seconds_to_cap,
+    spent,
+)
 from ..launch.cost import step_prices
 from ..launch.settings import ExecutorSettings
 from .step_events import RecordedSteps
@@ -38,6 +48,7 @@ class BudgetWatch:
         self._caps = CapWatch(settings.budget or Budget(), self._currency)
         self.stopped: dict[str, str] = {}  # step → why it was stopped
         self._due: dict[str, float] = {}  # step → when it passes a cap at its current rate
+        self._tally = RunTally()  # the rest of the run, for a run cap
 
     def restore(self, recorded: RecordedSteps) -> RecordedSteps:
         """A resumed run worker counts the steps that ended before it (their summaries)."""
@@ -63,14 +74,11 @@ class BudgetWatch:
         if budget is None or key in self.stopped or status.state is not StepState.RUNNING:
             return None
         live = live_steps[key]
-        per_run = budget.max_cost_per_run is not None or budget.max_gpu_hours_per_run is not None
-        counted = live_steps if per_run else {key: live}  # the run's total only for a run cap
-        so_far = {**self._ended} if per_run else {}
-        rates: dict[str, Spent] = {}
-        for other, held in counted.items():
-            so_far[other] = self._spent(held, held.reserved_so_far(now))
-            if (spec := held.held()) is not None:
-                rates[other] = self._spent(held, [ResourceUsage.reserved(spec, 1.0)])
+        own, own_rate = self._figures(live, now)
+        so_far, rates = {key: own}, {key: own_rate}
+        if budget.max_cost_per_run is not None or budget.max_gpu_hours_per_run is not None:
+            rest = self._tally.rest(key, now, lambda: self._run_figures(live_steps, now))
+            so_far[REST_OF_RUN], rates[REST_OF_RUN] = rest
         warnings, stop = self._caps.verdict(key, so_far)
         wait = seconds_to_cap(key, so_far, rates, budget, self._currency)
         self._due[key] = float("inf") if stop else now + max(wait, MIN_RECHECK_S)
@@ -96,6 +104,19 @@ class BudgetWatch:
             f"Ignored the outcome step '{key}' wrote from process {pid} after it was stopped "
             "for its budget: the step failed with BudgetError"
         )
+
+    def _figures(self, live: StepAttempts, now: float) -> tuple[Spent, Spent]:
+        """What the step has reserved by `now`, and reserves a second while it holds a size."""
+        spec = live.held()
+        rate = NOTHING if spec is None else self._spent(live, [ResourceUsage.reserved(spec, 1.0)])
+        return self._spent(live, live.reserved_so_far(now)), rate
+
+    def _run_figures(
+        self, live_steps: dict[str, StepAttempts], now: float
+    ) -> dict[str, tuple[Spent, Spent]]:
+        """Every step of the run: those that ended (their summaries) and those in flight."""
+        ended = {key: (figures, NOTHING) for key, figures in self._ended.items()}
+        return {**ended, **{key: self._figures(held, now) for key, held in live_steps.items()}}
 
     def _spent(self, live: StepAttempts, attempts: list[Any]) -> Spent:
         return spent(attempts, live.spec, step_prices(self._prices, live.backend, live.tenant))

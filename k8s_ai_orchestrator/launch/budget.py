@@ -31,7 +31,7 @@ While the run goes on, what each step has reserved so far (`spent`) is held to t
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -150,6 +150,63 @@ class Spent:
     gpu_hours: float
 
 
+NOTHING = Spent(cost=None, gpu_hours=0.0)
+REST_OF_RUN = ""  # the key of the rest of the run taken as one, beside one step's own figure
+
+
+def _combined(a: Spent, b: Spent, factor: float = 1.0) -> Spent:
+    """a + factor × b, figure by figure (a cost None in both stays None)."""
+    both_unpriced = a.cost is None and b.cost is None
+    cost = None if both_unpriced else (a.cost or 0.0) + factor * (b.cost or 0.0)
+    return Spent(cost, a.gpu_hours + factor * b.gpu_hours)
+
+
+@dataclass
+class RunTally:
+    """The rest of the run's reservation beside one step, without going over every step of
+    the run at each step's check: the figures of all steps are read (`read`) at most once
+    every `refresh_s` of the caller's clock, and carried forward in between at the rate they
+    were reserving then. A step that started or ended since the last read counts from the
+    next one (so a run cap is seen at most `refresh_s` late).
+
+    Example:
+        >>> tally = RunTally(refresh_s=10.0)
+        >>> figures = {"a": (Spent(4.0, 0.0), Spent(0.5, 0.0)), "b": (Spent(3.0, 0.0),
+        ...            Spent(0.25, 0.0))}
+        >>> tally.rest("a", 100.0, lambda: figures)  # b: 3.0 so far, 0.25 a second
+        (Spent(cost=3.0, gpu_hours=0.0), Spent(cost=0.25, gpu_hours=0.0))
+        >>> tally.rest("a", 104.0, lambda: {})  # not read again: carried forward 4 s
+        (Spent(cost=4.0, gpu_hours=0.0), Spent(cost=0.25, gpu_hours=0.0))
+    """
+
+    refresh_s: float = 1.0
+    _read_at: float = float("-inf")
+    _steps: dict[str, tuple[Spent, Spent]] = field(default_factory=dict)  # (so far, a second)
+    _total: Spent = NOTHING
+    _rate: Spent = NOTHING
+
+    def rest(
+        self, step: str, now: float, read: Callable[[], Mapping[str, tuple[Spent, Spent]]]
+    ) -> tuple[Spent, Spent]:
+        """What the run's other steps have reserved by `now`, and reserve a second."""
+        if now - self._read_at >= self.refresh_s:
+            self._steps, self._read_at = dict(read()), now
+            self._total = self._rate = NOTHING
+            for so_far, per_second in self._steps.values():
+                self._total = _combined(self._total, so_far)
+                self._rate = _combined(self._rate, per_second)
+        own, own_rate = self._steps.get(step, (NOTHING, NOTHING))
+        rate = _combined(self._rate, own_rate, -1.0)
+        rest = _combined(_combined(self._total, own, -1.0), rate, now - self._read_at)
+        return _floor(rest), _floor(rate)
+
+
+def _floor(figures: Spent) -> Spent:
+    """No figure below zero (what a subtraction of floats may leave)."""
+    cost = None if figures.cost is None else max(0.0, figures.cost)
+    return Spent(cost, max(0.0, figures.gpu_hours))
+
+
 def spent(attempts: Sequence[ResourceUsage], spec: ComputeSpec, prices: Prices | None) -> Spent:
     """The `Spent` of a step's attempts, each priced as its summary prices it."""
     cost = None if prices is None else sum(prices.of(u, spec) for u in attempts)
@@ -250,9 +307,12 @@ def _figures(by_step: Mapping[str, Estimate] | Mapping[str, Spent], name: str) -
 
 
 __all__ = [
+    "NOTHING",
     "ON_EXCEEDED",
+    "REST_OF_RUN",
     "Budget",
     "CapWatch",
+    "RunTally",
     "Estimate",
     "Spent",
     "estimate",

@@ -25,8 +25,8 @@ PRICES = {"currency": "EUR", "backends": {"local": {"cpu_hour": 3600.0}}}
 STEP = "checkpointed_tiles"
 
 
-def run(instance: DagsterInstance, on_exceeded: str) -> Any:
-    budget = {"max_cost_per_step": 2.0, "on_exceeded": on_exceeded}
+def run(instance: DagsterInstance, on_exceeded: str, cap: str = "max_cost_per_step") -> Any:
+    budget = {cap: 2.0, "on_exceeded": on_exceeded}
     executor = {"local": {"cpus": 2}, "prices": PRICES, "budget": budget}
     return execute_job(
         JOBS.get_reconstructable_job("checkpointed_preemption"),
@@ -90,5 +90,20 @@ def test_a_step_past_its_cap_is_warned_about_once_and_goes_on(
     assert f"Budget: step '{STEP}' has reserved " in message
     assert message.endswith(
         "past budget.max_cost_per_step 2.00 EUR; it goes on (budget.on_exceeded: warn)"
+    )
+    assert tiles_started(test_out) == [0]
+
+
+def test_a_run_past_its_run_cap_is_warned_about_once_and_goes_on(
+    instance: DagsterInstance, test_out: Path
+) -> None:
+    result = run(instance, "warn", cap="max_cost_per_run")
+
+    assert result.success
+    messages = [m for m in engine_messages(instance, result.run_id) if m.startswith("Budget: step")]
+    assert len(messages) == 1
+    assert f"Budget: step '{STEP}' the run has reserved " in messages[0]
+    assert messages[0].endswith(
+        "past budget.max_cost_per_run 2.00 EUR; it goes on (budget.on_exceeded: warn)"
     )
     assert tiles_started(test_out) == [0]
