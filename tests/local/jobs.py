@@ -126,6 +126,16 @@ def checkpointed_preemption() -> None:
     checkpointed_tiles()
 
 
+@job(
+    executor_def=ai_executor,
+    resource_defs={"checkpoints": CheckpointStore(root=f"file://{OUT}/checkpoints")},
+)
+def oom_and_preemption() -> None:
+    """One run that wastes both ways: an OOM relaunch and a preemption."""
+    hog_600mi()
+    checkpointed_tiles()
+
+
 @op(tags=compute(cpu=1, memory="512Mi"))
 def spawns_children() -> None:
     child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
@@ -293,6 +303,7 @@ defs = Definitions(
         oom,
         preemption,
         checkpointed_preemption,
+        oom_and_preemption,
         long_running,
         gpu_on_cpu_machine,
         gpu_partition_locally,

@@ -204,6 +204,48 @@ def test_a_step_preempted_in_its_save_loop_reads_as_a_relaunch_and_resumes(insta
     assert meta["k8s_ai/waste_oom_killed_cpu_seconds"] == 0
 
 
+@pytest.mark.slow
+def test_a_run_with_an_oom_relaunch_and_a_preemption_splits_its_waste_by_cause_and_step(
+    instance, test_out
+):
+    import threading
+
+    since = datetime.now(UTC) - timedelta(minutes=1)
+    killer = threading.Thread(target=_preempt_when_announced, args=(test_out,))
+    killer.start()
+    prices = {"cpu_hour": 3600.0, "currency": "EUR"}  # 1 EUR a CPU-second
+    result = run(instance, "oom_and_preemption", {"local": {"cpus": 2}, "prices": prices})
+    killer.join()
+    assert result.success
+    hog = summary_metadata(instance, result.run_id, "hog_600mi")
+    tiles = summary_metadata(instance, result.run_id, "checkpointed_tiles")
+    # the OOM-killed attempts are the hog's waste, the work lost to preemption the tiles'
+    assert 0 < hog["k8s_ai/waste_oom_killed_cost"] < hog["k8s_ai/cost"]
+    assert hog["k8s_ai/waste_interrupted_cost"] == 0
+    assert tiles["k8s_ai/waste_oom_killed_cost"] == 0
+    relaunch = next(
+        r.dagster_event.engine_event_data.metadata
+        for r in instance.all_logs(result.run_id, of_type=DagsterEventType.ENGINE_EVENT)
+        if r.step_key == "checkpointed_tiles"
+        and "k8s_ai/usage_before" in r.dagster_event.engine_event_data.metadata
+    )
+    (preempted,) = json.loads(relaunch["k8s_ai/usage_before"].value)
+    assert preempted["ended"] == "Preempted" and 0 <= preempted["lost_seconds"] < 1.0
+    # its reserved CPU-seconds since its last save, at 1 EUR each
+    lost = preempted["cpu_seconds"] * preempted["lost_seconds"] / preempted["wall_seconds"]
+    assert tiles["k8s_ai/waste_interrupted_cost"] == pytest.approx(lost, abs=0.02)
+    # `k8s-ai cost` sums the run's two causes, each from its own step
+    rows = [e for e in load_cost_entries(instance, since) if e.run_id == result.run_id]
+    by_cause = {
+        cause: sum(row.waste_cost.get(cause, 0.0) for row in rows)
+        for cause in ("oom_killed", "interrupted")
+    }
+    assert by_cause == {
+        "oom_killed": pytest.approx(hog["k8s_ai/waste_oom_killed_cost"]),
+        "interrupted": pytest.approx(tiles["k8s_ai/waste_interrupted_cost"]),
+    }
+
+
 def test_gpu_step_on_a_machine_without_gpus_runs_on_cpu_with_a_warning(instance, test_out):
     result = run(
         instance, "gpu_on_cpu_machine", {"local": {"cpus": 64, "memory": "64Gi", "gpus": 0}}
