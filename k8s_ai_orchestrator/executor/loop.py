@@ -38,6 +38,7 @@ from dagster._grpc.types import ExecuteStepArgs
 from dagster._utils.error import SerializableErrorInfo, serializable_error_info_from_exc_info
 
 from ..launch.settings import ExecutorSettings
+from .asset_costs import AssetCosts
 from .pace import Pace
 from .step_events import undecided_steps
 from .step_handler import AIStepHandler
@@ -132,6 +133,7 @@ class StepLoop:
         settings = executor.settings
         self._pace = Pace(settings.poll_interval_s, settings.idle_poll_interval_s)
         self._running: dict[str, ExecutionStep] = {}
+        self._costs = AssetCosts()  # what each ended step's materializations cost
 
     def run(self) -> Iterator[DagsterEvent]:
         if self._plan_context.resume_from_failure:
@@ -143,10 +145,12 @@ class StepLoop:
                     return
                 busy = False
                 if self._active.has_in_flight_steps:
-                    for event in self._executor.classify(self._events.pop()):
+                    released = self._executor.classify(self._events.pop())
+                    for event in released:
                         busy = True
                         yield event
                         self._handle(event)
+                    self._observe_costs(released)
                 list(self._active.plan_events_iterator(self._plan_context))
                 busy = self._check_due() or busy
                 self._handler.tails.forward()
@@ -158,6 +162,7 @@ class StepLoop:
                     min(self._pace.next_wait(), self._handler.attention.next_due_in())
                 )
             self._handler.tails.finish()
+            self._observe_costs(self._events.pop())  # the summaries of the last pass
         except Exception:
             self._terminate_after_error()
             raise
@@ -186,6 +191,12 @@ class StepLoop:
             self._running.pop(key, None)
             if not event.is_step_up_for_retry:
                 active.verify_complete(self._plan_context, key)
+
+    def _observe_costs(self, events: Sequence[DagsterEvent]) -> None:
+        """Each ended step's figures on the assets it materialized (`asset_costs`)."""
+        for key, observation in self._costs.seen(events):
+            step = self._plan_context.for_step(self._active.get_step_by_key(key))
+            DagsterEvent.asset_observation(step, observation)
 
     def _check_due(self) -> bool:
         """Health of the running steps that changed or whose timer is due; True if a backend
@@ -240,6 +251,7 @@ class StepLoop:
             prior.extend(page)
         yield from prior
         self._handler.resume(prior)
+        self._observe_costs(prior)  # steps that ended unobserved before the run worker died
         undecided = undecided_steps(prior)
         failures = [u.event for u in undecided.values() if u.event.is_step_failure]
         held = {id(event) for event in failures}

@@ -113,7 +113,7 @@ class RecordedSteps:
         job = meta.get(META + "job")
         if META + "log_offset" in meta and job is not None:
             self.log_offsets[str(job.value)] = int(meta[META + "log_offset"].value)  # type: ignore[arg-type]
-        if META + "wall_seconds" in meta:  # the step's summary: it has ended
+        if is_summary(meta):  # it has ended
             cost = meta.get(META + "cost")
             gpu_hours = float(meta[META + "gpu_seconds"].value) / 3600  # type: ignore[arg-type]
             self.spent[key] = Spent(None if cost is None else float(cost.value), gpu_hours)  # type: ignore[arg-type]
@@ -147,6 +147,12 @@ def recorded_steps(ctx: PlanOrchestrationContext | None) -> RecordedSteps:
         return RecordedSteps()
     records = ctx.instance.all_logs(ctx.run_id, of_type=DagsterEventType.ENGINE_EVENT)
     return RecordedSteps.of(r.dagster_event for r in records if r.dagster_event is not None)
+
+
+def is_summary(meta: Mapping[str, Any]) -> bool:
+    """Whether an engine event's metadata is a step's summary (written after its last
+    attempt, `attempts.StepAttempts.summary`)."""
+    return META + "wall_seconds" in meta
 
 
 def launch_record(meta: Mapping[str, Any]) -> bool:

@@ -56,6 +56,12 @@ def test_example_materializes_every_asset_through_ai_executor(example_env: Path)
             for r in instance.all_logs(result.run_id, of_type=DagsterEventType.ENGINE_EVENT)
             if r.dagster_event and (r.dagster_event.message or "").startswith("Launching step")
         ]
+        # what each step reserved, on each asset it materialized (one observation each)
+        costs = [
+            (r.asset_observation.asset_key.to_user_string(), r.asset_observation.metadata)
+            for r in instance.all_logs(result.run_id, of_type=DagsterEventType.ASSET_OBSERVATION)
+            if r.asset_observation and "k8s_ai/step" in r.asset_observation.metadata
+        ]
     assert {
         "tiles_north",
         "mosaic",
@@ -63,6 +69,12 @@ def test_example_materializes_every_asset_through_ai_executor(example_env: Path)
         "risk_scores",
         "risk_report",
     } <= materialized
+    assert sorted(asset for asset, _ in costs) == sorted(materialized)
+    mosaic = dict(costs)["mosaic"]
+    assert mosaic["k8s_ai/step"].value == "mosaic" and mosaic["k8s_ai/wall_seconds"].value > 0
+    assert mosaic["k8s_ai/cpu_seconds"].value == pytest.approx(
+        72 * mosaic["k8s_ai/wall_seconds"].value, rel=0.05
+    )
     assert checks == [("scores_are_shares", True)]  # reported by the program run through AICompute
     assert any("'mosaic' on local with xl: 72 CPU / 450Gi" in m for m in launches)
     assert any("'vegetation_index' on local tenant 'vision' with gpu-1" in m for m in launches)
