@@ -80,7 +80,7 @@ class AssetCosts:
             self._observed.add(key)
             assets = self._made.pop(key, {})
             metadata = {
-                **{name: value for name, value in summary.items() if _observed(name)},
+                **{name: value for name, value in summary.items() if _carried(name)},
                 STEP_KEY: MetadataValue.text(key),
                 META + "step_assets": MetadataValue.int(len(assets)),
             }
@@ -91,7 +91,8 @@ class AssetCosts:
         return observations
 
 
-def _observed(name: str) -> bool:
+def _carried(name: str) -> bool:
+    """Whether an observation carries the summary's figure `name`."""
     return name in OBSERVED or name.startswith(META + "waste_")
 
 

@@ -196,8 +196,7 @@ class TenantSyncer:
             try:
                 self.reconcile()
             except Exception as error:  # noqa: BLE001 - the next pass retries
-                self.errors.append(error)
-                del self.errors[:-MAX_ERRORS]
+                self._record(error)
             self._wake.wait(TICK_S)
 
     def reconcile(self) -> None:
@@ -222,8 +221,12 @@ class TenantSyncer:
         try:
             sync(pod, *args)
         except Exception as error:  # noqa: BLE001 - the next pass retries this pod
-            self.errors.append(error)
-            del self.errors[:-MAX_ERRORS]
+            self._record(error)
+
+    def _record(self, error: BaseException) -> None:
+        """Keep an error of the loop for `describe`: the last `MAX_ERRORS` of them."""
+        self.errors.append(error)
+        del self.errors[:-MAX_ERRORS]
 
     def _sync_pod(self, vpod: Obj) -> None:
         meta = vpod["metadata"]
