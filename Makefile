@@ -92,7 +92,7 @@ checks: $(STAMP)
 	$(BIN)/pytest -q -p no:cacheprovider --doctest-modules k8s_ai_orchestrator example_project
 
 test: kueue-background karpenter-background node-background vcluster-background slurm-background $(STAMP) system-deps kubeplane checks
-	$(BIN)/pytest -q
+	$(BIN)/pytest -q --durations=60
 	bash scripts/wheel-smoke.sh $(BIN)/python
 
 test-fast: checks
