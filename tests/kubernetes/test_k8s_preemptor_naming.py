@@ -151,6 +151,23 @@ def test_without_a_disruption_time_a_pod_already_bound_to_the_node_is_not_taken(
     assert found is not None and not found.named
 
 
+@pytest.mark.parametrize("time_key", ["eventTime", "firstTimestamp"])
+def test_a_victim_gone_before_its_condition_is_dated_by_its_preempted_event(
+    time_key: str,
+) -> None:
+    """A victim deleted before its DisruptionTarget reached the tenant: the scheduler's
+    `Preempted` event dates the preemption (to the second: PodScheduled has no finer grain),
+    so a pod bound to the node since then is its preemptor, one bound before is not."""
+    victim = step_pod("embed-0", "v-uid", "embed", "r0", priority=100, node="node-b")
+    event = {**preempted("h-uid"), time_key: "2026-12-01T04:00:10.734112Z"}
+
+    after = name_preemptor(victim, [event], [victim, TRAIN_BOUND])
+    before = name_preemptor(victim, iter([event]), [victim, TRAIN_BOUND_EARLIER])
+
+    assert after is not None and after.text == BY_TRAIN
+    assert before is not None and before.text == CANNOT
+
+
 # A gang step ("embed" of run r0, two pods) whose own pods the scheduler preempts.
 EMBED_0 = step_pod("embed-0", "e0-uid", "embed", "r0", priority=100, node="node-a", phase="Running")
 EMBED_1_PREEMPTED = step_pod(

@@ -44,10 +44,13 @@ def test_each_cluster_keeps_its_jobs_in_a_database_of_its_own(
     handle = backend.submit(launch_request(["true"], nodes=1, gpu=1))
     wait_for_status(backend, handle, lambda s: s.is_terminal)
 
+    # slurmctld sends the job's start, then its end, to slurmdbd a moment after each
     fields = "JobID,State,AllocTRES"
     deadline = time.monotonic() + 30
-    while not (rows := _sacct(versioned_cluster, handle.job_id, fields)):
-        assert time.monotonic() < deadline, "slurmdbd has no record of the job"
+    while not (rows := _sacct(versioned_cluster, handle.job_id, fields)) or (
+        rows[0].split("|")[1] in ("PENDING", "RUNNING")
+    ):
+        assert time.monotonic() < deadline, f"slurmdbd has no record of the job's end: {rows}"
         time.sleep(0.2)
 
     assert rows[0].split("|")[:2] == [handle.job_id, "COMPLETED"]

@@ -9,13 +9,15 @@ from pathlib import Path
 import pytest
 from slurm_support import launch_request
 
+from k8s_ai_orchestrator.backends.base import JobHandle
 from k8s_ai_orchestrator.backends.local.rank_launcher import supervise
-from k8s_ai_orchestrator.backends.slurm import CommandResult, SlurmConfig
+from k8s_ai_orchestrator.backends.slurm import CommandResult, SlurmBackend, SlurmConfig
 from k8s_ai_orchestrator.backends.slurm.cli import CliTransport
 from k8s_ai_orchestrator.backends.slurm.rest import RestTransport
 from k8s_ai_orchestrator.backends.slurm.script import batch_job
 from k8s_ai_orchestrator.errors import BackendError, ConfigError, SubmitError
 from k8s_ai_orchestrator.ranks import GangPlan
+from tests.support import FakeClock
 
 REST = SlurmConfig(
     transport="rest",
@@ -209,3 +211,47 @@ def test_the_gang_timeout_bounds_ranks_that_never_finish() -> None:
 def test_a_slurm_name_with_a_trailing_newline_is_refused_in_config(field: str) -> None:
     with pytest.raises(ConfigError, match=rf"slurm\.{field}='gpu\\n' is not a Slurm name"):
         SlurmConfig(**{field: "gpu\n"})
+
+
+class SequencedCommands(FakeCommands):
+    """FakeCommands whose answer for a program may be a list, answered in turn (the last
+    one again once the list is used up)."""
+
+    def __call__(self, argv: Sequence[str], stdin: str | None, timeout_s: float) -> CommandResult:
+        answers = self.answers[argv[0]]
+        if isinstance(answers, list):
+            self.calls.append(list(argv))
+            return answers.pop(0) if len(answers) > 1 else answers[0]
+        return super().__call__(argv, stdin, timeout_s)
+
+
+ENDED_JOB = (
+    "JobId=7 JobState=COMPLETED Reason=None ExitCode=0:0 NodeList=n1 BatchHost=n1 "
+    "StartTime=2026-12-05T08:00:00 EndTime=2026-12-05T08:00:10 TRES=cpu=1,mem=1024M,node=1\n"
+)
+STARTED_RECORD = CommandResult(0, "7|PENDING||00:00:00\n", "")
+ENDED_RECORD = CommandResult(0, "7|COMPLETED||00:04.500\n7.batch|COMPLETED|10660K|00:04.500\n", "")
+
+
+@pytest.mark.parametrize(
+    ("records", "cpu_used", "sleeps"),
+    [
+        pytest.param([STARTED_RECORD, STARTED_RECORD, ENDED_RECORD], 4.5, 2, id="end-arrives"),
+        pytest.param([STARTED_RECORD], None, 12, id="end-never-arrives"),
+        pytest.param([CommandResult(1, "", "sacct: disabled")], None, 0, id="no-accounting"),
+    ],
+)
+def test_an_ended_jobs_use_waits_a_moment_for_its_end_to_reach_slurmdbd(
+    records: list[CommandResult], cpu_used: float | None, sleeps: int
+) -> None:
+    """slurmctld sends the end to slurmdbd a moment after the job ends: the record as the job
+    started is read again for a bounded time, never taken as a job that used no CPU."""
+    fake = SequencedCommands({"scontrol": CommandResult(0, ENDED_JOB, ""), "sacct": records})
+    clock = FakeClock()
+    backend = SlurmBackend(SlurmConfig(), runner=fake, clock=clock, sleep=clock.advance)
+
+    usage = backend.usage(JobHandle("slurm", "7", "train"))
+
+    assert usage.cpu_used_seconds == cpu_used
+    assert usage.wall_seconds == 10.0
+    assert len([c for c in fake.calls if c[0] == "sacct"]) == sleeps + 1

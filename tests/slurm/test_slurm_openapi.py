@@ -16,7 +16,12 @@ import pytest
 from slurm_support import launch_request
 
 from k8s_ai_orchestrator.backends.slurm import SlurmConfig, batch_job, render_script, to_step_status
-from k8s_ai_orchestrator.backends.slurm.accounting import Measured, from_sacct
+from k8s_ai_orchestrator.backends.slurm.accounting import (
+    NOT_ENDED,
+    Measured,
+    from_sacct,
+    from_slurmdb_jobs,
+)
 from k8s_ai_orchestrator.backends.slurm.openapi import (
     job_info,
     served_versions,
@@ -263,12 +268,31 @@ def test_without_slurmdbd_the_rest_transport_asks_no_accounting(description: str
 
 def test_sacct_rows_of_a_requeued_job_add_up_every_run() -> None:
     rows = [
-        "7||00:01.500",  # first run, ended by a node failure
-        "7.batch|70M|00:01.500",
-        "7||01:00.250",  # the requeued run
-        "7.batch|10660K|00:00.250",
-        "7.0|1.5G|01:00",
+        "7|NODE_FAIL||00:01.500",  # first run, ended by a node failure
+        "7.batch|CANCELLED|70M|00:01.500",
+        "7|COMPLETED||01:00.250",  # the requeued run
+        "7.batch|COMPLETED|10660K|00:00.250",
+        "7.0|COMPLETED|1.5G|01:00",
     ]
 
     assert from_sacct(rows, "7") == Measured(int(1.5 * 1024**3), 61.75)
-    assert from_sacct(["8|0|00:00.100"], "7") is None
+    assert from_sacct(["8|COMPLETED|0|00:00.100"], "7") is None
+
+
+@pytest.mark.parametrize(
+    "last_run", ["7|PENDING||00:00:00", "7|RUNNING||00:00:00", "7|REQUEUED||00:00:00"]
+)
+def test_a_record_slurmdbd_holds_as_the_job_started_is_no_measurement(last_run: str) -> None:
+    """slurmctld sends a job's end to slurmdbd a moment after it ends: until then sacct shows
+    the run as it started, with no CPU time, which is not a job that used none."""
+    assert from_sacct(["7|PREEMPTED||00:01.500", last_run], "7") is NOT_ENDED
+    assert from_sacct(["7|CANCELLED by 0||00:01.500"], "7") == Measured(None, 1.5)
+
+
+@pytest.mark.parametrize("state", ["RUNNING", ["PENDING"], ["RUNNING", "COMPLETING"], None])
+def test_a_slurmdb_job_not_ended_there_is_no_measurement(state: object) -> None:
+    steps = [{"time": {"total": {"seconds": 0, "microseconds": 0}}}]
+
+    assert from_slurmdb_jobs([{"state": {"current": state}, "steps": steps}]) is NOT_ENDED
+    ended = from_slurmdb_jobs([{"state": {"current": ["COMPLETED"]}, "steps": steps}])
+    assert ended == Measured(None, 0.0)

@@ -74,13 +74,14 @@ def name_preemptor(victim: Obj, events: Iterable[Obj], pods: Sequence[Obj]) -> P
         >>> name_preemptor(victim, [event], [victim, train]).text
         "preempted by step 'train' of run 'r1' (pod p) on node-b"
     """
+    events = list(events)
     said = [preemptor_uid(e.get("message") or "") for e in events if e.get("reason") == "Preempted"]
     uid, node = next((pair for pair in reversed(said) if pair is not None), (None, None))
     node = node or (victim.get("spec") or {}).get("nodeName")
     if not node:
         return None
     by_uid = [p for p in pods if uid is not None and _meta(p).get("uid") == uid]
-    found = by_uid or _nominated_or_scheduled(victim, node, pods)
+    found = by_uid or _nominated_or_scheduled(victim, node, pods, _preempted_at(victim, events))
     if found:
         return Preemptor(f"preempted by {' or '.join(_describe_steps(found))} on {node}", True)
     if uid is None:
@@ -259,10 +260,12 @@ def _name(pod: Obj) -> str:
     return str(_meta(pod).get("name"))
 
 
-def _nominated_or_scheduled(victim: Obj, node: str, pods: Sequence[Obj]) -> list[Obj]:
+def _nominated_or_scheduled(
+    victim: Obj, node: str, pods: Sequence[Obj], since: datetime | None
+) -> list[Obj]:
     """The step pods (of another step) that outrank the victim and took, or will take, its
-    place on `node`: nominated for it, or scheduled onto it at or after the disruption."""
-    since = _disrupted_at(victim)
+    place on `node`: nominated for it, or scheduled onto it at or after `since` (the
+    preemption; unknown: only nominated pods)."""
     mine = _step_of(victim)
     found = []
     for pod in pods:
@@ -303,9 +306,17 @@ def _outranks(pod: Obj, victim: Obj) -> bool:
     return mine is None or theirs is None or int(mine) > int(theirs)
 
 
-def _disrupted_at(victim: Obj) -> datetime | None:
+def _preempted_at(victim: Obj, events: Iterable[Obj]) -> datetime | None:
+    """When the scheduler preempted `victim`, to the second (a `PodScheduled` time has no
+    finer grain): its `DisruptionTarget` condition's time, else its `Preempted` event's
+    (a victim deleted before its condition reached the tenant keeps only the event)."""
     condition = condition_of(victim.get("status") or {}, "DisruptionTarget") or {}
-    return _time(condition.get("lastTransitionTime"))
+    times = [_time(condition.get("lastTransitionTime"))]
+    if times[0] is None:
+        said = [e for e in events if e.get("reason") == "Preempted"]
+        times = [_time(e.get(k)) for e in said for k in ("eventTime", "firstTimestamp")]
+    known = [t for t in times if t is not None]
+    return min(known).replace(microsecond=0) if known else None
 
 
 def _time(value: Any) -> datetime | None:

@@ -4,20 +4,28 @@ Pure functions over what each transport reads; `backend.py` decides when to ask.
 
 - `sstat -a -j <id> -P -o MaxRSS` (CLI, running steps, from the nodes' slurmstepd): one
   MaxRSS per running step, "10660K";
-- `sacct -D -j <id> -P -o JobID,MaxRSS,TotalCPU` (CLI, slurmdbd): per run of the job (a
-  requeued job has several) the allocation's row (its TotalCPU is the sum of its steps') and
-  one row per step with its MaxRSS, the largest RSS of any of its tasks;
+- `sacct -D -j <id> -P -o JobID,State,MaxRSS,TotalCPU` (CLI, slurmdbd): per run of the job
+  (a requeued job has several) the allocation's row (its TotalCPU is the sum of its steps')
+  and one row per step with its MaxRSS, the largest RSS of any of its tasks;
 - `GET /slurmdb/<version>/job/<id>` (REST, slurmdbd; the same shape in v0.0.38 and v0.0.40 to
   v0.0.42): per step `tres.requested.max`, whose `mem` item counts the largest task's RSS in
   bytes, and `time.total` `{seconds, microseconds}`, the step's user + system CPU time; one
-  job per run of a requeued job.
+  job per run of a requeued job, its `state.current` a string (v0.0.38) or a list.
+
+slurmctld sends a job's end to slurmdbd a moment after the job ends, and until then slurmdbd
+holds the job as it started (State PENDING or RUNNING, no CPU time): such a record is no
+measurement (`NOT_ENDED`), not a job that used nothing.
 
 Without slurmdbd (`AccountingStorageType=accounting_storage/none`) `sacct` refuses and
 slurmrestd serves no `/slurmdb/` paths: nothing is measured after the job ends.
 
 Example:
-    >>> from_sacct(["7||00:02.500", "7.batch|10660K|00:00.020", "7.0|64600K|00:02.480"], "7")
-    Measured(max_rss_bytes=66150400, cpu_used_seconds=2.5)
+    >>> rows = ["7|COMPLETED||00:02.500", "7.batch|COMPLETED|10660K|00:00.020",
+    ...         "7.0|COMPLETED|64600K|00:02.480"]
+    >>> from_sacct(rows, "7")
+    Measured(max_rss_bytes=66150400, cpu_used_seconds=2.5, ended=True)
+    >>> from_sacct(["7|PENDING||00:00:00"], "7") is NOT_ENDED  # its end not recorded yet
+    True
     >>> rss_bytes("1.5G"), rss_bytes("0"), rss_bytes("")
     (1610612736, 0, None)
 """
@@ -27,6 +35,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
+
+from .states import PENDING_STATES, RUNNING_STATES
 
 # sacct's and sstat's size suffixes (powers of 1024).
 SIZE_UNITS = {"K": 1024, "M": 1024**2, "G": 1024**3, "T": 1024**4, "P": 1024**5}
@@ -38,6 +48,10 @@ class Measured:
 
     max_rss_bytes: int | None = None  # largest RSS of any task of any step
     cpu_used_seconds: float | None = None  # user + system CPU time of all its steps
+    ended: bool = True  # False: slurmdbd has the job, but not its end yet (`NOT_ENDED`)
+
+
+NOT_ENDED = Measured(ended=False)
 
 
 def rss_bytes(text: str) -> int | None:
@@ -76,27 +90,41 @@ def max_rss(values: Iterable[str]) -> int | None:
 
 
 def from_sacct(rows: Sequence[str], job_id: str) -> Measured | None:
-    """`JobID|MaxRSS|TotalCPU` rows of one job → Measured (None without an allocation row)."""
-    fields = [row.split("|") for row in rows if row.count("|") == 2]
-    allocations = [cpu_seconds(cpu) for jid, _, cpu in fields if jid == job_id]
+    """`JobID|State|MaxRSS|TotalCPU` rows of one job → Measured (None without an allocation
+    row; `NOT_ENDED` while the last run's end is not recorded)."""
+    fields = [row.split("|") for row in rows if row.count("|") == 3]
+    allocations = [(state, cpu_seconds(cpu)) for jid, state, _, cpu in fields if jid == job_id]
     if not allocations:
         return None
-    steps = [rss for jid, rss, _ in fields if jid.startswith(f"{job_id}.")]
-    known = [cpu for cpu in allocations if cpu is not None]
+    if not _ended(allocations[-1][0]):
+        return NOT_ENDED
+    steps = [rss for jid, _, rss, _ in fields if jid.startswith(f"{job_id}.")]
+    known = [cpu for _, cpu in allocations if cpu is not None]
     return Measured(max_rss(steps), sum(known) if known else None)
 
 
 def from_slurmdb_jobs(rows: Sequence[Mapping[str, Any]]) -> Measured | None:
     """The `jobs` of `GET /slurmdb/<version>/job/<id>` (one per run) → Measured (None when
-    slurmdbd has no record of it)."""
+    slurmdbd has no record of it; `NOT_ENDED` while its last run's end is not recorded)."""
     if not rows:
         return None
+    if not _ended((rows[-1].get("state") or {}).get("current")):
+        return NOT_ENDED
     steps = [step for row in rows for step in row.get("steps") or []]
     peaks = [_tres_count(step, "mem") for step in steps]
     known = [peak for peak in peaks if peak is not None]
     times = [(step.get("time") or {}).get("total") or {} for step in steps]
     used = [float(t.get("seconds") or 0) + float(t.get("microseconds") or 0) / 1e6 for t in times]
     return Measured(max(known) if known else None, sum(used) if steps else None)
+
+
+def _ended(state: Any) -> bool:
+    """Whether a run's recorded state (sacct's "CANCELLED by 0", or slurmdbd's string or
+    list of state and flags) is an end."""
+    if isinstance(state, list):
+        state = state[0] if state else ""
+    words = str(state or "").split()
+    return bool(words) and words[0] not in PENDING_STATES | RUNNING_STATES
 
 
 def _tres_count(step: Mapping[str, Any], kind: str) -> int | None:

@@ -53,6 +53,10 @@ class Transport(Protocol):
     def limits(self, partition: str | None) -> NodeLimits: ...
 
 
+ACCOUNTING_SETTLE_S = 3.0  # how long an ended job's end may take to reach slurmdbd
+ACCOUNTING_POLL_S = 0.25  # between reads of its record meanwhile
+
+
 @dataclass
 class _Attempt:
     """What the backend remembers about a job it submitted."""
@@ -93,6 +97,7 @@ class SlurmBackend:
         runner: Runner | None = None,
         http: HttpCall | None = None,
         clock: Callable[[], float] = time.time,
+        sleep: Callable[[float], None] = time.sleep,
         rss_sample_interval_s: float = 30.0,
     ) -> None:
         self.config = config
@@ -102,6 +107,7 @@ class SlurmBackend:
             else CliTransport(config, runner)
         )
         self._clock = clock
+        self._sleep = sleep
         self._rss_interval_s = rss_sample_interval_s
         self._limits: NodeLimits | None = None
         self._attempts: dict[str, _Attempt] = {}
@@ -281,15 +287,24 @@ class SlurmBackend:
 
     def _measured(self, job_id: str, attempt: _Attempt | None, info: JobInfo) -> Measured:
         """slurmdbd's record of an ended job (asked until it has one, then kept); nothing for
-        a job still pending or running."""
+        a job still pending or running. slurmctld sends the end a moment after the job ends:
+        a record that has not ended yet is read again, for at most `ACCOUNTING_SETTLE_S`."""
         if attempt is not None and attempt.measured is not None:
             return attempt.measured
         if info.end_time is None or info.state in RUNNING_STATES:
             return Measured()
         found = self._transport.measured(job_id)
-        if attempt is not None and found is not None:
+        deadline = self._clock() + ACCOUNTING_SETTLE_S
+        for _ in range(int(ACCOUNTING_SETTLE_S / ACCOUNTING_POLL_S)):  # bounded if clock stalls
+            if found is None or found.ended or self._clock() >= deadline:
+                break
+            self._sleep(ACCOUNTING_POLL_S)
+            found = self._transport.measured(job_id)
+        if found is None or not found.ended:
+            return Measured()
+        if attempt is not None:
             attempt.measured = found
-        return found or Measured()
+        return found
 
     def close(self) -> None:
         """Nothing to release: every call is a short command or HTTP request."""

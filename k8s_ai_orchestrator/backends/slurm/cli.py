@@ -180,7 +180,7 @@ class CliTransport:
     def measured(self, job_id: str) -> accounting.Measured | None:
         """A finished job's peak RSS and CPU time from slurmdbd (`sacct`, every run of a
         requeued job); None when the cluster keeps no accounting or has no record yet."""
-        argv = ["sacct", "-D", "-j", job_id, "-n", "-P", "-o", "JobID,MaxRSS,TotalCPU"]
+        argv = ["sacct", "-D", "-j", job_id, "-n", "-P", "-o", "JobID,State,MaxRSS,TotalCPU"]
         done = self._run(argv)
         if done.returncode != 0:
             return None
