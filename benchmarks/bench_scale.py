@@ -33,6 +33,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -48,6 +49,7 @@ from .k8s_runs import (
     percentile,
     run_worker,
 )
+from .local_postgres import LocalPostgres
 
 EXECUTORS = {"ai": "fan_out_ai", "dagster-k8s": "fan_out_dagster_k8s"}
 KINDS = ("create/delete", "log streams", "status reads", "pre-flight checks", "other")
@@ -179,7 +181,9 @@ def measure(
     args: argparse.Namespace,
     templates: dict[str, Path],
     profile_to: Path,
-) -> RunFigures:
+) -> tuple[RunFigures, float | None]:
+    """One run; with `--storage postgres` on a PostgreSQL server of its own, whose CPU
+    seconds over the run come second (None on SQLite, which runs inside the processes)."""
     wrapper, worker_args = _profiler(args.profile, profile_to)
     options = RunOptions(
         concurrency=args.concurrency,
@@ -188,13 +192,21 @@ def measure(
         wrapper=wrapper,
         worker_args=worker_args,
     )
-    return run_worker(executor, kubeconfig, work, steps, args.step_seconds, options)
+    if args.storage == "sqlite":
+        return run_worker(executor, kubeconfig, work, steps, args.step_seconds, options), None
+    with LocalPostgres() as postgres:
+        options = replace(options, postgres_url=postgres.url)
+        before = postgres.cpu_s()
+        figures = run_worker(executor, kubeconfig, work, steps, args.step_seconds, options)
+        return figures, postgres.cpu_s() - before
 
 
-def point(figures: RunFigures) -> dict[str, Any]:
+def point(figures: RunFigures, storage_cpu_s: float | None = None) -> dict[str, Any]:
     """One (N, executor) measurement as JSON."""
     launch = figures.launch_s or [float("nan")]
+    storage = {} if storage_cpu_s is None else {"storage_cpu_s": round(storage_cpu_s, 3)}
     return {
+        **storage,
         "steps": figures.steps,
         "cpu_s": round(figures.cpu_s, 3),
         "peak_rss_mb": round(figures.peak_rss_mb, 1),
@@ -215,6 +227,8 @@ def slopes(points: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
             "cpu_s": (high["cpu_s"] - low["cpu_s"]) / added,
             "peak_rss_mb": (high["peak_rss_mb"] - low["peak_rss_mb"]) / added,
         }
+        if "storage_cpu_s" in low and "storage_cpu_s" in high:
+            per["storage_cpu_s"] = (high["storage_cpu_s"] - low["storage_cpu_s"]) / added
         for kind in KINDS:
             a, b = low["requests"].get(kind, 0), high["requests"].get(kind, 0)
             per[kind] = (b - a) / added
@@ -243,7 +257,9 @@ def report(name: str, results: dict[str, list[dict[str, Any]]]) -> None:
     ours, theirs = slopes(results.get("ai", [])), slopes(results.get("dagster-k8s", []))
     for a, b in zip(ours, theirs, strict=False):
         print(f"  marginal per added step, N {a['from'] - 1} -> {a['to'] - 1} (ours / dagster-k8s)")
-        for key in ("cpu_s", "peak_rss_mb", *KINDS):
+        for key in ("cpu_s", "storage_cpu_s", "peak_rss_mb", *KINDS):
+            if key not in a["per_step"] or key not in b["per_step"]:
+                continue
             x, y = a["per_step"][key], b["per_step"][key]
             print(f"    {key:<18} {x:9.4f} / {y:9.4f} = {_ratio(x, y)}")
 
@@ -255,10 +271,10 @@ def bench_target(name: str, kubeconfig: str, work: Path, args: argparse.Namespac
         for executor in args.executors:
             tag = f"{name}-{executor}-{steps}"
             began = time.time()
-            figures = measure(
+            figures, storage_cpu_s = measure(
                 executor, kubeconfig, work, steps, args, templates, args.out / f"profile-{tag}"
             )
-            results[executor].append(point(figures))
+            results[executor].append(point(figures, storage_cpu_s))
             spy = args.out / f"profile-{tag}.txt"
             if args.profile == "py-spy" and spy.exists():
                 shares = summarize_profile(spy)
@@ -274,6 +290,7 @@ def bench_target(name: str, kubeconfig: str, work: Path, args: argparse.Namespac
     report(name, results)
     return {
         "target": name,
+        "storage": args.storage,
         "concurrency": args.concurrency,
         "step_seconds": args.step_seconds,
         "points": results,
@@ -325,6 +342,13 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--step-seconds", type=float, default=0.0, help="the stand-in's pause")
     parser.add_argument("--executors", type=lambda s: s.split(","), default=list(EXECUTORS))
     parser.add_argument("--profile", choices=("py-spy", "cprofile"), default=None)
+    parser.add_argument(
+        "--storage",
+        choices=("sqlite", "postgres"),
+        default="sqlite",
+        help="the instance's storage: SQLite files, or a PostgreSQL server per run "
+        "(Debian's postgresql; needs `pip install -e '.[bench]'`)",
+    )
     parser.add_argument("--out", type=Path, default=ROOT / "artifacts")
     parser.add_argument("--plot", type=Path, help="only plot these results (--plot-from) here")
     parser.add_argument("--plot-from", type=Path, nargs="*", default=[])
@@ -348,7 +372,8 @@ def main(argv: list[str] | None = None) -> None:
             print(f"real control plane: skipped ({error})")
             continue
         subset = "" if set(args.executors) == set(EXECUTORS) else "-" + "+".join(args.executors)
-        out = args.out / f"bench_scale-{target}{subset}.json"
+        stored = "" if args.storage == "sqlite" else f"-{args.storage}"
+        out = args.out / f"bench_scale-{target}{stored}{subset}.json"
         out.write_text(json.dumps({**found, "measured_at": time.time()}, indent=1))
         print(f"  written: {out}")
 

@@ -137,11 +137,13 @@ def executor_config(
     return config
 
 
-def dagster_home(work: Path, kubeconfig: str) -> Path:
-    """An instance whose run launcher is dagster-k8s's (k8s_job_executor reads its defaults)."""
+def dagster_home(work: Path, kubeconfig: str, postgres_url: str = "") -> Path:
+    """An instance whose run launcher is dagster-k8s's (k8s_job_executor reads its defaults),
+    stored in SQLite files under it, or in PostgreSQL at `postgres_url`."""
     home = Path(tempfile.mkdtemp(prefix="home-", dir=work))
+    storage = f"storage:\n  postgres:\n    postgres_url: {postgres_url}\n" if postgres_url else ""
     (home / "dagster.yaml").write_text(
-        "telemetry:\n  enabled: false\n"
+        f"telemetry:\n  enabled: false\n{storage}"
         "run_launcher:\n  module: dagster_k8s\n  class: K8sRunLauncher\n  config:\n"
         "    instance_config_map: dagster-instance\n    service_account_name: default\n"
         f"    job_namespace: {NAMESPACE}\n    load_incluster_config: false\n"
@@ -159,6 +161,7 @@ class RunOptions:
     env: dict[str, str] = field(default_factory=dict)  # more environment for the step pods
     wrapper: tuple[str, ...] = ()  # argv before the run worker's own (a profiler)
     worker_args: tuple[str, ...] = ()  # more `k8s_run_worker` arguments
+    postgres_url: str = ""  # the instance's storage; "": SQLite files
 
 
 def run_worker(
@@ -185,7 +188,7 @@ def run_worker(
         BENCH_STEPS=str(steps),
         BENCH_STEP_SECONDS=str(seconds),
         BENCH_MARKS=str(marks),
-        DAGSTER_HOME=str(dagster_home(work, kubeconfig)),
+        DAGSTER_HOME=str(dagster_home(work, kubeconfig, options.postgres_url)),
         **options.env,
     )
     argv = [sys.executable, "-m", "benchmarks.k8s_run_worker", "--executor", executor]
