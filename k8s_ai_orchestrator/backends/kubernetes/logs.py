@@ -5,9 +5,8 @@ an executor that shows new lines on every poll costs one API request per pod, no
 poll. If the stream breaks (an error: the pod not started yet, a reset connection), the next
 read re-opens it and skips the bytes already buffered. A stream the server ended has the whole
 log: a follow stream ends when its container exits (the kubelet's rule, and the emulator's),
-so it is not opened again, not even for the last read of the ended attempt. A step's own
-memory reports (`usage_report`) are taken out of the stream as it arrives: the latest is
-`last_report`, and no reader of the log sees them.
+so it is not opened again, not even for the last read of the ended attempt. A step's own memory reports (`usage_report`) are taken out of the
+stream as it arrives: the latest is `last_report`, and no reader of the log sees them.
 
 Example:
     >>> follower = LogFollower(core_api, "default", "k8s-ai-0f3c-0-abcde")  # doctest: +SKIP
