@@ -2,10 +2,8 @@
 
 `LogFollower` opens `GET .../log?follow=true` once and appends what arrives to a buffer, so
 an executor that shows new lines on every poll costs one API request per pod, not one per
-poll. If the stream breaks (an error: the pod not started yet, a reset connection), the next
-read re-opens it and skips the bytes already buffered. A stream the server ended has the whole
-log: a follow stream ends when its container exits (the kubelet's rule, and the emulator's),
-so it is not opened again, not even for the last read of the ended attempt. A step's own memory reports (`usage_report`) are taken out of the
+poll. If the stream breaks while the pod still runs, the next read re-opens it and skips the
+bytes already buffered. A step's own memory reports (`usage_report`) are taken out of the
 stream as it arrives: the latest is `last_report`, and no reader of the log sees them.
 
 Example:
@@ -47,7 +45,6 @@ class LogFollower:
         self._thread: threading.Thread | None = None
         self._response: Any = None
         self._closed = False
-        self._complete = False  # the server ended the stream: the container has exited
         self._reports = ReportFilter()
         self._last_report: MemoryReading | None = None
 
@@ -83,9 +80,7 @@ class LogFollower:
                     pass
 
     def _ensure_streaming(self) -> None:
-        if self._closed or self._complete:
-            return
-        if self._thread is not None and self._thread.is_alive():
+        if self._closed or (self._thread is not None and self._thread.is_alive()):
             return
         self._thread = threading.Thread(
             target=self._follow, name=f"k8s-ai-logs-{self.pod}", daemon=True
@@ -105,7 +100,6 @@ class LogFollower:
                     used = min(skip, len(chunk))
                     chunk, skip = chunk[used:], skip - used
                 self._append(chunk)
-            self._complete = not self._closed
         except (ApiException, OSError, ValueError):
             return  # the pod is gone or not started yet; the next read tries again
         except Exception:
