@@ -1,0 +1,70 @@
+"""One follow stream per pod, opened again when it ended or broke, skipping what was read.
+
+A follow stream can end before its container has written anything (the node's log server
+saw no process yet, or the apiserver's proxy closed it): a stream that ended is not the
+whole log, so the next read opens it again. A broken stream (a reset connection) too.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+from urllib3.exceptions import ProtocolError
+
+from k8s_ai_orchestrator.backends.kubernetes.logs import LogFollower
+
+
+class Stream:
+    """A `_preload_content=False` log response: its chunks, then an end or an error."""
+
+    def __init__(self, chunks: list[bytes], error: Exception | None = None) -> None:
+        self.chunks, self.error = chunks, error
+
+    def stream(self, amt: Any = None, decode_content: bool = True) -> Iterator[bytes]:
+        yield from self.chunks
+        if self.error is not None:
+            raise self.error
+
+    def release_conn(self) -> None:
+        pass
+
+
+class Core:
+    """Answers `read_namespaced_pod_log` with the next stream (the last one again when none
+    are left: the whole log of an exited container), counting requests."""
+
+    def __init__(self, *streams: Stream) -> None:
+        self.streams, self.opened = list(streams), 0
+
+    def read_namespaced_pod_log(self, pod: str, namespace: str, **kwargs: Any) -> Stream:
+        assert kwargs["follow"] is True
+        self.opened += 1
+        return self.streams.pop(0) if len(self.streams) > 1 else self.streams[0]
+
+
+def test_a_stream_that_ended_before_the_container_wrote_is_opened_again() -> None:
+    core = Core(Stream([]), Stream([b"epoch 1\n", b"epoch 2\n"]))
+    follower = LogFollower(core, "default", "train-0")  # type: ignore[arg-type]
+
+    first = follower.read_since(0, drain_s=5.0)
+    second = follower.read_since(first[1], drain_s=5.0)  # the ended attempt's last read
+
+    assert first == ("", 0)
+    assert second == ("epoch 1\nepoch 2\n", 16)
+    assert core.opened == 2
+
+
+def test_a_broken_stream_is_opened_again_and_skips_what_was_read() -> None:
+    broken = Stream([b"epoch 1\n"], ProtocolError("Response ended prematurely"))
+    core = Core(broken, Stream([b"epoch 1\n", b"epoch 2\n"]))
+    follower = LogFollower(core, "default", "train-0")  # type: ignore[arg-type]
+
+    first = follower.read_since(0, drain_s=5.0)
+    second = follower.read_since(first[1], drain_s=5.0)
+    third = follower.read_since(second[1], drain_s=5.0)
+
+    assert first == ("epoch 1\n", 8)
+    assert second == ("epoch 2\n", 16)
+    assert third == ("", 16)  # the ended stream, read again, skips all it carried
+    assert core.opened == 3
