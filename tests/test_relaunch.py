@@ -40,3 +40,26 @@ def test_preemption_relaunches_at_the_same_size_until_the_budget_is_spent():
 
 def test_user_errors_are_not_relaunched():
     assert not decide(POLICY, StepHistory("s", (GiB,)), FailureReason.ERROR).relaunch
+
+
+def test_a_process_that_starts_after_its_attempt_s_relaunch_was_decided_is_stale():
+    """A gang's step process started late on a node that failed: the run worker decided the
+    relaunch from the scheduler first, then the process tells of its start and interruption.
+    Deciding that failure again would launch the step twice."""
+    from k8s_ai_orchestrator.launch.attempts import StepAttempts
+    from k8s_ai_orchestrator.launch.plan import PlannedStep
+    from k8s_ai_orchestrator.spec import resolve_spec
+
+    run_worker = 7
+    live = StepAttempts.of(PlannedStep("train", resolve_spec({}), "slurm", None), None)
+    live.launched()
+    live.record_relaunch(FailureReason.LOST, None)  # from the health check: NODE_FAIL
+
+    live.worker_started(441)  # the failed attempt's process, late
+    assert live.stale_failure(441, run_worker)
+    assert live.stale_failure(None, run_worker)
+
+    live.launched()  # the relaunch
+    live.worker_started(512)
+    assert not live.stale_failure(512, run_worker)
+    assert live.stale_failure(441, run_worker)

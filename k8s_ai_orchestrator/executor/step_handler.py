@@ -96,7 +96,7 @@ class AIStepHandler:
         for note in caps.placement.placement_warnings(spec) if caps.placement else []:
             yield warning_event(step_context, f"Warning: {note}", {"warning": note})
         live.terminal_events_at_launch = previous and terminal_event_count(self._plan_context, key)
-        live.worker_pid, live.awaiting_worker = None, True
+        live.launched()
         resumed = caps.adopts if self._recorded is not None else None  # never launch twice
         handle = (resumed and resumed.adopt(request)) or backend.submit(request)
         live.attempt = Attempt(handle, self._clock(), planned.where, spec.timeout_s)

@@ -52,20 +52,25 @@ class StepAttempts:
     own_retry_pending: bool = False  # the next STEP_UP_FOR_RETRY is the executor's own
     worker_pid: int | None = None  # the process that wrote the attempt's STEP_WORKER_STARTED
     awaiting_worker: bool = False  # launched by this run worker, its process not started yet
+    decided: bool = False  # its relaunch is decided: its process's later events are stale
     grow_at: float = 0.0  # the in-place growth threshold, for the resize notes
     measured: bool = False  # its memory is read while it runs (growth, memory="auto")
     failed_as: FailureReason | None = None  # the executor's reason for the attempt in flight
     lost_seconds: float | None = None  # ... and its work since its checkpoint, when it said
 
     def worker_started(self, pid: int | None) -> None:
-        """The attempt's step process wrote STEP_WORKER_STARTED (its first event)."""
-        self.worker_pid, self.awaiting_worker = pid, False
+        """The attempt's step process wrote STEP_WORKER_STARTED (its first event); after its
+        relaunch was decided, that is the old attempt's process starting late: not taken."""
+        if not self.decided:
+            self.worker_pid, self.awaiting_worker = pid, False
 
     def stale_failure(self, pid: int | None, own_pid: int) -> bool:
         """Whether a step failure written by process `pid` belongs to an earlier attempt: it
         came before this attempt's process started, or from another process than the one that
-        started it (a cancelled attempt's process writes its interruption late). A failure the
-        run worker (`own_pid`) wrote, or one of unknown origin, is never stale.
+        started it (a cancelled attempt's process writes its interruption late), or after the
+        attempt's relaunch was decided (its process, started late on a failed node, tells of
+        its interruption: deciding it again would launch the step twice). A failure the run
+        worker (`own_pid`) wrote, or, before a decision, one of unknown origin, is never stale.
 
         Example:
             >>> from k8s_ai_orchestrator.launch.plan import PlannedStep
@@ -77,8 +82,16 @@ class StepAttempts:
             >>> live.worker_started(42)
             >>> live.stale_failure(41, own_pid=7), live.stale_failure(42, own_pid=7)
             (True, False)
+            >>> live.record_relaunch(FailureReason.PREEMPTED, None)
+            >>> live.worker_started(43)
+            >>> live.stale_failure(42, own_pid=7), live.stale_failure(43, own_pid=7)
+            (True, True)
         """
-        if pid is None or pid == own_pid:
+        if pid == own_pid:
+            return False
+        if self.decided:
+            return True
+        if pid is None:
             return False
         if self.awaiting_worker:
             return True
@@ -168,7 +181,8 @@ class StepAttempts:
         self.history = replace(self.history, memory_tried=(*tried[:-1], new_bytes))
 
     def record_relaunch(self, reason: FailureReason, memory_bytes: int | None) -> None:
-        """Count a relaunch the executor makes (never counted by the op's RetryPolicy)."""
+        """Count a relaunch the executor makes (never counted by the op's RetryPolicy); the
+        attempt in flight is decided until the next launch (`launched`)."""
         preempted = reason is not FailureReason.OOM_KILLED
         self.history = StepHistory(
             self.history.step_key,
@@ -176,7 +190,11 @@ class StepAttempts:
             self.history.preemptions + int(preempted),
             self.history.relaunches + 1,
         )
-        self.next_memory = memory_bytes
+        self.next_memory, self.decided = memory_bytes, True
+
+    def launched(self) -> None:
+        """A new attempt was submitted: its process is awaited, nothing about it decided."""
+        self.worker_pid, self.awaiting_worker, self.decided = None, True, False
 
     def history_metadata(self) -> dict[str, Any]:
         return history_metadata(self.history, self.reasons, self.next_memory)
