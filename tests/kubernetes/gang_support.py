@@ -18,7 +18,7 @@ import sys
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -47,6 +47,9 @@ class GangTarget:
     wait_for: Callable[..., Any]  # wait_for(predicate, timeout=...)
     processes_alive: Callable[[], int]  # pod processes still running (0 when all ended)
     evict: Callable[[str, str], None]  # evict(tenant, pod name) through the Eviction API
+    # vanish(tenant, pod name): its host pod preempted and gone at once, before any kubelet
+    # wrote its end (a vCluster tenant's syncer then leaves the pod Running); real plane only
+    vanish: Callable[[str, str], None] | None = None
 
     def clear(self, timeout: float = 120) -> None:
         """Delete every Job and pod a test left in either tenant and wait until they are gone
@@ -84,7 +87,12 @@ def emulated_gang_target(workdir: Path, request: Any) -> Iterator[GangTarget]:
 @contextmanager
 def control_plane_gang_target(workdir: Path, request: Any) -> Iterator[GangTarget]:
     """The real control plane with the same nodes (the session's `gang_plane`), fresh view."""
-    yield _gang_target("control-plane", request.getfixturevalue("gang_plane").fresh(), workdir)
+    kube = request.getfixturevalue("gang_plane").fresh()
+
+    def vanish(tenant: str, pod: str) -> None:
+        kube.preempt_pod(tenant, NAMESPACE, pod, grace_s=0)
+
+    yield replace(_gang_target("control-plane", kube, workdir), vanish=vanish)
 
 
 def _gang_target(name: str, kube: Any, workdir: Path) -> GangTarget:

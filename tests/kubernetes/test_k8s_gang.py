@@ -27,6 +27,7 @@ from k8s_support import NAMESPACE
 from k8s_ai_orchestrator.backends.base import FailureReason, JobHandle, StepState
 from k8s_ai_orchestrator.backends.kubernetes import KubernetesBackend
 from k8s_ai_orchestrator.backends.kubernetes.gangs import pod_index
+from tests.plane_fixtures import KUBE_TARGETS
 
 
 @pytest.fixture
@@ -115,6 +116,28 @@ def test_a_preempted_worker_pod_fails_the_whole_gang_as_preempted(
     )
     gang_target.wait_for(lambda: not job_pods(gang_target, handle), timeout=120)
     gang_target.core("team-b").delete_namespaced_pod("urgent-1", NAMESPACE, grace_period_seconds=0)
+
+
+@pytest.mark.parametrize("gang_target", [KUBE_TARGETS[1]], indirect=True)
+def test_a_worker_pod_no_kubelet_will_end_stops_the_whole_gang_for_a_relaunch(
+    gang_target: GangTarget, backend: KubernetesBackend
+) -> None:
+    """Rank 1's host pod preempted and gone at once: the tenant pod is left Running, deleted,
+    held by the Job's finalizer; the Job's failure policy never sees it fail, so the Job would
+    never stop rank 0. The backend stops the gang (Preempted where the pod's DisruptionTarget
+    reached the tenant, else Lost: both relaunch from the checkpoint), and nothing is left."""
+    assert gang_target.vanish is not None
+    handle = backend.submit(gang_step(run_gang_code("sleep_rank", 600), run_id="vanished"))
+    wait_status(gang_target, backend, handle, lambda s: s.state == StepState.RUNNING)
+    worker = next(p for p in job_pods(gang_target, handle) if pod_index(p) == 1)
+
+    gang_target.vanish("team-a", worker["metadata"]["name"])
+    status = wait_status(gang_target, backend, handle, lambda s: s.is_terminal)
+
+    assert status.reason in (FailureReason.PREEMPTED, FailureReason.LOST), status
+    assert status.message.startswith(f"gang pod 1 of 2 ({worker['metadata']['name']}")
+    gang_target.wait_for(lambda: not job_pods(gang_target, handle), timeout=120)
+    assert not [j for j in gang_target.jobs("team-a") if j["metadata"]["name"] == handle.job_id]
 
 
 def test_cancelling_a_gang_leaves_no_pods(

@@ -42,6 +42,7 @@ class Attempt:
     finished_at: float | None = None
     final: StepStatus | None = None
     cancelled: bool = False
+    stopped: bool = False  # a gang whose Job the backend deleted (`gangs.abandoned_rank`)
     log_tail: str = ""  # the failed pod's last lines, read when it ended
     partial_since: float | None = None  # a gang's first pod Running, not all of them yet
     preemptor: PreemptorLookup = field(default_factory=PreemptorLookup)

@@ -4,6 +4,9 @@ A gang is one Indexed Job with one pod per node (see `jobs.py`). Its state is re
 its pods at once: a disrupted pod (preempted, evicted, node lost) stands for the whole gang,
 which the Job's pod failure policy fails and the executor relaunches from its checkpoint; a
 finished leader (index 0, the step process) stands for the step; a failed worker fails it.
+A disrupted pod that no kubelet will end (its host pod vanished under a vCluster tenant:
+`status.force_deleted_status`) never reaches the Failed phase the failure policy waits for, so
+the Job never stops the other pods: the backend deletes the Job (`abandoned_rank`).
 
 Whatever admits the gang (`admission/`), some of its pods may run while others wait: the gang
 is Pending then, and fails once not all run `all_running_timeout_s` after the first one
@@ -22,7 +25,14 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from ..base import RELAUNCH_REASONS, FailureReason, StepState, StepStatus
-from .status import condition_of, deleted_pod_status, pod_name, pod_status, settled_pod_status
+from .status import (
+    condition_of,
+    deleted_pod_status,
+    force_deleted_status,
+    pod_name,
+    pod_status,
+    settled_pod_status,
+)
 
 INDEX_KEY = "batch.kubernetes.io/job-completion-index"
 # kube-scheduler's message for a gang it cannot place whole (`gang_admission.mode: workload`).
@@ -45,7 +55,8 @@ def gang_status(pods: Sequence[Pod], gone: Sequence[Pod], nodes: int, *, now: fl
     seen += [(pod, deleted_pod_status(pod)) for pod in gone]
     for pod, status in seen:
         if status.reason in RELAUNCH_REASONS:
-            return _whole_gang(pod, status, nodes, ended=all(_ended(p) for p in pods))
+            ended = all(_ended(p) or force_deleted_status(p, now) for p in pods)
+            return _whole_gang(pod, status, nodes, ended=ended)
     leader = [status for pod, status in seen if pod_index(pod) == 0 and status.is_terminal]
     if leader:
         return leader[0]
@@ -57,6 +68,23 @@ def gang_status(pods: Sequence[Pod], gone: Sequence[Pod], nodes: int, *, now: fl
         return StepStatus.running(_leader_node(pods))
     waiting = [status for _, status in seen if status.state == StepState.PENDING]
     return waiting[0] if waiting else StepStatus.pending()
+
+
+def abandoned_rank(status: StepStatus, pods: Sequence[Pod], *, now: float) -> Pod | None:
+    """A gang `status` says is stopping for a disruption (`gang_status`: Running, a relaunch
+    reason) whose disrupted pod no kubelet will end: the pod, for the backend to delete its
+    Job; None while the Job's failure policy can still stop the other pods itself.
+
+    Example:
+        >>> gone = {"metadata": {"name": "r1", "deletionTimestamp": "2026-12-02T10:00:00Z"},
+        ...         "status": {"phase": "Running"}}
+        >>> stopping = StepStatus(StepState.RUNNING, FailureReason.PREEMPTED, "gang pod 1 of 2")
+        >>> abandoned_rank(stopping, [gone], now=1_900_000_000.0)["metadata"]["name"]
+        'r1'
+    """
+    if status.state is not StepState.RUNNING or status.reason not in RELAUNCH_REASONS:
+        return None
+    return next((pod for pod in pods if force_deleted_status(pod, now) is not None), None)
 
 
 def preempted_pods(pods: Sequence[Pod], gone: Sequence[Pod]) -> list[Pod]:

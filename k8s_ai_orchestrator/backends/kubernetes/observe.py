@@ -30,7 +30,15 @@ from .config import KubernetesConfig
 from .dra import claims_gpus
 from .dra_devices import read_allocated_gpus
 from .dra_occupancy import FreeDevices, waits_for_devices
-from .gangs import gang_status, partial_gang, pending_pod, pod_index, preempted_pods, running_count
+from .gangs import (
+    abandoned_rank,
+    gang_status,
+    partial_gang,
+    pending_pod,
+    pod_index,
+    preempted_pods,
+    running_count,
+)
 from .growth import PodGrowth
 from .jobapi import JobApi
 from .logs import LogStreams, read_tail
@@ -159,6 +167,9 @@ class AttemptObserver:
             current = self._coming_eviction(attempt, current, pods)
         if current.reason == FailureReason.PREEMPTED:
             current = self._name_preemptor(attempt, current, preempted_pods(pods, gone))
+        if not attempt.stopped and abandoned_rank(current, pods, now=self._wall()) is not None:
+            attempt.stopped = True  # its Job will never stop the other ranks: deleted here
+            self._jobs.delete(attempt.tenant, attempt.namespace, attempt.job.name, handle.step_key)
         if current.is_terminal:
             if attempt.started_at is None and not attempt.adopted:  # ended between two looks
                 whole, attempt.gang_wait_node_s = gang_seen_ended(pods, nodes, self._wall())
