@@ -1,13 +1,16 @@
-"""The relaunch policy: preemptions at the same size, OOM escalation up to the cap."""
+"""The relaunch policy: preemptions at the same size, OOM escalation up to the cap; an
+attempt whose relaunch is decided takes no more events from its own process."""
 
 from k8s_ai_orchestrator.backends.base import FailureReason
+from k8s_ai_orchestrator.launch.attempts import StepAttempts
+from k8s_ai_orchestrator.launch.plan import PlannedStep
 from k8s_ai_orchestrator.launch.relaunch import (
     OomEscalation,
     RelaunchPolicy,
     StepHistory,
     decide,
 )
-from k8s_ai_orchestrator.spec import GiB
+from k8s_ai_orchestrator.spec import GiB, resolve_spec
 
 POLICY = RelaunchPolicy(OomEscalation(2, 8 * GiB, 4), max_preemption_retries=2)
 
@@ -46,10 +49,6 @@ def test_a_process_that_starts_after_its_attempt_s_relaunch_was_decided_is_stale
     """A gang's step process started late on a node that failed: the run worker decided the
     relaunch from the scheduler first, then the process tells of its start and interruption.
     Deciding that failure again would launch the step twice."""
-    from k8s_ai_orchestrator.launch.attempts import StepAttempts
-    from k8s_ai_orchestrator.launch.plan import PlannedStep
-    from k8s_ai_orchestrator.spec import resolve_spec
-
     run_worker = 7
     live = StepAttempts.of(PlannedStep("train", resolve_spec({}), "slurm", None), None)
     live.launched()
