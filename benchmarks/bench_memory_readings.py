@@ -25,8 +25,9 @@ from pathlib import Path
 
 from kubernetes.client import CoreV1Api
 
-from k8s_ai_orchestrator.backends.kubernetes.growth import STEP_POD_MAIN, in_use
+from k8s_ai_orchestrator.backends.kubernetes.growth import in_use
 from k8s_ai_orchestrator.backends.kubernetes.logs import LogFollower
+from k8s_ai_orchestrator.backends.kubernetes.reporting import STEP_POD_MAIN
 
 from .k8s_runs import NAMESPACE, control_plane_tenant, emulator_tenant
 

@@ -1,7 +1,7 @@
 """The entry point of a measured Kubernetes step pod: report memory, then run the step.
 
-When a step's memory is measured (in-place growth, or `memory="auto"`), the Kubernetes
-backend starts its container as `python -c <growth.STEP_POD_MAIN> -m dagster api execute_step
+When a step's memory is measured (in-place growth, `memory="auto"`, a priced run), the Kubernetes
+backend starts its container as `python -c <reporting.STEP_POD_MAIN> -m dagster api execute_step
 ...`: `pod_main` starts `UsageReporter`, a daemon thread that writes the container's working
 set and CPU time (`usage_report`) to the container's stderr every `K8S_AI_USAGE_INTERVAL_S`
 seconds (default 1), then runs the module (or `-c` code) in this same process, as python would,

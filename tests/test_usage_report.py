@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from k8s_ai_orchestrator import steppod
-from k8s_ai_orchestrator.backends.kubernetes.growth import STEP_POD_MAIN
+from k8s_ai_orchestrator.backends.kubernetes.reporting import STEP_POD_MAIN
 from k8s_ai_orchestrator.usage_report import (
     MemoryReading,
     ReportFilter,

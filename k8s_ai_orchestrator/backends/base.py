@@ -116,6 +116,9 @@ class LaunchRequest:
     # the running step of the same run this launch comes from (a Pipes command started inside
     # a step); the local backend lets it go ahead of waiting steps and lends it the step's share
     parent_step_key: str = ""
+    # the run prices its steps (executor `prices`): report what the attempt used where the
+    # backend can (a Kubernetes step reports its own, as a measured one does)
+    measure_usage: bool = False
 
 
 @dataclass(frozen=True)

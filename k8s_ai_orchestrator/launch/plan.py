@@ -81,8 +81,12 @@ def launch_request(
         >>> step = plan_step(settings, "tiles", resolve_spec({"size": "xs"}))
         >>> request = launch_request(settings, step, step.spec, run_id="r1", attempt=0,
         ...                          command=["python", "-c", "pass"])
-        >>> request.env["K8S_AI_STEP_KEY"], request.attempt
-        ('tiles', 0)
+        >>> request.env["K8S_AI_STEP_KEY"], request.attempt, request.measure_usage
+        ('tiles', 0, False)
+        >>> priced = ExecutorSettings.from_config({"backend": "local", "prices": {"cpu_hour": 1}})
+        >>> launch_request(priced, step, step.spec, run_id="r1", attempt=0,
+        ...                command=["python"]).measure_usage  # its used figures are wanted
+        True
     """
     left = settings.relaunch.max_preemption_retries - preemptions
     step_env = stepenv.step_env(
@@ -106,4 +110,5 @@ def launch_request(
         labels=dict(labels or {}),
         raw_command=raw_command,
         parent_step_key=parent_step_key,
+        measure_usage=settings.prices is not None,
     )

@@ -2,7 +2,9 @@
 
 `dagster-webserver` serves `example_project.definitions` from a temporary DAGSTER_HOME;
 Debian's Chromium, driven by Playwright, clicks "Materialize all" on the asset group page,
-follows the launch toast to the run and reads ai_executor's engine events in the run log.
+follows the launch toast to the run and reads ai_executor's engine events in the run log,
+then opens an asset's metadata plots, where the UI draws the figures of the `AssetObservation`
+that ai_executor wrote for the step beside its materialization (docs/cost.md).
 """
 
 from __future__ import annotations
@@ -41,6 +43,8 @@ LAUNCHES = [
     " (attempt 1)",
     "Launching step 'risk_scores' on local tenant 'vision' with s: 4 CPU / 16Gi (attempt 1)",
 ]
+# Numeric figures of the step's observation, drawn by the UI as plots over time.
+PLOTTED = ["k8s_ai/cpu_seconds", "k8s_ai/memory_gib_seconds", "k8s_ai/wall_seconds"]
 
 
 @pytest.fixture
@@ -121,6 +125,14 @@ def test_materialize_all_in_the_ui_runs_every_step_through_ai_executor(
     expect(page.get_by_text(LAUNCHES[-1]).first).to_be_visible(timeout=PAGE_TIMEOUT_MS)
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     page.screenshot(path=str(ARTIFACTS / "ui-run.png"))
+
+    page.goto(f"{url}/assets/mosaic?view=overview")
+    page.get_by_role("button", name="Plots").click()
+    expect(page.get_by_placeholder("Filter metadata keys")).to_be_hidden(timeout=PAGE_TIMEOUT_MS)
+    for label in PLOTTED:
+        expect(page.get_by_text(label, exact=True).first).to_be_visible(timeout=PAGE_TIMEOUT_MS)
+    assert page.locator("canvas").count() >= len(PLOTTED)  # a chart under each heading
+    page.screenshot(path=str(ARTIFACTS / "ui-asset-plots.png"), full_page=True)
 
 
 def _finished(run: DagsterRun | None) -> DagsterRun | None:

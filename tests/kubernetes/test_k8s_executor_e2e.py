@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from dagster import DagsterInstance, execute_job
+from dagster import DagsterEventType, DagsterInstance, execute_job
 from dagster._core.definitions.reconstruct import ReconstructableRepository
 from k8s_support import NAMESPACE, TENANTS
 
@@ -135,6 +135,36 @@ def test_a_line_the_step_prints_after_its_success_still_reaches_the_run(cluster:
         m.startswith("[kubernetes log] syncs_at_exit:") for m in map(messages.__getitem__, late)
     )
     assert kinds.index("STEP_SUCCESS") < late[0]  # it came after the step's success
+
+
+@pytest.mark.parametrize("cluster", KUBE_TARGETS, indirect=True)
+def test_a_priced_run_records_what_each_step_used_and_the_memory_it_left_unused(
+    cluster: Any,
+) -> None:
+    """With `prices` and neither growth nor `memory="auto"`, the step still reports its use
+    (through its own log: the tenant needs no `nodes/proxy`), so its summary has the peak, the
+    CPU time and the unused memory's waste in money."""
+    repo = ReconstructableRepository.for_module(
+        "k8s_pipelines", "defs", working_directory=str(HERE)
+    )
+    prices = {"cpu_hour": 0.04, "memory_gib_hour": 0.005}
+    with DagsterInstance.get() as instance:
+        result = execute_job(
+            repo.get_reconstructable_job("late_print_job"),
+            instance=instance,
+            run_config={"execution": {"config": {**executor_config(cluster), "prices": prices}}},
+        )
+        assert result.success
+        [meta] = [
+            {k: v.value for k, v in r.dagster_event.engine_event_data.metadata.items()}  # type: ignore[union-attr]
+            for r in instance.all_logs(result.run_id, of_type=DagsterEventType.ENGINE_EVENT)
+            if (r.dagster_event.message or "").startswith("Step 'syncs_at_exit' reserved")  # type: ignore[union-attr]
+        ]
+    peak = int(meta["k8s_ai/peak_memory_bytes"])
+    assert 20 * 1024**2 < peak < 256 * 1024**2, meta  # a Dagster step process, under its limit
+    assert float(meta["k8s_ai/cpu_used_seconds"]) > 0.5, meta  # Dagster's start-up at least
+    assert float(meta["k8s_ai/waste_unused_memory_gib_seconds"]) > 0, meta
+    assert "k8s_ai/waste_unused_memory_cost" in meta, meta  # priced (rounds to 0 here)
 
 
 @pytest.mark.parametrize("cluster", TENANT_TARGETS, indirect=True)

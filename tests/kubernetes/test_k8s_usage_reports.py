@@ -1,6 +1,7 @@
 """Growth from the step's own memory reports: a reporting pod needs no node stats, a silent one
-falls back to them; the argv that makes a step report; and on the emulator, a step grown in
-place while the tenant refuses `get nodes/proxy` (the tenant chart's default)."""
+falls back to them (unless it reports for its figures only); the argv that makes a step report;
+and on the emulator, a step grown in place while the tenant refuses `get nodes/proxy` (the
+tenant chart's default), and a priced step's used figures from its reports, without growth."""
 
 from __future__ import annotations
 
@@ -13,11 +14,8 @@ from test_k8s_growth import POLICY, FakeCore, growth, memory, pod
 
 from k8s_ai_orchestrator.backends.base import GrowOutcome, StepState
 from k8s_ai_orchestrator.backends.kubernetes import KubernetesBackend, KubernetesConfig
-from k8s_ai_orchestrator.backends.kubernetes.growth import (
-    REPORT_GRACE_S,
-    STEP_POD_MAIN,
-    report_usage,
-)
+from k8s_ai_orchestrator.backends.kubernetes.growth import REPORT_GRACE_S
+from k8s_ai_orchestrator.backends.kubernetes.reporting import STEP_POD_MAIN, report_usage
 from k8s_ai_orchestrator.memorygrowth import MemoryGrowth
 from k8s_ai_orchestrator.usage_report import MemoryReading
 from tests.support import FakeClock
@@ -53,6 +51,21 @@ def test_a_report_is_used_once_and_a_silent_reporting_pod_falls_back_to_node_sta
     clock.advance(1)
     grower.observe(core, "team-a", pod(), state)
     assert core.stats_reads == 1 and state.peak_bytes == 700 * MiB
+
+
+def test_a_pod_reporting_for_its_figures_only_never_falls_back_to_node_stats(
+    clock: FakeClock,
+) -> None:
+    """A priced step (no growth, no `memory="auto"`) is measured from its reports alone: node
+    stats cost a request a second and `nodes/proxy`, which a figure is not worth."""
+    core, state = FakeCore(used=700 * MiB), replace(reporting(), samples=False)
+    grower = growth(clock, None)
+    grower.observe(core, "team-a", pod(), state)
+    clock.advance(REPORT_GRACE_S + 5)
+    grower.observe(core, "team-a", pod(), state)
+    assert core.stats_reads == 0 and state.peak_bytes == 0
+    grower.observe(core, "team-a", pod(), state, MemoryReading(300 * MiB, "cgroup v2", 1.0))
+    assert core.stats_reads == 0 and state.peak_bytes == 300 * MiB
 
 
 def _args(command: list[str], raw: bool = False, **config: Any) -> list[str]:
@@ -132,3 +145,44 @@ def test_on_a_tenant_refusing_node_proxy_a_reporting_step_grows_in_place(emulato
     assert accepted == [(512 * MiB, GiB), (GiB, 2 * GiB)], resizes
     assert not any(r.outcome is GrowOutcome.REFUSED for r in resizes)
     assert "@k8s-ai-usage" not in text and "@k8s-ai-usage" not in backend.logs(handle)
+
+
+HOLDER = (
+    "import time; block = bytearray(96 << 20)\n"
+    "end = time.process_time() + 0.6\n"
+    "while time.process_time() < end: pass\n"
+    "time.sleep(1.5)"
+)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("priced", [True, False])
+def test_a_priced_step_reports_what_it_used_without_growth_or_node_stats(
+    emulator: Any, priced: bool
+) -> None:
+    """With `prices` set (the request's `measure_usage`), a single-pod step starts through the
+    reporter and its attempt's usage carries the peak memory and CPU time it reported, while
+    the tenant refuses `get nodes/proxy`; without prices it is not measured (no figures)."""
+    backend = KubernetesBackend(
+        KubernetesConfig.from_dict(tenant_config(emulator)),
+        allowed_tenants=TENANTS,
+        sleep=lambda s: None,
+    )
+    emulator.set_permission("team-a", "get", "nodes/proxy", allowed=False)
+    try:
+        step = replace(python_step(HOLDER, memory="512Mi"), measure_usage=priced)
+        step = replace(step, env={**step.env, "K8S_AI_USAGE_INTERVAL_S": "0.2"})
+        handle = backend.submit(step)
+        status = wait_terminal(emulator, backend, handle)
+        usage = backend.usage(handle)
+        text = backend.logs(handle)
+    finally:
+        emulator.set_permission("team-a", "get", "nodes/proxy", allowed=True)
+        backend.close()
+    assert status.state == StepState.SUCCEEDED, status
+    assert "@k8s-ai-usage" not in text
+    if not priced:
+        assert usage.max_rss_bytes is None and usage.cpu_used_seconds is None, usage
+        return
+    assert usage.max_rss_bytes is not None and usage.max_rss_bytes >= 96 * MiB, usage
+    assert usage.cpu_used_seconds is not None and usage.cpu_used_seconds >= 0.6, usage

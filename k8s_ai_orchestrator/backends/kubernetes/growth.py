@@ -1,7 +1,7 @@
 """Memory of running step pods, and in-place growth through the `pods/resize` subresource.
 
 While a step's pod runs, its memory in use comes from the step itself: a measured step's
-container starts through `steppod` (`report_usage` rewrites its argv), which writes its
+container starts through `steppod` (`reporting.report_usage` rewrites its argv), which writes its
 cgroup's working set to the pod's log every `K8S_AI_USAGE_INTERVAL_S` seconds; the log
 follower takes those lines out (`usage_report`) and `observe` uses each new one. Pods that do
 not report (not `python -m|-c ...`, or no report within `REPORT_GRACE_S`) are read from their
@@ -40,7 +40,6 @@ from kubernetes.client import CoreV1Api
 from kubernetes.client.exceptions import ApiException
 from kubernetes.utils import parse_quantity
 
-from ... import steppod
 from ...errors import BackendError
 from ...memorygrowth import MemoryGrowth, MemoryTrend
 from ...spec import ComputeSpec
@@ -48,15 +47,12 @@ from ...usage_report import MemoryReading
 from ..base import GrowOutcome, LaunchRequest, Resize
 from .api import ApiRetry, api_message
 from .config import KubernetesConfig
+from .reporting import report_usage, reports_usage
 
 SAMPLE_S = 1.0  # at most one summary read per attempt per second
 # how long a reporting pod may take to its first report (Python's and the step's imports)
 # before its node stats are read instead
 REPORT_GRACE_S = 30.0
-# Entry point of a measured step container (`-c`, not `-m`: the package imports the module).
-STEP_POD_MAIN = (
-    f"import sys; from {steppod.__name__} import pod_main; sys.exit(pod_main(sys.argv[1:]))"
-)
 NODE_PROXY_FIX = (
     "set rbac.nodeProxy: true in the tenant chart's values (helm/k8s-ai-tenant); it grants "
     "get on nodes/proxy on every node, which is exec-equivalent (the kubelet's /exec through "
@@ -81,6 +77,7 @@ class PodMemory:
     step: str  # run and step key: what is said once per step, not once per attempt
     sampled_at: float = -math.inf
     reports: bool = False  # the pod runs `steppod`: its own reports come through its log
+    samples: bool = True  # node stats are read when it does not report (not for figures only)
     watched_since: float | None = None  # first seen running with a node
     report_at: float | None = None  # the step's stamp on the last report used
     peak_bytes: int = 0
@@ -101,35 +98,6 @@ def resizable(manifest: dict[str, Any]) -> None:
     for resource in ("cpu", "memory"):
         policies.setdefault(resource, {"resourceName": resource, "restartPolicy": "NotRequired"})
     container["resizePolicy"] = list(policies.values())
-
-
-def report_usage(
-    manifest: dict[str, Any], request: LaunchRequest, config: KubernetesConfig
-) -> None:
-    """Start the step container through `steppod`, which reports its memory in the pod's log.
-
-    Only a Python command is rewritten (`python -m dagster ...` with the default
-    `command_prefix` or one of the form `[python, -m, dagster]`, and `python -m|-c ...`); any
-    other stays as it is and is measured from node stats.
-    """
-    command = list(request.command)
-    if request.raw_command or len(command) < 3 or command[1] not in ("-m", "-c"):
-        return
-    python = config.python
-    if command[1:3] == ["-m", "dagster"]:
-        prefix = list(config.command_prefix)
-        if prefix[1:] == ["-m", "dagster"]:
-            python = prefix[0]
-        elif prefix != ["dagster"]:
-            return
-    container = manifest["spec"]["template"]["spec"]["containers"][0]
-    container["args"] = [python, "-c", STEP_POD_MAIN, *command[1:]]
-
-
-def reports_usage(pod: Mapping[str, Any]) -> bool:
-    """Whether the pod's step container runs `steppod` (rewritten by `report_usage`)."""
-    containers = (pod.get("spec") or {}).get("containers") or [{}]
-    return STEP_POD_MAIN in (containers[0].get("args") or [])
 
 
 def in_use(summary: Mapping[str, Any], namespace: str, pod: str) -> int | None:
@@ -189,10 +157,18 @@ class PodGrowth:
         self._told_no_stats: set[str] = set()  # steps whose growth was refused for it
         self._memory: dict[str, PodMemory] = {}  # Job → its attempt's memory, once running
 
-    def measures(self, spec: ComputeSpec) -> bool:
-        """Whether a step's memory is read while it runs: to grow it, or to size `auto` next
-        time (single-pod steps only)."""
-        return (self.growth is not None or spec.memory_auto) and not spec.is_gang
+    def measures(self, request: LaunchRequest) -> bool:
+        """Whether a step's memory is read while it runs: to grow it, to size `auto` next
+        time, or for its used figures in a priced run (single-pod steps only)."""
+        spec = request.spec
+        wanted = self._samples(spec) or request.measure_usage
+        return wanted and not spec.is_gang
+
+    def _samples(self, spec: ComputeSpec) -> bool:
+        """Whether a pod that does not report is sampled from node stats: to grow it or size
+        it, not for figures alone (a request per second, and `nodes/proxy`, which the chart
+        does not grant by default)."""
+        return self.growth is not None or spec.memory_auto
 
     def prepare(
         self, manifest: dict[str, Any], request: LaunchRequest, config: KubernetesConfig
@@ -201,7 +177,7 @@ class PodGrowth:
         (measured), for a single-pod step."""
         if self.growth is not None and not request.spec.is_gang:
             resizable(manifest)
-        if self.measures(request.spec):
+        if self.measures(request):
             report_usage(manifest, request, config)
 
     def measure(
@@ -216,12 +192,13 @@ class PodGrowth:
         """`observe` the running pod of a measured step's attempt, whose memory state is kept
         per Job; `report_of` gives the step's latest report from its log (asked only of a
         pod that reports)."""
-        if not self.measures(request.spec):
+        if not self.measures(request):
             return
         state = self._memory.get(job)
         if state is None:
             step = f"{request.run_id}/{request.step_key}"
-            state = PodMemory(request.spec.memory_bytes, step, reports=reports_usage(pod))
+            reports, samples = reports_usage(pod), self._samples(request.spec)
+            state = PodMemory(request.spec.memory_bytes, step, reports=reports, samples=samples)
             self._memory[job] = state
         self.observe(core, tenant, pod, state, report_of() if state.reports else None)
 
@@ -269,7 +246,7 @@ class PodGrowth:
 
     def _stats_due(self, state: PodMemory, now: float) -> bool:
         """Node stats: at most once a second, and for a reporting pod only if it never did."""
-        if now - state.sampled_at < SAMPLE_S:
+        if not state.samples or now - state.sampled_at < SAMPLE_S:
             return False
         assert state.watched_since is not None
         silent = state.report_at is None and now - state.watched_since >= REPORT_GRACE_S
@@ -417,13 +394,10 @@ __all__ = [
     "NODE_PROXY_FIX",
     "VCLUSTER_SERVICE_FIX",
     "REPORT_GRACE_S",
-    "STEP_POD_MAIN",
     "PodGrowth",
     "PodMemory",
     "applied_memory_limit",
     "in_use",
-    "report_usage",
-    "reports_usage",
     "resizable",
     "resize_pending",
     "stats_fix",
