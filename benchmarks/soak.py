@@ -45,6 +45,7 @@ from dagster_shared.serdes import serialize_value
 
 from benchmarks.k8s_runs import (
     NAMESPACE,
+    byte_compiled,
     dagster_home,
     emulator_tenant,
     executor_config,
@@ -285,6 +286,7 @@ def main() -> None:
     parser.add_argument("--targets", default="local,kubernetes,dagster-k8s")
     args = parser.parse_args()
     seed = args.seed if args.seed is not None else random.SystemRandom().randrange(10**6)
+    byte_compiled()
     print(f"soak: seed {seed}, {args.kills} kills per target", flush=True)
     results: dict[str, Figures] = {}
     with (

@@ -60,12 +60,12 @@ class AIStepHandler:
         self.budget = BudgetWatch(settings, warning_event)  # running steps against the caps
 
     def bind(self, plan_context: PlanOrchestrationContext, plan: ExecutionPlan) -> RunCheck:
-        """Plan and validate every step before anything is submitted; what was refused."""
+        """Plan and validate every step before any submit (resumed: plan only); what was refused."""
         self._plan_context, self._plan = plan_context, plan
         self._requests.plan_context = plan_context
         steps = [(step.key, step.tags or {}) for step in plan.get_steps_to_execute_in_topo_order()]
-        requests = self._requests
-        self._planned, check = check_run(steps, requests.plan, self.backend, requests.first)
+        req, resumed = self._requests, plan_context.resume_from_failure
+        self._planned, check = check_run(steps, req.plan, self.backend, req.first, resumed)
         return check_budget(check, self._planned, self._settings, plan_context)
 
     def backend(self, name: str) -> Backend:

@@ -84,6 +84,7 @@ def check_run(
     plan: Callable[[str, Mapping[str, str]], PlannedStep],
     backend: Callable[[str], Backend],
     request: Callable[[PlannedStep, Mapping[str, str]], LaunchRequest],
+    resumed: bool = False,
 ) -> tuple[dict[str, PlannedStep], RunCheck]:
     """Plan and validate every step; returns the planned steps and what was refused.
 
@@ -92,6 +93,10 @@ def check_run(
         plan: resolves a step's spec, tenant and backend (raises `OrchestratorError`).
         backend: the backend of that name, built on first use (its config parsed).
         request: the launch request of the step's first attempt.
+        resumed: a resumed run worker's check: every step is planned and its backend built,
+            but no backend validates it again (the run's steps passed at its start, with the
+            same config, and some are running: a pre-flight now would only delay taking
+            them over).
     """
     check = RunCheck()
     planned: dict[str, PlannedStep] = {}
@@ -106,7 +111,7 @@ def check_run(
         if step.backend not in backends:
             backends[step.backend] = _build(step.backend, backend, check, planned)
         built = backends[step.backend]
-        if not isinstance(built, Validates):
+        if resumed or not isinstance(built, Validates):
             continue
         try:
             built.validate(request(step, tags_of[key]))

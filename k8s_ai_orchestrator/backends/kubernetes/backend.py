@@ -141,7 +141,7 @@ class KubernetesBackend:
         return self._attach(request, create=False)
 
     def _attach(self, request: LaunchRequest, *, create: bool) -> JobHandle | None:
-        prepared = self._preparer.prepare(request)
+        prepared = self._preparer.prepare(request, preflight=create)
         request, namespace = prepared.request, prepared.settings.namespace
         tenant, name = str(request.tenant), job_name(prepared.request)
         found = None if create else self._jobs.adopt(tenant, namespace, name, request)

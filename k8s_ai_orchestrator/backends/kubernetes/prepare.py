@@ -73,12 +73,14 @@ class Preparer:
         # step shapes whose Job `check` built → its pods' nodeSelector
         self._shapes: dict[tuple[object, ...], dict[str, str]] = {}
 
-    def prepare(self, request: LaunchRequest) -> Prepared:
-        """The checked step; `ConfigError` or `SubmitError` naming what to fix."""
+    def prepare(self, request: LaunchRequest, preflight: bool = True) -> Prepared:
+        """The checked step; `ConfigError` or `SubmitError` naming what to fix. Without
+        `preflight` (an attempt to adopt, whose Job the cluster took already) nothing is
+        asked of the tenant's API server: its config and Job are checked, not its room."""
         request, settings = self._resolve(request)
         manifest = self._manifest(request, settings)
         labels = pod_node_selector(manifest)
-        api_client, admission = self._admit(request, settings, labels)
+        api_client, admission = self._admit(request, settings, labels, preflight)
         return Prepared(request, settings, manifest, api_client, admission, labels)
 
     def check(self, request: LaunchRequest) -> None:
@@ -121,11 +123,17 @@ class Preparer:
         return manifest
 
     def _admit(
-        self, request: LaunchRequest, settings: TenantConfig, node_labels: dict[str, str]
+        self,
+        request: LaunchRequest,
+        settings: TenantConfig,
+        node_labels: dict[str, str],
+        preflight: bool = True,
     ) -> tuple[ApiClient, Admission]:
         tenant = str(request.tenant)
         api_client = self._tenants.client(tenant, request.step_key)
         admission = self._admissions.of(settings.gang_admission, request.spec)
+        if not preflight:
+            return api_client, admission
         try:
             self._preflight.run(request, settings, api_client, node_labels)
             admission.prepare(request, settings, api_client)
