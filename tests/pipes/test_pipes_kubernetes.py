@@ -57,6 +57,22 @@ def test_a_job_reports_materialization_and_check_through_its_pod_log(
     assert row["job"].startswith("k8s-ai-") and row["outcome"] == "Succeeded"
 
 
+def test_a_priced_program_is_charged_and_its_argv_is_left_as_given(
+    k8s_cluster: PipesCluster, tmp_path: Path
+) -> None:
+    """With `prices`, an `AICompute` program's materialization carries its cost; its argv is
+    the user's own (`raw_command`), so it does not start through the usage reporter and its
+    used figures stay unknown without `nodes/proxy` (docs/cost.md, Limits)."""
+    ai = k8s_ai(k8s_cluster, prices={"cpu_hour": 0.04, "memory_gib_hour": 0.005})
+    result = materialize_tiles(ai, SIZE, {"TILES": "2"}, f"file://{tmp_path}")
+
+    assert result.success
+    metadata = materialization_metadata(result)
+    assert metadata["tiles"] == 2 and check_evaluation(result) == ("tiles_complete", True)
+    assert metadata["cost"] >= 0 and metadata["currency"] == "USD", metadata  # 0.00 here
+    assert "peak_memory_bytes" not in metadata and "waste_unused_memory_cost" not in metadata
+
+
 def test_an_oomkilled_job_is_relaunched_with_more_memory_and_succeeds(
     k8s_cluster: PipesCluster, tmp_path: Path, instance: DagsterInstance
 ) -> None:
