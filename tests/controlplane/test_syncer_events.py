@@ -67,3 +67,23 @@ def test_a_preemptor_host_uid_in_the_message_stays_as_vclusters_syncer_leaves_it
     sync.sync([preempted])
 
     assert written[0]["message"] == "Preempted by pod h-2 on node gpu-1"
+
+
+def test_a_refused_write_is_tried_again_next_pass_and_holds_up_no_other_event() -> None:
+    written: list[str] = []
+    refused: list[Exception] = []
+
+    def write(event: Any, exists: bool) -> None:
+        if event["metadata"]["name"].endswith("e5") and not refused:
+            raise RuntimeError("refused once")
+        written.append(event["metadata"]["name"])
+
+    sync = EventSync(write, refused.append)
+    sync.remember(HOST_POD, PodRef("default", "train-abc12", "tenant-uid-1"))
+    events = [host_event("e5", "1"), host_event("e6", "1")]
+
+    sync.sync(events)
+    sync.sync(events)
+
+    assert [str(e) for e in refused] == ["refused once"]
+    assert written == ["train-abc12.e6", "train-abc12.e5"]

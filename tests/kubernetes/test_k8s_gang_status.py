@@ -22,7 +22,13 @@ from kubernetes.client import (
 
 from k8s_ai_orchestrator.backends.base import FailureReason, StepState
 from k8s_ai_orchestrator.backends.kubernetes.capacity import gang_room
-from k8s_ai_orchestrator.backends.kubernetes.gangs import INDEX_KEY, gang_status, pending_pod
+from k8s_ai_orchestrator.backends.kubernetes.gangs import (
+    INDEX_KEY,
+    gang_status,
+    lost_pods,
+    pending_pod,
+    preempted_pods,
+)
 from k8s_ai_orchestrator.backends.kubernetes.status import SETTLE_S
 from k8s_ai_orchestrator.errors import ConfigError
 from k8s_ai_orchestrator.launch.settings import ExecutorSettings
@@ -78,6 +84,29 @@ def test_a_preempted_pod_stands_for_the_gang_once_every_pod_has_stopped() -> Non
 
     assert (ended.state, ended.reason) == (StepState.FAILED, FailureReason.PREEMPTED)
     assert ended.message.startswith("gang pod 1 of 2 (train-1-x on node-b): PreemptionByScheduler")
+
+
+def test_a_rank_deleted_before_its_end_reached_the_tenant_reads_preempted_by_its_event() -> None:
+    """Under vCluster a preempted host pod can vanish before its DisruptionTarget is copied:
+    the tenant pod is deleted as it last was, Running. The scheduler's `Preempted` event,
+    which the syncer copies, still says what happened; without one the rank reads Lost."""
+    vanished = pod(1, "Running", "node-b")
+    said = {"train-1-x": "Preempted by pod 6f1c on node node-b"}
+    assert [p["metadata"]["name"] for p in lost_pods([pod(0, "Running")], [vanished], now=0.0)] == [
+        "train-1-x"
+    ]
+
+    stopping = gang_status([pod(0, "Running")], [vanished], 2, now=0.0, preempted=said)
+    ended = gang_status([pod(0, "Failed")], [vanished], 2, now=0.0, preempted=said)
+    unknown = gang_status([pod(0, "Failed")], [vanished], 2, now=0.0)
+
+    assert (stopping.state, stopping.reason) == (StepState.RUNNING, FailureReason.PREEMPTED)
+    assert (ended.state, ended.reason) == (StepState.FAILED, FailureReason.PREEMPTED)
+    assert ended.message.startswith("gang pod 1 of 2 (train-1-x on node-b): PreemptionByScheduler")
+    assert "Preempted by pod 6f1c on node node-b" in ended.message
+    assert unknown.reason == FailureReason.LOST
+    assert preempted_pods([pod(0, "Failed")], [vanished], said) == [vanished]
+    assert preempted_pods([pod(0, "Failed")], [vanished]) == []
 
 
 def test_the_leader_pod_decides_success() -> None:

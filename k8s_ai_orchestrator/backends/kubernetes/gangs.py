@@ -4,6 +4,8 @@ A gang is one Indexed Job with one pod per node (see `jobs.py`). Its state is re
 its pods at once: a disrupted pod (preempted, evicted, node lost) stands for the whole gang,
 which the Job's pod failure policy fails and the executor relaunches from its checkpoint; a
 finished leader (index 0, the step process) stands for the step; a failed worker fails it.
+A rank deleted before its end reached the tenant reads Lost, or Preempted where the
+scheduler's `Preempted` event on it says so (`lost_pods`, then `gang_status(preempted=...)`).
 A disrupted pod that no kubelet will end (its host pod vanished under a vCluster tenant:
 `status.force_deleted_status`) never reaches the Failed phase the failure policy waits for, so
 the Job never stops the other pods: the backend deletes the Job (`abandoned_rank`).
@@ -25,6 +27,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from ..base import RELAUNCH_REASONS, FailureReason, StepState, StepStatus
+from .preemption import preempted_unseen
 from .status import (
     condition_of,
     deleted_pod_status,
@@ -47,12 +50,20 @@ def pod_index(pod: Pod) -> int:
     return int(annotations.get(INDEX_KEY, -1))
 
 
-def gang_status(pods: Sequence[Pod], gone: Sequence[Pod], nodes: int, *, now: float) -> StepStatus:
+def gang_status(
+    pods: Sequence[Pod],
+    gone: Sequence[Pod],
+    nodes: int,
+    *,
+    now: float,
+    preempted: Mapping[str, str] | None = None,
+) -> StepStatus:
     """The state of a gang from its live pods and the last state of its deleted ones, at `now`
     (epoch seconds): a rank that may still turn out OOM-killed reads Running until it settles
-    (`settled_pod_status`), so that the gang is relaunched with more memory, not as an Error."""
-    seen = [(pod, settled_pod_status(pod, now)) for pod in pods]
-    seen += [(pod, deleted_pod_status(pod)) for pod in gone]
+    (`settled_pod_status`), so that the gang is relaunched with more memory, not as an Error.
+    `preempted`: the scheduler's `Preempted` event message by pod name, for the ranks that
+    read Lost (`lost_pods`)."""
+    seen = _seen(pods, gone, now, preempted or {})
     for pod, status in seen:
         if status.reason in RELAUNCH_REASONS:
             ended = all(_ended(p) or force_deleted_status(p, now) for p in pods)
@@ -87,12 +98,34 @@ def abandoned_rank(status: StepStatus, pods: Sequence[Pod], *, now: float) -> Po
     return next((pod for pod in pods if force_deleted_status(pod, now) is not None), None)
 
 
-def preempted_pods(pods: Sequence[Pod], gone: Sequence[Pod]) -> list[Pod]:
-    """The gang's pods the scheduler preempted (stopping or ended), whose preemptor names the
-    gang's (see `preemption.name_preemptor_of_any`)."""
+def lost_pods(pods: Sequence[Pod], gone: Sequence[Pod], *, now: float) -> list[Pod]:
+    """The gang's ranks that read Lost: deleted before their end reached the tenant, for the
+    backend to look for the scheduler's `Preempted` event on them.
+
+    Example:
+        >>> gone = {"metadata": {"name": "r1"}, "status": {"phase": "Running"}}
+        >>> [pod_name(p) for p in lost_pods([], [gone], now=0.0)]
+        ['r1']
+    """
+    return [
+        pod for pod, status in _seen(pods, gone, now, {}) if status.reason == FailureReason.LOST
+    ]
+
+
+def preempted_pods(
+    pods: Sequence[Pod], gone: Sequence[Pod], preempted: Mapping[str, str] | None = None
+) -> list[Pod]:
+    """The gang's pods the scheduler preempted (stopping or ended; or Lost with a `Preempted`
+    event: `preempted`, by pod name), whose preemptor names the gang's (see
+    `preemption.name_preemptor_of_any`)."""
     seen = [(pod, pod_status(pod)) for pod in pods]
     seen += [(pod, deleted_pod_status(pod)) for pod in gone]
-    return [pod for pod, status in seen if status.reason == FailureReason.PREEMPTED]
+    said = preempted or {}
+    return [
+        pod
+        for pod, status in seen
+        if status.reason == FailureReason.PREEMPTED or said.get(pod_name(pod))
+    ]
 
 
 def pending_pod(pods: Sequence[Pod]) -> Pod | None:
@@ -110,6 +143,16 @@ def pending_pod(pods: Sequence[Pod]) -> Pod | None:
 
 def running_count(pods: Iterable[Pod]) -> int:
     return sum(1 for pod in pods if (pod.get("status") or {}).get("phase") == "Running")
+
+
+def _seen(
+    pods: Sequence[Pod], gone: Sequence[Pod], now: float, preempted: Mapping[str, str]
+) -> list[tuple[Pod, StepStatus]]:
+    """Each rank with how it stands at `now`: live ones settled, deleted ones as last seen; a
+    Lost one Preempted where its `Preempted` event is known."""
+    seen = [(pod, settled_pod_status(pod, now)) for pod in pods]
+    seen += [(pod, deleted_pod_status(pod)) for pod in gone]
+    return [(p, preempted_unseen(s, p, preempted.get(pod_name(p), ""))) for p, s in seen]
 
 
 def _whole_gang(pod: Pod, status: StepStatus, nodes: int, *, ended: bool) -> StepStatus:

@@ -33,6 +33,7 @@ from .dra_occupancy import FreeDevices, waits_for_devices
 from .gangs import (
     abandoned_rank,
     gang_status,
+    lost_pods,
     partial_gang,
     pending_pod,
     pod_index,
@@ -43,7 +44,7 @@ from .growth import PodGrowth
 from .jobapi import JobApi
 from .logs import LogStreams, read_tail
 from .pending import PendingExplainer
-from .preemption import preempted_event
+from .preemption import preempted_event, preempted_unseen
 from .scaleup import NODE_COMING
 from .status import (
     container_ages,
@@ -111,9 +112,10 @@ class AttemptObserver:
             if pod is not None:
                 self._measure(attempt, pod)
                 current = self._coming_eviction(attempt, current, [pod])
-        if current.reason == FailureReason.LOST and pod is not None:
-            current = self._preempted_unseen(attempt, current, pod)
         victim = pod or gone
+        if current.reason == FailureReason.LOST and victim is not None:
+            said = self._preempted_said(attempt, [victim]).get(pod_name(victim), "")
+            current = preempted_unseen(current, victim, said)
         if current.reason == FailureReason.PREEMPTED and victim is not None:
             current = self._name_preemptor(attempt, current, [victim])
         if current.is_terminal:
@@ -154,7 +156,8 @@ class AttemptObserver:
         pods = attempt.pods()
         nodes = attempt.request.spec.nodes
         gone = attempt.watch.deleted_pods(handle.job_id)
-        current = gang_status(pods, gone, nodes, now=self._wall())
+        said = self._preempted_said(attempt, lost_pods(pods, gone, now=self._wall()))
+        current = gang_status(pods, gone, nodes, now=self._wall(), preempted=said)
         if not pods and not gone and attempt.ended_unseen is not None:
             current = attempt.ended_unseen  # adopted after its pods were gone
         running = running_count(pods)
@@ -166,7 +169,7 @@ class AttemptObserver:
             self._started(attempt, pods)
             current = self._coming_eviction(attempt, current, pods)
         if current.reason == FailureReason.PREEMPTED:
-            current = self._name_preemptor(attempt, current, preempted_pods(pods, gone))
+            current = self._name_preemptor(attempt, current, preempted_pods(pods, gone, said))
         if not attempt.stopped and abandoned_rank(current, pods, now=self._wall()) is not None:
             attempt.stopped = True  # its Job will never stop the other ranks: deleted here
             self._jobs.delete(attempt.tenant, attempt.namespace, attempt.job.name, handle.step_key)
@@ -277,17 +280,15 @@ class AttemptObserver:
         attempt.preemptor.named_by_admission()
         return StepStatus(StepState.RUNNING, eviction.reason, eviction.message, node=current.node)
 
-    def _preempted_unseen(self, attempt: Attempt, status: StepStatus, pod: Pod) -> StepStatus:
-        """A pod deleted and never ended (Lost) that the scheduler's `Preempted` event says was
-        preempted: Preempted, as it would read had its DisruptionTarget reached the tenant."""
-        said = preempted_event(self.core(attempt), attempt.namespace, pod)
-        if not said:
-            return status
-        message = (
-            f"PreemptionByScheduler: pod {pod_name(pod)} was preempted ({said}) and deleted "
-            "before its end reached this tenant"
-        )
-        return StepStatus.failed(FailureReason.PREEMPTED, message, node=status.node)
+    def _preempted_said(self, attempt: Attempt, lost: list[Pod]) -> dict[str, str]:
+        """The scheduler's `Preempted` event message on each pod that reads Lost, by name:
+        what still says it was preempted when its host pod went before its DisruptionTarget
+        and end reached the tenant."""
+        if not lost:
+            return {}
+        core = self.core(attempt)
+        said = {pod_name(p): preempted_event(core, attempt.namespace, p) for p in lost}
+        return {name: message for name, message in said.items() if message}
 
     def _name_preemptor(
         self, attempt: Attempt, status: StepStatus, victims: list[Pod]

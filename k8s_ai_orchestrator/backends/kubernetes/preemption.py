@@ -36,7 +36,8 @@ from typing import Any
 from kubernetes.client import CoreV1Api
 from kubernetes.client.exceptions import ApiException
 
-from .status import condition_of
+from ..base import FailureReason, StepStatus
+from .status import condition_of, pod_name
 
 _PREEMPTED = re.compile(r"Preempted by pod (?P<uid>\S+) on node (?P<node>\S+)")
 RUN_ANNOTATION = "k8s-ai/run-id"
@@ -215,6 +216,30 @@ def preempted_event(core: CoreV1Api, namespace: str, victim: Obj) -> str:
     were copied to the tenant (vCluster copies events, not a vanished pod's last status)."""
     events = _read_events(core, namespace, victim) or []
     return next((e.get("message") or "" for e in events if e.get("reason") == "Preempted"), "")
+
+
+def preempted_unseen(lost: StepStatus, pod: Mapping[str, Any], said: str) -> StepStatus:
+    """A pod that reads Lost (deleted, never ended) which the scheduler's `Preempted` event
+    message `said` says was preempted: Preempted, as it would read had its DisruptionTarget
+    reached the tenant (vCluster copies a host pod's events, not the last status of a host pod
+    that vanished). Any other status, or no such event, is left as it is.
+
+    Example:
+        >>> lost = StepStatus.failed(FailureReason.LOST, "pod r1 was deleted before it finished")
+        >>> preempted_unseen(lost, {"metadata": {"name": "r1"}}, "Preempted by pod h on node n")
+        ... # doctest: +NORMALIZE_WHITESPACE
+        StepStatus(state=<StepState.FAILED: 'Failed'>, reason=<FailureReason.PREEMPTED:
+        'Preempted'>, message='PreemptionByScheduler: pod r1 was preempted (Preempted by pod h
+        on node n) and deleted before its end reached this tenant', exit_code=None, node=None,
+        waiting='')
+    """
+    if not said or lost.reason != FailureReason.LOST:
+        return lost
+    message = (
+        f"PreemptionByScheduler: pod {pod_name(pod)} was preempted ({said}) and deleted "
+        "before its end reached this tenant"
+    )
+    return StepStatus.failed(FailureReason.PREEMPTED, message, node=lost.node)
 
 
 def _marked(victim: Obj, events: Sequence[Obj]) -> bool:

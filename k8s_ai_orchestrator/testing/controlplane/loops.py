@@ -9,6 +9,10 @@ Example:
     >>> idle = threading.Thread(target=lambda: None)
     >>> describe_loop("agent", idle, [ValueError("bad pod")])
     'agent: loop alive=False, 1 errors, the last: ["ValueError: bad pod"]; not running'
+    >>> refused = ApiException(status=403, reason="Forbidden")
+    >>> refused.body = '{"message": "unable to create new content in namespace ns1"}'
+    >>> _one_line(refused)
+    'ApiException: 403 Forbidden: unable to create new content in namespace ns1'
 """
 
 from __future__ import annotations
@@ -17,6 +21,10 @@ import sys
 import threading
 import traceback
 from collections.abc import Sequence
+
+from kubernetes.client.rest import ApiException
+
+from ...backends.kubernetes.api import api_message
 
 MAX_ERROR_CHARS = 300  # an error's message is cut here in a description
 
@@ -32,6 +40,7 @@ def describe_loop(name: str, thread: threading.Thread, errors: Sequence[BaseExce
 
 def _one_line(error: BaseException) -> str:
     """An error as one short line: its type and message (an ApiException's status, reason and
-    body, which its repr leaves out)."""
-    text = " ".join(str(error).split())
+    the server's message, not the response headers its text starts with)."""
+    message = api_message(error) if isinstance(error, ApiException) else str(error)
+    text = " ".join(message.split())
     return f"{type(error).__name__}: {text[:MAX_ERROR_CHARS]}"

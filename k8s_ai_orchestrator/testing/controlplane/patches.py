@@ -53,13 +53,24 @@ def status_patch(
 def replaced(error: ApiException) -> bool:
     """Whether the API refused a `status_patch` because its pod's name now belongs to a new
     pod (the uid the patch carries differs from the pod's)."""
-    if error.status != 422:
-        return False
+    return error.status == 422 and any(c.get("field") == "metadata.uid" for c in _causes(error))
+
+
+def terminating(error: ApiException) -> bool:
+    """Whether the API refused a create because its namespace is being deleted (403 with the
+    `NamespaceTerminating` cause): nothing new can go there, and nobody will read it."""
+    return error.status == 403 and any(
+        c.get("type") == "NamespaceTerminating" for c in _causes(error)
+    )
+
+
+def _causes(error: ApiException) -> list[dict[str, Any]]:
+    """The `details.causes` of the Status an API error carries (none when it has no body)."""
     try:
         causes = (json.loads(error.body or "{}").get("details") or {}).get("causes") or []
-    except ValueError:
-        return False
-    return any(cause.get("field") == "metadata.uid" for cause in causes)
+    except (ValueError, AttributeError):
+        return []
+    return [cause for cause in causes if isinstance(cause, dict)]
 
 
 @contextlib.contextmanager
@@ -73,4 +84,4 @@ def ignoring(*codes: int) -> Iterator[None]:
             raise
 
 
-__all__ = ["STRATEGIC", "ignoring", "replaced", "status_patch"]
+__all__ = ["STRATEGIC", "ignoring", "replaced", "status_patch", "terminating"]

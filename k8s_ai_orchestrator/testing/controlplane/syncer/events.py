@@ -6,7 +6,8 @@ The host's scheduler and node agent record events on host pods (`FailedSchedulin
 involved object is a synced pod becomes a tenant event on that pod, in its namespace, with
 the host's message: like vCluster's syncer, this one does not turn host pod UIDs in it into
 tenant UIDs (`Preempted by pod <host uid>` stays so). An event seen again with a new
-resourceVersion (its count went up) is updated.
+resourceVersion (its count went up) is updated. A write that fails is kept for the next pass
+and holds up neither the other events nor the pass (vCluster's syncer requeues per object).
 
 Example:
     >>> host_pod_event = {"metadata": {"name": "a.1", "uid": "e1", "resourceVersion": "7"},
@@ -66,10 +67,16 @@ class EventSync:
 
     Args:
         write: creates (or, given the existing name, replaces) a tenant event.
+        failed: told of a write that raised; that event is tried again on the next `sync`.
     """
 
-    def __init__(self, write: Callable[[Obj, bool], None]) -> None:
+    def __init__(
+        self,
+        write: Callable[[Obj, bool], None],
+        failed: Callable[[Exception], None] = lambda error: None,
+    ) -> None:
         self._write = write
+        self._failed = failed
         self._copied: dict[str, str] = {}  # host event uid → resourceVersion copied
         self.pods: dict[str, PodRef] = {}  # host pod name → tenant pod, every one seen
 
@@ -86,7 +93,11 @@ class EventSync:
             seen = self._copied.get(meta["uid"])
             if seen == meta.get("resourceVersion"):
                 continue
-            self._write(tenant_event(event, pod), seen is not None)
+            try:
+                self._write(tenant_event(event, pod), seen is not None)
+            except Exception as error:  # noqa: BLE001 - retried on the next pass
+                self._failed(error)
+                continue
             self._copied[meta["uid"]] = str(meta.get("resourceVersion"))
 
 

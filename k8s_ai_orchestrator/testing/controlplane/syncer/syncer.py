@@ -27,7 +27,9 @@ What it does, as vCluster does with our recommended values (`helm/vcluster-value
   tenant pod a finalizer keeps (the Job's) can stay Running, deleted, with its Job active;
 - events on host pods (the scheduler's `FailedScheduling` and `Preempted`, the agent's) are
   copied to the tenant pod with the host's message, as vCluster copies them: a UID in it (the
-  scheduler's `Preempted by pod <uid>`) stays the host pod's (`events.py`).
+  scheduler's `Preempted by pod <uid>`) stays the host pod's (`events.py`). An event for a
+  tenant namespace being deleted is dropped (the API takes nothing new there); a write that
+  fails otherwise is tried on the next pass and keeps no pod from syncing.
 
 Jobs stay in the tenant, where the tenant's controller manager runs them.
 
@@ -51,7 +53,7 @@ from ...kube.lifecycle import is_terminal
 from ..agent.logserver import LogLookup
 from ..informer import TIMEOUT, Informer, Obj
 from ..loops import describe_loop
-from ..patches import STRATEGIC, ignoring, replaced, status_patch
+from ..patches import STRATEGIC, ignoring, replaced, status_patch, terminating
 from . import translate
 from .events import EventSync, PodRef
 from .nodes import NodeSync
@@ -113,7 +115,7 @@ class TenantSyncer:
             self._wake.set,
             namespace=self.host_namespace,
         )
-        self.events = EventSync(self._write_event)
+        self.events = EventSync(self._write_event, self._record)
         self.proxies = NodeProxies(
             tenant,
             self.host_namespace,
@@ -393,13 +395,17 @@ class TenantSyncer:
 
     def _write_event(self, event: Obj, exists: bool) -> None:
         meta = event["metadata"]
-        with ignoring(404, 409, 422):
-            if exists:
-                self.virtual.replace_namespaced_event(
-                    meta["name"], meta["namespace"], event, **TIMEOUT
-                )
-            else:
-                self.virtual.create_namespaced_event(meta["namespace"], event, **TIMEOUT)
+        try:
+            with ignoring(404, 409, 422):
+                if exists:
+                    self.virtual.replace_namespaced_event(
+                        meta["name"], meta["namespace"], event, **TIMEOUT
+                    )
+                else:
+                    self.virtual.create_namespaced_event(meta["namespace"], event, **TIMEOUT)
+        except ApiException as error:
+            if not terminating(error):
+                raise  # kept for `describe`, tried again on the next pass
 
 
 def _owner_uid(hpod: Obj) -> str | None:
