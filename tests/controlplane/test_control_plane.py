@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import itertools
 import shutil
 import tempfile
-import time
 import uuid
 from pathlib import Path
 
@@ -13,7 +11,6 @@ import pytest
 from kubernetes import client, config
 
 from k8s_ai_orchestrator.testing.controlplane import ApiServer, ControlPlane
-from k8s_ai_orchestrator.testing.controlplane.patches import terminating
 
 # under CI the first test may build the binary
 pytestmark = [pytest.mark.controlplane, pytest.mark.timeout(2400)]
@@ -79,43 +76,3 @@ def test_stop_leaves_no_process_behind(kubeplane_bin_dir: Path) -> None:
     plane.stop()
     assert _processes_in_groups(groups) == []
     shutil.rmtree(run_dir)
-
-
-def test_a_namespace_being_deleted_refuses_new_events_as_our_syncer_expects(
-    tenant: ApiServer,
-) -> None:
-    """Our syncer drops an event copied into a tenant namespace that is being deleted
-    (`patches.terminating`): the real API server's refusal is what it recognises."""
-    name = f"going-{uuid.uuid4().hex[:8]}"
-    with _api(tenant) as api:
-        core = client.CoreV1Api(api)
-        core.create_namespace(client.V1Namespace(metadata={"name": name}))
-        held = {"metadata": {"name": "held", "finalizers": ["k8s-ai.test/hold"]}}
-        core.create_namespaced_config_map(name, held)  # keeps the namespace terminating
-        try:
-            core.delete_namespace(name)
-            refused = _first_refused_event(core, name)
-            assert refused.status == 403 and terminating(refused), refused
-            assert not terminating(client.ApiException(status=403, reason="Forbidden"))
-        finally:
-            core.patch_namespaced_config_map("held", name, {"metadata": {"finalizers": None}})
-
-
-def _first_refused_event(core: client.CoreV1Api, namespace: str) -> client.ApiException:
-    """Create events in `namespace` until the API refuses one (its admission sees the
-    deletion a moment after the delete returns)."""
-    deadline = time.monotonic() + 30
-    for n in itertools.count():
-        event = {
-            "metadata": {"name": f"late.{n}"},
-            "involvedObject": {"kind": "Pod", "name": "p", "namespace": namespace},
-            "reason": "Scheduled",
-            "message": "copied late",
-        }
-        try:
-            core.create_namespaced_event(namespace, event)
-        except client.ApiException as error:
-            return error
-        assert time.monotonic() < deadline, f"{namespace}: every event taken for 30 s"
-        time.sleep(0.2)
-    raise AssertionError("unreachable")

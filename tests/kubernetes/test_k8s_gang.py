@@ -124,8 +124,9 @@ def test_a_worker_pod_no_kubelet_will_end_stops_the_whole_gang_for_a_relaunch(
 ) -> None:
     """Rank 1's host pod preempted and gone at once: the tenant pod is left Running, deleted,
     held by the Job's finalizer; the Job's failure policy never sees it fail, so the Job would
-    never stop rank 0. The backend stops the gang (Preempted where the pod's DisruptionTarget
-    reached the tenant, else Lost: both relaunch from the checkpoint), and nothing is left."""
+    never stop rank 0. The backend stops the gang, and nothing is left. The step reads
+    Preempted whether or not the pod's DisruptionTarget reached the tenant before its host pod
+    went: the scheduler's `Preempted` event, which the syncer copies, says so too."""
     assert gang_target.vanish is not None
     handle = backend.submit(gang_step(run_gang_code("sleep_rank", 600), run_id="vanished"))
     wait_status(gang_target, backend, handle, lambda s: s.state == StepState.RUNNING)
@@ -134,7 +135,8 @@ def test_a_worker_pod_no_kubelet_will_end_stops_the_whole_gang_for_a_relaunch(
     gang_target.vanish("team-a", worker["metadata"]["name"])
     status = wait_status(gang_target, backend, handle, lambda s: s.is_terminal)
 
-    assert status.reason in (FailureReason.PREEMPTED, FailureReason.LOST), status
+    assert status.reason == FailureReason.PREEMPTED, status
+    assert "PreemptionByScheduler" in status.message
     assert status.message.startswith(f"gang pod 1 of 2 ({worker['metadata']['name']}")
     gang_target.wait_for(lambda: not job_pods(gang_target, handle), timeout=120)
     assert not [j for j in gang_target.jobs("team-a") if j["metadata"]["name"] == handle.job_id]
