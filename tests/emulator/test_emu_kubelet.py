@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import threading
+
 import pytest
 from emu_support import log_contains, python_pod, read_log, terminated
 from kubernetes import client
@@ -266,3 +268,27 @@ def test_a_pod_bound_with_a_resource_claim_waits_for_a_driver_the_node_lacks(
     (status,) = placed.status.container_statuses
     assert status.state.waiting.reason == "ContainerCreating"
     assert placed.status.phase == "Pending"
+
+
+def test_a_follow_stream_its_client_left_stops_while_the_container_is_quiet(
+    emu: KubeEmulator, core: client.CoreV1Api, ns: str
+) -> None:
+    """As the kubelet (a Go server cancels a request whose client went), not when the container
+    next writes or exits: a quiet step's log stream would otherwise hold its server thread."""
+    core.create_namespaced_pod(ns, python_pod("quiet", "import time; time.sleep(60)"))
+    emu.wait_for(lambda: _phase(core, ns, "quiet") == "Running")
+    before = _connection_threads()
+    with emu.tenant("team-a").api_client() as fresh:  # a connection of its own
+        follow = client.CoreV1Api(fresh).read_namespaced_pod_log
+        response = follow("quiet", ns, follow=True, _preload_content=False)
+        emu.wait_for(lambda: _connection_threads() > before, timeout=10)
+
+        response.close()  # the client goes; the container has written nothing
+
+        emu.wait_for(lambda: _connection_threads() <= before, timeout=5)
+    core.delete_namespaced_pod("quiet", ns, grace_period_seconds=0)
+
+
+def _connection_threads() -> int:
+    """The emulator's threads serving a connection now (one per open connection)."""
+    return sum(1 for t in threading.enumerate() if "process_request_thread" in t.name)

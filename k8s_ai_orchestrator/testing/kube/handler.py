@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import json
 import re
+import select
 import socket
+import ssl
 import threading
 import time
 import traceback
@@ -26,6 +28,8 @@ from .routing import FaultPlan, Route, parse_route
 from .store import ApiError, Obj
 from .views import render
 from .watch import watch_stream
+
+TLS_ALERT = b"\x15"  # the content type of a TLS alert record (close_notify is one)
 
 
 class ServedApi(Protocol):
@@ -360,6 +364,24 @@ class ApiHandler(BaseHTTPRequestHandler):
         self.send_header("Transfer-Encoding", "chunked")
         self.end_headers()
         self.wfile.flush()
+
+    def client_gone(self) -> bool:
+        """Whether the client closed its end while a response streams to it: its socket reads
+        end-of-file, a reset, or (under TLS) an alert, its `close_notify`. A streaming request
+        gets nothing else from its client, and Go's server, the kubelet's, notices the same on
+        its background read and cancels the request; a stream that has nothing to send then
+        stops instead of waiting for output it could not deliver."""
+        sock = self.connection
+        try:
+            readable = select.select([sock], [], [], 0)[0]
+            if not readable:
+                return False
+            peeked = socket.socket.recv(sock, 1, socket.MSG_PEEK)  # the raw bytes, not TLS's
+        except BlockingIOError:
+            return False
+        except (OSError, ValueError):
+            return True
+        return not peeked or (isinstance(sock, ssl.SSLSocket) and peeked == TLS_ALERT)
 
     def _chunk(self, data: bytes) -> None:
         if data:

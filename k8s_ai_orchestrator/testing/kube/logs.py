@@ -2,7 +2,8 @@
 
 The kubelet here keeps no time per line: with `timestamps=true` each line is stamped with the
 time it is first served (a following reader sees it within `FOLLOW_POLL_SECONDS` of its
-writing). `sinceSeconds` is accepted and serves the whole log.
+writing). `sinceSeconds` is accepted and serves the whole log. A follow stream whose client went
+away stops at once, as the kubelet's does, not when the container next writes or exits.
 
 Example:
     >>> tail_lines(b"a\\nb\\nc\\n", 2)
@@ -136,6 +137,9 @@ def stream_log(handler: Any, route: Route, params: dict[str, str]) -> None:
             handler._chunk(stamper.stamp(fresh))
             if not running:
                 break
+            if handler.client_gone():  # as the kubelet: a request its client left is cancelled
+                handler.close_connection = True
+                return
             time.sleep(FOLLOW_POLL_SECONDS)
         handler._end_chunks()
     except (BrokenPipeError, ConnectionResetError, OSError):
