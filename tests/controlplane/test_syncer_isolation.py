@@ -63,7 +63,7 @@ def host_event(name: str, pod: str) -> dict[str, Any]:
 def refusal(status: int, cause: str) -> client.ApiException:
     error = client.ApiException(status=status, reason="Forbidden")
     error.body = json.dumps(
-        {"kind": "Status", "reason": "Forbidden", "details": {"causes": [{"type": cause}]}}
+        {"kind": "Status", "reason": "Forbidden", "details": {"causes": [{"reason": cause}]}}
     )
     return error
 

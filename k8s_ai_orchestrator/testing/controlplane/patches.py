@@ -58,9 +58,17 @@ def replaced(error: ApiException) -> bool:
 
 def terminating(error: ApiException) -> bool:
     """Whether the API refused a create because its namespace is being deleted (403 with the
-    `NamespaceTerminating` cause): nothing new can go there, and nobody will read it."""
+    `NamespaceTerminating` cause; a cause's type is its JSON `reason`): nothing new can go
+    there, and nobody will read it.
+
+    Example:
+        >>> refused = ApiException(status=403, reason="Forbidden")
+        >>> refused.body = '{"details": {"causes": [{"reason": "NamespaceTerminating"}]}}'
+        >>> terminating(refused), terminating(ApiException(status=403, reason="Forbidden"))
+        (True, False)
+    """
     return error.status == 403 and any(
-        c.get("type") == "NamespaceTerminating" for c in _causes(error)
+        c.get("reason") == "NamespaceTerminating" for c in _causes(error)
     )
 
 
