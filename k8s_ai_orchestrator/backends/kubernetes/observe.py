@@ -156,8 +156,10 @@ class AttemptObserver:
         pods = attempt.pods()
         nodes = attempt.request.spec.nodes
         gone = attempt.watch.deleted_pods(handle.job_id)
-        said = self._preempted_said(attempt, lost_pods(pods, gone, now=self._wall()))
-        current = gang_status(pods, gone, nodes, now=self._wall(), preempted=said)
+        current, said = gang_status(pods, gone, nodes, now=self._wall()), {}
+        if current.reason == FailureReason.LOST:  # a rank gone before its end was copied
+            said = self._preempted_said(attempt, lost_pods(pods, gone, now=self._wall()))
+            current = gang_status(pods, gone, nodes, now=self._wall(), preempted=said)
         if not pods and not gone and attempt.ended_unseen is not None:
             current = attempt.ended_unseen  # adopted after its pods were gone
         running = running_count(pods)
