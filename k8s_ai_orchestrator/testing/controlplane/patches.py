@@ -25,7 +25,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import json
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from kubernetes.client.rest import ApiException
@@ -82,13 +82,15 @@ def _causes(error: ApiException) -> list[dict[str, Any]]:
 
 
 @contextlib.contextmanager
-def ignoring(*codes: int) -> Iterator[None]:
+def ignoring(*codes: int, refused: Callable[[ApiException], bool] | None = None) -> Iterator[None]:
     """Swallow an ApiException with one of these statuses (a 409 on a create that an earlier
-    pass made, a 404 on a delete of what is already gone); any other error propagates."""
+    pass made, a 404 on a delete of what is already gone), or one that `refused` recognises
+    (`replaced`, `terminating`); any other error propagates. What follows the call inside the
+    block runs only when it succeeded."""
     try:
         yield
     except ApiException as error:
-        if error.status not in codes:
+        if error.status not in codes and not (refused is not None and refused(error)):
             raise
 
 

@@ -32,7 +32,7 @@ from kubernetes.client.rest import ApiException
 from ...kube.lifecycle import is_terminal
 from ...kube.store import ClusterState, Obj, Store
 from ..informer import TIMEOUT, Informer
-from ..patches import STRATEGIC, replaced, status_patch
+from ..patches import STRATEGIC, ignoring, replaced, status_patch, terminating
 
 
 def _node_of(pod: Obj) -> str:
@@ -142,7 +142,8 @@ class RemoteStore(Store):
         status = copy.deepcopy(pod.get("status") or {})
         before = self._sent.get(meta["uid"])
         self.requests += 1
-        try:
+        # gone, or replaced by a new pod of the same name: nothing to report
+        with ignoring(404, 409, refused=replaced):
             answer = self.core.patch_namespaced_pod_status(
                 meta["name"],
                 meta["namespace"],
@@ -150,12 +151,8 @@ class RemoteStore(Store):
                 _content_type=STRATEGIC,  # conditions merge by type, as a kubelet's patch
                 **TIMEOUT,
             )
-        except ApiException as error:
-            if error.status in (404, 409) or replaced(error):
-                return  # gone, or replaced by a new pod of the same name: nothing to report
-            raise
-        self._sent[meta["uid"]] = status
-        self.pods.update(self.api_client.sanitize_for_serialization(answer))
+            self._sent[meta["uid"]] = status
+            self.pods.update(self.api_client.sanitize_for_serialization(answer))
 
     def _final_delete(self, pod: Obj) -> None:
         meta = pod["metadata"]
@@ -183,7 +180,9 @@ class RemoteStore(Store):
             k: v for k, v in event["involvedObject"].items() if k != "resourceVersion"
         }
         self.requests += 1
-        try:
+        # a namespace being deleted takes no event (403): as a kubelet's recorder, the node
+        # drops it rather than fail the pass that stops the namespace's pods
+        with ignoring(404, 409, 422, refused=terminating):
             if key in self._events:
                 self.core.patch_namespaced_event(
                     meta["name"],
@@ -193,8 +192,5 @@ class RemoteStore(Store):
                 )
             else:
                 self.core.create_namespaced_event(meta["namespace"], body, **TIMEOUT)
-        except ApiException as error:
-            if error.status not in (404, 409, 422):
-                raise
         self._events[key] = copy.deepcopy(event)
         return event

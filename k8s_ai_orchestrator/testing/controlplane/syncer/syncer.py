@@ -338,7 +338,8 @@ class TenantSyncer:
         if not status or self._copied.get(meta["uid"]) == status:
             return
         before = self._copied.get(meta["uid"])  # only conditions copied earlier are removed
-        try:
+        # the tenant pod gone, or a new one took its name: nothing to copy
+        with ignoring(404, 409, refused=replaced):
             self.virtual.patch_namespaced_pod_status(
                 meta["name"],
                 meta["namespace"],
@@ -346,11 +347,7 @@ class TenantSyncer:
                 _content_type=STRATEGIC,
                 **TIMEOUT,
             )
-        except ApiException as error:
-            if error.status in (404, 409) or replaced(error):
-                return  # the tenant pod is gone, or a new one took its name
-            raise
-        self._copied[meta["uid"]] = status
+            self._copied[meta["uid"]] = status
 
     def _resize_host(self, hpod: Obj, vpod: Obj) -> None:
         """Give the host pod the tenant pod's new container resources (`pods/resize`)."""
@@ -395,17 +392,13 @@ class TenantSyncer:
 
     def _write_event(self, event: Obj, exists: bool) -> None:
         meta = event["metadata"]
-        try:
-            with ignoring(404, 409, 422):
-                if exists:
-                    self.virtual.replace_namespaced_event(
-                        meta["name"], meta["namespace"], event, **TIMEOUT
-                    )
-                else:
-                    self.virtual.create_namespaced_event(meta["namespace"], event, **TIMEOUT)
-        except ApiException as error:
-            if not terminating(error):
-                raise  # kept for `describe`, tried again on the next pass
+        with ignoring(404, 409, 422, refused=terminating):  # others: retried next pass
+            if exists:
+                self.virtual.replace_namespaced_event(
+                    meta["name"], meta["namespace"], event, **TIMEOUT
+                )
+            else:
+                self.virtual.create_namespaced_event(meta["namespace"], event, **TIMEOUT)
 
 
 def _owner_uid(hpod: Obj) -> str | None:
