@@ -46,6 +46,27 @@ def tree_rss(pid: int) -> int:
     return _tree_sum(pid, lambda p: int(p.memory_info().rss))
 
 
+def peak_rss(pid: int) -> int:
+    """The kernel's high-water mark of the resident memory of the process `pid` itself (VmHWM
+    of /proc/PID/status), in bytes: every spike since it started (or exec'd), however short,
+    also one between two samples. 0 if it is gone or the kernel does not tell.
+
+    Example:
+        >>> peak_rss(os.getpid()) >= psutil.Process().memory_info().rss > 0
+        True
+        >>> peak_rss(-1)
+        0
+    """
+    try:
+        with open(f"/proc/{pid}/status") as status:
+            for line in status:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return 0
+
+
 def tree_pss(pid: int) -> int:
     """Proportional set size of the tree: shared pages split among the processes mapping them."""
     return _tree_sum(pid, lambda p: int(p.memory_full_info().pss))

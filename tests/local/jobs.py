@@ -295,6 +295,27 @@ def measured() -> None:
     measured_work()
 
 
+@op(tags=compute(cpu=1, memory="2Gi"))
+def spike() -> None:
+    """Fills 600 MiB in one go and frees it at once (a spike of a fraction of a second), then
+    idles 1 s; records the kernel's peak RSS (VmHWM) and the RSS left after the spike."""
+    block = b"\x01" * (600 << 20)
+    del block
+    status = Path("/proc/self/status").read_text()
+    fields = {
+        line.split(":")[0]: int(line.split()[1]) * 1024
+        for line in status.splitlines()
+        if line.startswith(("VmHWM:", "VmRSS:"))
+    }
+    _record("spike", hwm=fields["VmHWM"], rss=fields["VmRSS"])
+    time.sleep(1.0)
+
+
+@job(executor_def=ai_executor)
+def spiking() -> None:
+    spike()
+
+
 defs = Definitions(
     resources={"ai": AICompute(local={"cpus": 2, "memory": "4Gi"}, poll_interval_s=0.1)},
     jobs=[
@@ -312,5 +333,6 @@ defs = Definitions(
         machine_wide,
         dynamic_fan_out,
         measured,
+        spiking,
     ],
 )

@@ -33,7 +33,7 @@ from typing import Literal
 
 from ...errors import ConfigError
 from ...memorygrowth import MemoryGrowth
-from ...proctree import charged_memory, tree_cpu_seconds
+from ...proctree import charged_memory, peak_rss, tree_cpu_seconds
 from ...spec import ComputeSpec, format_memory
 from ..base import (
     FailureReason,
@@ -353,7 +353,7 @@ class LocalBackend:
         if meter is None or process is None:
             return
         rss = _charged_memory(process, meter.limit_bytes)
-        meter.observe(self._clock(), rss, tree_cpu_seconds(process.pid))
+        meter.observe(self._clock(), rss, tree_cpu_seconds(process.pid), peak_rss(process.pid))
         if self.growth is not None:
             self._grow_if_due(attempt, meter, rss, self.growth)
         if rss > meter.limit_bytes:

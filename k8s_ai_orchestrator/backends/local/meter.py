@@ -4,7 +4,9 @@ and its CPU time. Pure bookkeeping: the backend's monitor thread feeds it sample
 The limit can change while the attempt runs (in-place growth), so the memory it held is
 integrated over time rather than taken as limit × wall time. CPU time is the sum, over every
 process the tree ever had, of the last user + system seconds sampled for it; peak cores are
-measured over windows of at least `CPU_WINDOW_S`.
+measured over windows of at least `CPU_WINDOW_S`. The peak memory is the highest of the
+samples and of the step process's own high-water mark (which the kernel keeps: a spike between
+two samples, or samples the monitor thread was too late for, still count).
 
 Example:
     >>> meter = AttemptMeter(limit_bytes=1024**3, started_at=0.0)
@@ -41,9 +43,16 @@ class AttemptMeter:
     _peak_cores: float = 0.0
     trend: MemoryTrend = field(default_factory=MemoryTrend)  # how fast its memory rises
 
-    def observe(self, now: float, memory_bytes: int, cpu: dict[tuple[int, float], float]) -> None:
-        """Fold in one sample: the tree's charged memory and each process's CPU seconds."""
-        self.max_rss = max(self.max_rss, memory_bytes)
+    def observe(
+        self,
+        now: float,
+        memory_bytes: int,
+        cpu: dict[tuple[int, float], float],
+        high_water_bytes: int = 0,
+    ) -> None:
+        """Fold in one sample: the tree's charged memory, each process's CPU seconds and the
+        step process's own high-water mark."""
+        self.max_rss = max(self.max_rss, memory_bytes, high_water_bytes)
         self.trend.add(now, memory_bytes)
         self._cpu_by_process.update(cpu)
         used = self.cpu_seconds
