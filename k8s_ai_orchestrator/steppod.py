@@ -5,7 +5,8 @@ backend starts its container as `python -c <reporting.STEP_POD_MAIN> -m dagster 
 ...`: `pod_main` starts `UsageReporter`, a daemon thread that writes the container's working
 set and CPU time (`usage_report`) to the container's stderr every `K8S_AI_USAGE_INTERVAL_S`
 seconds (default 1), then runs the module (or `-c` code) in this same process, as python would,
-and writes one last report when it returns or exits (the CPU time the step ends with). The
+and writes one last report when it returns or exits (the CPU time the step ends with; marked
+`last`, so a log stream that ended after it needs no re-opening). The
 step keeps its PID, its signals and its exit code; the executor reads the reports from the
 pod's log, which it follows anyway, so it needs no `get nodes/proxy`.
 
@@ -67,9 +68,9 @@ class UsageReporter:
             reading = replace(reading, cpu_seconds=cpu + sum(live.values()))
         return replace(reading, at=self._clock())
 
-    def report(self) -> None:
-        """Write one report now."""
-        self._write(format_report(self.read()))
+    def report(self, last: bool = False) -> None:
+        """Write one report now (`last`: the step has returned; nothing of it follows)."""
+        self._write(format_report(replace(self.read(), last=last)))
 
     def start(self) -> threading.Thread:
         thread = threading.Thread(target=self._run, name="k8s-ai-usage", daemon=True)
@@ -112,7 +113,7 @@ def pod_main(argv: Sequence[str]) -> int:
     finally:
         reporter.stop()
         try:
-            reporter.report()  # the CPU time the step ends with
+            reporter.report(last=True)  # the CPU time the step ends with
         except (OSError, ValueError):
             pass
     return 0

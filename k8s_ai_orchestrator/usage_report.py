@@ -7,7 +7,8 @@ seconds, one line to the container's stderr::
     @k8s-ai-usage {"working_set_bytes": 1234567, "source": "cgroup v2", "at": 1733.5,
                    "cpu_seconds": 12.5}
 
-The executor already follows the pod's log; `ReportFilter` takes these lines out of it (they
+The step's last report, written as it returns or exits, also says `"last": true`. The executor
+already follows the pod's log; `ReportFilter` takes these lines out of it (they
 never reach the Dagster UI) and hands the readings to in-place growth, so measuring a running
 step needs no `get nodes/proxy`.
 
@@ -48,6 +49,7 @@ class MemoryReading:
     source: str  # "cgroup v2", "cgroup v1" or "process tree" (RSS, no cgroup of its own)
     at: float  # the step's wall clock (Unix seconds) when it was read
     cpu_seconds: float | None = None  # CPU time charged so far (its cgroup's, or its tree's)
+    last: bool = False  # the step process's last report: it wrote it as it returned or exited
 
 
 def format_report(reading: MemoryReading) -> str:
@@ -59,6 +61,8 @@ def format_report(reading: MemoryReading) -> str:
     }
     if reading.cpu_seconds is not None:
         body["cpu_seconds"] = round(reading.cpu_seconds, 3)
+    if reading.last:
+        body["last"] = True
     return PREFIX + json.dumps(body, separators=(",", ":")) + "\n"
 
 
@@ -71,6 +75,7 @@ def _parse(body: bytes) -> MemoryReading | None:
             str(fields["source"]),
             float(fields["at"]),
             None if cpu is None else float(cpu),
+            fields.get("last") is True,
         )
     except (ValueError, KeyError, TypeError):
         return None

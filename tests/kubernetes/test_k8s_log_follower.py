@@ -2,7 +2,8 @@
 
 A follow stream can end before its container has written anything (the node's log server
 saw no process yet, or the apiserver's proxy closed it): a stream that ended is not the
-whole log, so the next read opens it again. A broken stream (a reset connection) too.
+whole log, so the next read opens it again. A broken stream (a reset connection) too. A stream
+that ended after the step's last usage report holds the whole log: it is not opened again.
 """
 
 from __future__ import annotations
@@ -13,6 +14,10 @@ from typing import Any
 from urllib3.exceptions import ProtocolError
 
 from k8s_ai_orchestrator.backends.kubernetes.logs import LogFollower
+from k8s_ai_orchestrator.usage_report import MemoryReading, format_report
+
+REPORT = format_report(MemoryReading(1 << 20, "cgroup v2", 1.0, cpu_seconds=0.5)).encode()
+LAST = format_report(MemoryReading(1 << 20, "cgroup v2", 2.0, 0.9, last=True)).encode()
 
 
 class Stream:
@@ -68,3 +73,29 @@ def test_a_broken_stream_is_opened_again_and_skips_what_was_read() -> None:
     assert second == ("epoch 2\n", 16)
     assert third == ("", 16)  # the ended stream, read again, skips all it carried
     assert core.opened == 3
+
+
+def test_a_stream_that_ended_after_the_steps_last_report_is_the_whole_log() -> None:
+    core = Core(Stream([REPORT, b"epoch 1\n", LAST]), Stream([b"never read\n"]))
+    follower = LogFollower(core, "default", "train-0")  # type: ignore[arg-type]
+
+    first = follower.read_since(0, drain_s=5.0)
+    second = follower.read_since(first[1], drain_s=5.0)  # the ended attempt's last read
+
+    assert first == ("epoch 1\n", 8)
+    assert second == ("", 8)
+    assert core.opened == 1
+    assert follower.last_report is not None and follower.last_report.cpu_seconds == 0.9
+    assert core.opened == 1
+
+
+def test_a_stream_that_ended_after_an_earlier_report_is_opened_again() -> None:
+    core = Core(Stream([REPORT, b"epoch 1\n"]), Stream([REPORT, b"epoch 1\n", b"epoch 2\n", LAST]))
+    follower = LogFollower(core, "default", "train-0")  # type: ignore[arg-type]
+
+    first = follower.read_since(0, drain_s=5.0)
+    second = follower.read_since(first[1], drain_s=5.0)
+    third = follower.read_since(second[1], drain_s=5.0)
+
+    assert (first, second, third) == (("epoch 1\n", 8), ("epoch 2\n", 16), ("", 16))
+    assert core.opened == 2

@@ -9,7 +9,7 @@ from dataclasses import replace
 from typing import Any
 
 import pytest
-from k8s_support import TENANTS, python_step, tenant_config, wait_terminal
+from k8s_support import TENANTS, python_step, tenant_config, wait_terminal, wait_until
 from test_k8s_growth import POLICY, FakeCore, growth, memory, pod
 
 from k8s_ai_orchestrator.backends.base import GrowOutcome, StepState
@@ -186,3 +186,32 @@ def test_a_priced_step_reports_what_it_used_without_growth_or_node_stats(
         return
     assert usage.max_rss_bytes is not None and usage.max_rss_bytes >= 96 * MiB, usage
     assert usage.cpu_used_seconds is not None and usage.cpu_used_seconds >= 0.6, usage
+
+
+@pytest.mark.slow
+def test_a_reporting_pods_log_is_streamed_once_through_its_end(emulator: Any) -> None:
+    """A measured step's log stream ends after the step's last report: the executor's reads of
+    the ended attempt (its last one waits for the stream's end) open no second stream, which
+    would only send the whole log again."""
+    backend = KubernetesBackend(
+        KubernetesConfig.from_dict(tenant_config(emulator)),
+        allowed_tenants=TENANTS,
+        sleep=lambda s: None,
+    )
+    try:
+        step = replace(
+            python_step("import time; print('epoch 1'); time.sleep(1)"), measure_usage=True
+        )
+        handle = backend.submit(step)
+        wait_until(emulator, backend, handle, lambda s: s.state == StepState.RUNNING)
+        emulator.reset_request_counts()  # the stream may be open already: growth reads it
+        text, offset = backend.logs_since(handle, 0)
+        wait_terminal(emulator, backend, handle)
+        for _ in range(3):  # the ended attempt's reads: the handler's, the tail's, the run's end
+            more, offset = backend.logs_since(handle, offset)
+            text += more
+        streams = emulator.request_counts("team-a")[("get", "pods/log")]
+    finally:
+        backend.close()
+    assert "epoch 1" in text and "@k8s-ai-usage" not in text, text
+    assert streams <= 1, emulator.request_counts()  # opened before, or by the first read

@@ -2,9 +2,14 @@
 
 `LogFollower` opens `GET .../log?follow=true` once and appends what arrives to a buffer, so
 an executor that shows new lines on every poll costs one API request per pod, not one per
-poll. If the stream breaks while the pod still runs, the next read re-opens it and skips the
-bytes already buffered. A step's own memory reports (`usage_report`) are taken out of the
-stream as it arrives: the latest is `last_report`, and no reader of the log sees them.
+poll. A stream that ends is re-opened by the next read, skipping the bytes already buffered:
+the API server ends a follow stream when the container exits, but also when its connection to
+the kubelet breaks while the container runs, and the two look alike. Not after the step's
+last report, though: a measured step pod's reporter writes it as the step process returns,
+so a stream that ended after it holds the whole log (one stream per pod instead of a second
+one, which only re-sent the log, for most short steps). A step's own memory reports
+(`usage_report`) are taken out of the stream as it arrives: the latest is `last_report`, and
+no reader of the log sees them.
 
 Example:
     >>> follower = LogFollower(core_api, "default", "k8s-ai-0f3c-0-abcde")  # doctest: +SKIP
@@ -47,6 +52,7 @@ class LogFollower:
         self._closed = False
         self._reports = ReportFilter()
         self._last_report: MemoryReading | None = None
+        self._complete = False  # a stream ended after the step's last report: nothing follows
 
     @property
     def last_report(self) -> MemoryReading | None:
@@ -80,7 +86,9 @@ class LogFollower:
                     pass
 
     def _ensure_streaming(self) -> None:
-        if self._closed or (self._thread is not None and self._thread.is_alive()):
+        if self._closed or self._complete:
+            return
+        if self._thread is not None and self._thread.is_alive():
             return
         self._thread = threading.Thread(
             target=self._follow, name=f"k8s-ai-logs-{self.pod}", daemon=True
@@ -100,6 +108,11 @@ class LogFollower:
                     used = min(skip, len(chunk))
                     chunk, skip = chunk[used:], skip - used
                 self._append(chunk)
+            last = self._last_report
+            if not self._closed and last is not None and last.last:
+                with self._lock:
+                    self._keep(self._reports.flush())
+                self._complete = True
         except (ApiException, OSError, ValueError):
             return  # the pod is gone or not started yet; the next read tries again
         except Exception:
@@ -114,12 +127,16 @@ class LogFollower:
         with self._lock:
             if reports:
                 self._last_report = reports[-1]
-            self._buffer.extend(kept)
             self._received += len(chunk)
-            overflow = len(self._buffer) - _MAX_BUFFER
-            if overflow > 0:
-                del self._buffer[:overflow]
-                self._dropped += overflow
+            self._keep(kept)
+
+    def _keep(self, kept: bytes) -> None:
+        """Buffer `kept` (with `_lock` held), dropping the oldest output past `_MAX_BUFFER`."""
+        self._buffer.extend(kept)
+        overflow = len(self._buffer) - _MAX_BUFFER
+        if overflow > 0:
+            del self._buffer[:overflow]
+            self._dropped += overflow
 
 
 class LogStreams:
