@@ -135,3 +135,26 @@ def test_an_added_node_lets_a_pending_pod_schedule(emu: KubeEmulator, core, ns: 
     emu.add_node(NodeSpec("node-big", cpu="8", memory="16Gi"))
     emu.wait_for(lambda: core.read_namespaced_pod("big", ns).status.phase == "Succeeded")
     assert core.read_namespaced_pod("big", ns).spec.node_name == "node-big"
+
+
+def test_a_pod_the_kubelet_fails_to_sync_holds_up_no_other_pod(
+    emu: KubeEmulator, core, ns: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """As the kubelet's per-pod workers: an error syncing one pod is reported, the other pods
+    of the pass are synced all the same, and the failed one is tried again next pass."""
+    sync, broken = emu.kubelet._sync, [True]
+
+    def failing_sync(store, pod, node) -> None:  # type: ignore[no-untyped-def]
+        if pod["metadata"]["name"] == "a-broken" and broken[0]:
+            raise RuntimeError("syncing a-broken failed")
+        sync(store, pod, node)
+
+    monkeypatch.setattr(emu.kubelet, "_sync", failing_sync)
+    core.create_namespaced_pod(ns, python_pod("a-broken", "pass"))  # synced first in a pass
+    core.create_namespaced_pod(ns, python_pod("b-fine", "pass"))
+    phase = lambda name: core.read_namespaced_pod(name, ns).status.phase  # noqa: E731
+    emu.wait_for(lambda: phase("b-fine") == "Succeeded", timeout=30)
+    broken[0] = False
+    emu.wait_for(lambda: phase("a-broken") == "Succeeded", timeout=30)
+    errors, emu.controller_errors[:] = list(emu.controller_errors), []
+    assert errors and all("RuntimeError: syncing a-broken failed" in e for e in errors), errors

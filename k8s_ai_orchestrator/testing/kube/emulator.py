@@ -99,7 +99,9 @@ class KubeEmulator(FaultsMixin):
         self._loop: threading.Thread | None = None
         self.controller_errors: list[str] = []  # tracebacks from the control loop (a bug)
         host = self.cluster.new_store(HOST)
-        self.kubelet = Kubelet(self.cluster, host, self.workdir / "pods", self._wake)
+        self.kubelet = Kubelet(
+            self.cluster, host, self.workdir / "pods", self._wake, on_error=self._pod_error
+        )
 
     # lifecycle ---------------------------------------------------------------------------
 
@@ -183,6 +185,9 @@ class KubeEmulator(FaultsMixin):
                 except Exception:  # keep the control loop alive; tests assert none happened
                     self.controller_errors.append(traceback.format_exc())
             self._wake.wait(self.tick_seconds)
+
+    def _pod_error(self, error: BaseException) -> None:
+        self.controller_errors.append("".join(traceback.format_exception(error)))
 
     def _reconcile(self, scheduler: Scheduler) -> None:
         # Job controllers before and after: a new Job's pod is created, bound and started in

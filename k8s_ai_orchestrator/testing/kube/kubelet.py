@@ -59,6 +59,10 @@ class Kubelet:
 
     A pod with `resourceClaims` starts only when `claims` (a DRA driver's kubelet plugin)
     prepares its devices; without one it waits, as on a kubelet with no such driver.
+
+    Each pod is synced on its own, as the kubelet's per-pod workers do: an error syncing one
+    goes to `on_error` (kept in `pod_errors` without one) and the other pods of the pass are
+    synced all the same; the failed pod is tried again next pass.
     """
 
     def __init__(
@@ -68,7 +72,10 @@ class Kubelet:
         workdir: Path,
         wake: threading.Event | None = None,
         claims: PrepareClaims | None = None,
+        on_error: Callable[[BaseException], None] | None = None,
     ) -> None:
+        self.pod_errors: list[BaseException] = []
+        self.on_error = on_error or self.pod_errors.append
         self.wake = wake  # set when a container exits, so the control loop runs at once
         self.claims = claims
         self.cluster = cluster
@@ -89,12 +96,21 @@ class Kubelet:
         # arrival before a later resize of another pod, so that resize counts it as used
         for store, pod, node in bound:
             if pod["metadata"]["uid"] not in self.runs and not _finished(pod):
-                self._new_run(store, pod).node = node["metadata"]["name"]
+                self._isolated(self._admit, store, pod, node)
         for store, pod, node in bound:
-            self._sync(store, pod, node)
+            self._isolated(self._sync, store, pod, node)
         seen = {pod["metadata"]["uid"] for _, pod, _ in bound}
         for uid in [uid for uid in self.runs if uid not in seen]:
             self._forget(uid)
+
+    def _isolated(self, work: Callable[[Store, Obj, Obj], None], *args: Any) -> None:
+        try:
+            work(*args)
+        except Exception as error:  # noqa: BLE001 - one pod's error holds up no other pod
+            self.on_error(error)
+
+    def _admit(self, store: Store, pod: Obj, node: Obj) -> None:
+        self._new_run(store, pod).node = node["metadata"]["name"]
 
     def _sync(self, store: Store, pod: Obj, node: Obj) -> None:
         uid = pod["metadata"]["uid"]

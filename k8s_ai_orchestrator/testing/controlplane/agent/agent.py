@@ -102,7 +102,9 @@ class NodeAgent:
         del state.stores["nodes"]
         self.dra_gpus = tuple(dra_gpus)
         claims = ClaimPreparer(self.api_client, self.dra_gpus).prepare if dra_gpus else None
-        self.kubelet = Kubelet(state, self._nodes_view, self.workdir / "pods", self._wake, claims)
+        self.kubelet = Kubelet(
+            state, self._nodes_view, self.workdir / "pods", self._wake, claims, self._pod_error
+        )
         ca = pki.write_ca(self.workdir / "pki", "k8s-ai-node-agent")
         self.address = address or node_address()
         hosts = list(dict.fromkeys([self.address, "127.0.0.1", "localhost"]))
@@ -255,6 +257,9 @@ class NodeAgent:
         self.heartbeat.remove(name)
         self.servers.pop(name).stop()
         del self.adopted[name]
+
+    def _pod_error(self, error: BaseException) -> None:
+        self._errors.append(error)  # one pod's: the kubelet synced the others all the same
 
     def _run(self) -> None:
         while not self._stop.is_set():
