@@ -411,7 +411,7 @@ def test_a_sigkill_nobody_explains_is_an_error_once_the_oom_settle_time_passed(
         handle = backend.submit(python_step(SIGKILLED, memory="128Mi"))
         _, ended = _sigkilled_pod(emulator, backend, handle)
         now[0] = ended + SETTLE_S
-        status = backend.status(handle)
+        status = wait_terminal(emulator, backend, handle)  # once the backend's watch saw it end
         assert (status.reason, status.exit_code) == (FailureReason.ERROR.value, 137)
     finally:
         backend.close()
