@@ -9,6 +9,10 @@ from k8s_ai_orchestrator.testing.controlplane.syncer.events import EventSync, Po
 HOST_POD = "train-abc12-x-default-x-team-a"
 
 
+def _never(error: Exception) -> None:
+    raise AssertionError(f"no write was to fail here: {error}")
+
+
 def host_event(uid: str, version: str, *, kind: str = "Pod", name: str = HOST_POD) -> Any:
     return {
         "metadata": {"name": f"{name}.{uid}", "uid": uid, "resourceVersion": version},
@@ -25,7 +29,7 @@ def host_event(uid: str, version: str, *, kind: str = "Pod", name: str = HOST_PO
 
 def test_an_event_on_a_synced_pod_is_written_once_on_the_tenant_pod_then_updated() -> None:
     written: list[tuple[dict[str, Any], bool]] = []
-    sync = EventSync(lambda event, exists: written.append((event, exists)))
+    sync = EventSync(lambda event, exists: written.append((event, exists)), _never)
     sync.remember(HOST_POD, PodRef("default", "train-abc12", "tenant-uid-1"))
 
     sync.sync([host_event("e1", "10")])
@@ -48,7 +52,7 @@ def test_an_event_on_a_synced_pod_is_written_once_on_the_tenant_pod_then_updated
 
 def test_events_on_other_objects_or_unknown_pods_stay_on_the_host() -> None:
     written: list[Any] = []
-    sync = EventSync(lambda event, exists: written.append(event))
+    sync = EventSync(lambda event, exists: written.append(event), _never)
     sync.remember(HOST_POD, PodRef("default", "train-abc12", "tenant-uid-1"))
 
     sync.sync([host_event("e2", "1", kind="Node"), host_event("e3", "1", name="other-pod")])
@@ -58,7 +62,7 @@ def test_events_on_other_objects_or_unknown_pods_stay_on_the_host() -> None:
 
 def test_a_preemptor_host_uid_in_the_message_stays_as_vclusters_syncer_leaves_it() -> None:
     written: list[Any] = []
-    sync = EventSync(lambda event, exists: written.append(event))
+    sync = EventSync(lambda event, exists: written.append(event), _never)
     sync.remember(HOST_POD, PodRef("default", "train-abc12", "tenant-uid-1"))
     sync.remember("embed-x-default-x-team-a", PodRef("default", "embed", "tenant-uid-2"))
     preempted = {**host_event("e4", "1"), "reason": "Preempted"}

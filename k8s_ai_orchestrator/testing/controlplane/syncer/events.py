@@ -67,13 +67,14 @@ class EventSync:
 
     Args:
         write: creates (or, given the existing name, replaces) a tenant event.
-        failed: told of a write that raised; that event is tried again on the next `sync`.
+        failed: told of a write that raised (for `describe`; no default, so that no caller drops
+            one unseen); that event is tried again on the next `sync`.
     """
 
     def __init__(
         self,
         write: Callable[[Obj, bool], None],
-        failed: Callable[[Exception], None] = lambda error: None,
+        failed: Callable[[Exception], None],
     ) -> None:
         self._write = write
         self._failed = failed
