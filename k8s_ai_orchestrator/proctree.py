@@ -6,6 +6,11 @@ helper (before the helper execs) the tree looks twice its size. A kernel cgroup 
 page once; `charged_memory` does the same by falling back to the proportional set size (PSS)
 when the cheap RSS sum is over the limit.
 
+Finding a tree's members means reading every process's parent (psutil's `children` reads
+/proc/PID/stat of each process on the machine, each read giving up the GIL and waiting to get
+it back). `TreeSampler`, for a tree sampled many times a second, does that at most every
+`RESCAN_S` and reads only the members it knows in between.
+
 The admission ledger reclaims crashed holders by `process_alive` and `group_left_behind`: a
 PID is matched with its start time, and zombies count as gone.
 
@@ -20,18 +25,29 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
+import time
 from collections.abc import Callable, Sequence
 
 import psutil
 
+RESCAN_S = 1.0  # how often a `TreeSampler` looks for new members of its tree
+
+
+def _members(pid: int) -> list[psutil.Process]:
+    """The process `pid` and all its descendants (none if it is gone)."""
+    try:
+        root = psutil.Process(pid)
+        return [root, *root.children(recursive=True)]
+    except psutil.Error:
+        return []
+
 
 def _tree_sum(pid: int, measure: Callable[[psutil.Process], int]) -> int:
     """`measure` summed over the process `pid` and all its descendants (0 if it is gone)."""
-    try:
-        root = psutil.Process(pid)
-        members = [root, *root.children(recursive=True)]
-    except psutil.Error:
-        return 0
+    return _sum(_members(pid), measure)
+
+
+def _sum(members: Sequence[psutil.Process], measure: Callable[[psutil.Process], int]) -> int:
     total = 0
     for member in members:
         try:
@@ -74,11 +90,10 @@ def tree_pss(pid: int) -> int:
 
 def tree_cpu_seconds(pid: int) -> dict[tuple[int, float], float]:
     """CPU seconds (user + system) of each live process of the tree, keyed by (pid, start)."""
-    try:
-        root = psutil.Process(pid)
-        members = [root, *root.children(recursive=True)]
-    except psutil.Error:
-        return {}
+    return _cpu_seconds(_members(pid))
+
+
+def _cpu_seconds(members: Sequence[psutil.Process]) -> dict[tuple[int, float], float]:
     seconds = {}
     for member in members:
         try:
@@ -88,6 +103,51 @@ def tree_cpu_seconds(pid: int) -> dict[tuple[int, float], float]:
         except psutil.Error:
             continue
     return seconds
+
+
+class TreeSampler:
+    """One process tree read many times a second: its members are looked for at most every
+    `rescan_s` (a process the tree starts counts from the next look), only they are read in
+    between, and one that has gone is dropped.
+
+    Example:
+        >>> sampler = TreeSampler(os.getpid())
+        >>> sampler.charged_memory(limit=1 << 62) > 0, len(sampler.cpu_seconds()) >= 1
+        (True, True)
+    """
+
+    def __init__(
+        self, pid: int, rescan_s: float = RESCAN_S, clock: Callable[[], float] = time.monotonic
+    ) -> None:
+        self.pid = pid
+        self._rescan_s = rescan_s
+        self._clock = clock
+        self._members: list[psutil.Process] = []
+        self._looked_at: float | None = None
+
+    def members(self) -> list[psutil.Process]:
+        """The tree's members: looked for again when `rescan_s` passed, else those known."""
+        now = self._clock()
+        if self._looked_at is None or now - self._looked_at >= self._rescan_s:
+            self._members, self._looked_at = _members(self.pid), now
+        return self._members
+
+    def charged_memory(self, limit: int) -> int:
+        """As `charged_memory`, over the known members (PSS over the whole tree, looked for
+        afresh, when their RSS is over `limit`)."""
+        rss = _sum(self.members(), self._rss)
+        return rss if rss <= limit else tree_pss(self.pid)
+
+    def cpu_seconds(self) -> dict[tuple[int, float], float]:
+        """As `tree_cpu_seconds`, over the known members."""
+        return _cpu_seconds(self.members())
+
+    def _rss(self, member: psutil.Process) -> int:
+        try:
+            return int(member.memory_info().rss)
+        except psutil.NoSuchProcess:
+            self._members = [m for m in self._members if m.pid != member.pid]
+            raise
 
 
 def charged_memory(pid: int, limit: int) -> int:

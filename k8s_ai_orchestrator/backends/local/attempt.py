@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ...proctree import TreeSampler
 from ..base import FailureReason, JobHandle, LaunchRequest, Resize, StepStatus
 from .launch import StepProcess
 from .meter import AttemptMeter
@@ -24,6 +25,7 @@ class LocalAttempt:
     ended_at: float | None = None
     status: StepStatus = field(default_factory=lambda: StepStatus.pending("WaitingForCapacity"))
     meter: AttemptMeter | None = None  # limit, peak memory and CPU, from the start
+    tree: TreeSampler | None = None  # its process tree, sampled by the monitor thread
     resizes: list[Resize] = field(default_factory=list)  # in-place growths tried
     growth_refused: str = ""  # why the last growth was refused ("" if none was)
     kill_reason: FailureReason | None = None

@@ -33,7 +33,7 @@ from typing import Literal
 
 from ...errors import ConfigError
 from ...memorygrowth import MemoryGrowth
-from ...proctree import charged_memory, peak_rss, tree_cpu_seconds
+from ...proctree import TreeSampler, peak_rss
 from ...spec import ComputeSpec, format_memory
 from ..base import (
     FailureReason,
@@ -52,7 +52,6 @@ from .launch import (
     AdoptedProcess,
     ProcessLauncher,
     StartMethod,
-    StepProcess,
     kill_step,
     stop_run,
 )
@@ -352,8 +351,10 @@ class LocalBackend:
         meter, process = attempt.meter, attempt.process
         if meter is None or process is None:
             return
-        rss = _charged_memory(process, meter.limit_bytes)
-        meter.observe(self._clock(), rss, tree_cpu_seconds(process.pid), peak_rss(process.pid))
+        if attempt.tree is None or attempt.tree.pid != process.pid:
+            attempt.tree = TreeSampler(process.pid)
+        rss = attempt.tree.charged_memory(meter.limit_bytes)
+        meter.observe(self._clock(), rss, attempt.tree.cpu_seconds(), peak_rss(process.pid))
         if self.growth is not None:
             self._grow_if_due(attempt, meter, rss, self.growth)
         if rss > meter.limit_bytes:
@@ -409,10 +410,6 @@ class LocalBackend:
             self._set_status(attempt, exit_status(code, attempt.kill_reason, attempt.kill_message))
         self._wake.set()
         return True
-
-
-def _charged_memory(process: StepProcess | None, limit: int) -> int:
-    return charged_memory(process.pid, limit) if process is not None else 0
 
 
 def _job_id(request: LaunchRequest) -> str:
