@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
-from ...proctree import charged_memory
+from ...proctree import TreeSampler
 from .quantity import to_milli
 from .store import Obj, Store, now_rfc3339
 
@@ -178,6 +178,7 @@ class ContainerProcess:
             stderr=subprocess.STDOUT,
             start_new_session=True,
         )
+        self._tree = TreeSampler(self.proc.pid)  # sampled each pass, members looked for each 1 s
         if on_exit is not None:  # react to the exit now rather than at the next sampling
             threading.Thread(target=self._wait_then, args=(on_exit,), daemon=True).start()
 
@@ -195,14 +196,14 @@ class ContainerProcess:
     def enforce_memory(self) -> None:
         """SIGKILL the group when its resident memory exceeds the memory limit (OOMKilled)."""
         limit = self.memory_limit
-        if limit and not self.oom and charged_memory(self.proc.pid, limit) > limit:
+        if limit and not self.oom and self._tree.charged_memory(limit) > limit:
             self.oom = True
             self.signal_group(signal.SIGKILL)
 
     def memory_in_use(self) -> int:
         """The group's memory now, as the limit is enforced against (0 once it ended)."""
         try:
-            return charged_memory(self.proc.pid, self.memory_limit or 1 << 62)
+            return self._tree.charged_memory(self.memory_limit or 1 << 62)
         except (ProcessLookupError, PermissionError, OSError):
             return 0
 
