@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 from dagster import DagsterEventType, DagsterInstance, execute_job
 from dagster._core.definitions.reconstruct import ReconstructableRepository
@@ -32,19 +33,24 @@ def summary(instance: DagsterInstance, run_id: str, step: str) -> dict:
     return meta
 
 
-def test_cpu_seconds_and_peak_memory_agree_with_the_kernels_rusage(
-    instance: DagsterInstance, test_out: Path
-) -> None:
+def run(instance: DagsterInstance, test_out: Path, job: str, record: str) -> tuple[Any, dict]:
+    """Run `job` on the local backend; its result and what its step recorded as `record`."""
     result = execute_job(
-        JOBS.get_reconstructable_job("measured"),
+        JOBS.get_reconstructable_job(job),
         instance=instance,
         run_config={"execution": {"config": {"local": {"cpus": 2, "memory": "4Gi"}}}},
         raise_on_error=False,
     )
-
     assert result.success
     lines = (test_out / "events.jsonl").read_text().splitlines()
-    [kernel] = [e for e in map(json.loads, lines) if e["name"] == "rusage"]
+    [kernel] = [e for e in map(json.loads, lines) if e["name"] == record]
+    return result, kernel
+
+
+def test_cpu_seconds_and_peak_memory_agree_with_the_kernels_rusage(
+    instance: DagsterInstance, test_out: Path
+) -> None:
+    result, kernel = run(instance, test_out, "measured", "rusage")
     meta = summary(instance, result.run_id, "measured_work")
     cpu = float(meta["k8s_ai/cpu_used_seconds"])
     assert kernel["cpu"] >= 3.0
@@ -54,16 +60,7 @@ def test_cpu_seconds_and_peak_memory_agree_with_the_kernels_rusage(
 
 
 def test_a_spike_between_two_samples_is_in_the_peak(instance: DagsterInstance, test_out: Path):
-    result = execute_job(
-        JOBS.get_reconstructable_job("spiking"),
-        instance=instance,
-        run_config={"execution": {"config": {"local": {"cpus": 2, "memory": "4Gi"}}}},
-        raise_on_error=False,
-    )
-
-    assert result.success
-    lines = (test_out / "events.jsonl").read_text().splitlines()
-    [kernel] = [e for e in map(json.loads, lines) if e["name"] == "spike"]
+    result, kernel = run(instance, test_out, "spiking", "spike")
     assert kernel["hwm"] - kernel["rss"] >= 500 << 20  # it was a spike, gone once recorded
     peak = int(summary(instance, result.run_id, "spike")["k8s_ai/peak_memory_bytes"])
     assert peak >= kernel["hwm"], (peak, kernel)
