@@ -3,8 +3,8 @@ step pod's memory reporter and the gang launchers).
 
 Summed RSS counts a page once per process that maps it, so right after a step process forks a
 helper (before the helper execs) the tree looks twice its size. A kernel cgroup charges each
-page once; `charged_memory` does the same by falling back to the proportional set size (PSS)
-when the cheap RSS sum is over the limit.
+page once; `TreeSampler.charged_memory` does the same by falling back to the proportional set
+size (PSS) when the cheap RSS sum is over the limit.
 
 Finding a tree's members means reading every process's parent (psutil's `children` reads
 /proc/PID/stat of each process on the machine, each read giving up the GIL and waiting to get
@@ -57,9 +57,13 @@ def _sum(members: Sequence[psutil.Process], measure: Callable[[psutil.Process], 
     return total
 
 
+def _rss(member: psutil.Process) -> int:
+    return int(member.memory_info().rss)
+
+
 def tree_rss(pid: int) -> int:
     """Resident bytes of the process `pid` and all its descendants (0 if it is gone)."""
-    return _tree_sum(pid, lambda p: int(p.memory_info().rss))
+    return _tree_sum(pid, _rss)
 
 
 def peak_rss(pid: int) -> int:
@@ -133,27 +137,21 @@ class TreeSampler:
         return self._members
 
     def charged_memory(self, limit: int) -> int:
-        """As `charged_memory`, over the known members (PSS over the whole tree, looked for
-        afresh, when their RSS is over `limit`)."""
-        rss = _sum(self.members(), self._rss)
+        """The tree's memory as a cgroup would charge it: the known members' RSS, or the PSS of
+        the whole tree (looked for afresh) when that is over `limit`."""
+        rss = _sum(self.members(), self._member_rss)
         return rss if rss <= limit else tree_pss(self.pid)
 
     def cpu_seconds(self) -> dict[tuple[int, float], float]:
         """As `tree_cpu_seconds`, over the known members."""
         return _cpu_seconds(self.members())
 
-    def _rss(self, member: psutil.Process) -> int:
+    def _member_rss(self, member: psutil.Process) -> int:
         try:
-            return int(member.memory_info().rss)
+            return _rss(member)
         except psutil.NoSuchProcess:
             self._members = [m for m in self._members if m.pid != member.pid]
             raise
-
-
-def charged_memory(pid: int, limit: int) -> int:
-    """The tree's memory as a cgroup would charge it: RSS, or PSS when RSS is over `limit`."""
-    rss = tree_rss(pid)
-    return rss if rss <= limit else tree_pss(pid)
 
 
 def kill_group(pgid: int, sig: signal.Signals) -> None:
