@@ -36,7 +36,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
 
-from .proctree import stop_processes
 from .ranks import rank_env
 from .stepenv import GANG_DIR, POD_IP
 
@@ -172,7 +171,14 @@ def lead_call(
                 )
             sleep(POLL_S)
     finally:
-        stop_processes(procs, kill_grace_s)
+        _stop(procs, kill_grace_s)
+
+
+def _stop(procs: Sequence[subprocess.Popen[bytes]], grace_s: float) -> None:
+    # the run worker imports this module for its name only: psutil loads in the pod
+    from .proctree import stop_processes
+
+    stop_processes(procs, grace_s)
 
 
 def serve_call(
@@ -193,7 +199,7 @@ def serve_call(
                 return
             sleep(POLL_S)
     finally:
-        stop_processes(procs, kill_grace_s)
+        _stop(procs, kill_grace_s)
 
 
 def serve(gang_dir: Path, node_rank: int, *, sleep: Callable[[float], None] = time.sleep) -> int:

@@ -29,7 +29,6 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 
-from .proctree import tree_cpu_seconds, tree_rss
 from .stepenv import USAGE_INTERVAL_S
 from .usage_report import MemoryReading, cgroup_usage, format_report
 
@@ -59,6 +58,9 @@ class UsageReporter:
     def read(self) -> MemoryReading:
         """The container's working set and CPU time now (its cgroup's, else this process
         tree's: RSS, and CPU time of this process, its reaped children and its live ones)."""
+        # the run worker imports this module for its name only: psutil loads in the pod
+        from .proctree import tree_cpu_seconds, tree_rss
+
         reading = cgroup_usage() or MemoryReading(tree_rss(os.getpid()), "process tree", 0)
         if reading.cpu_seconds is None:
             own = os.times()

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import ast
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import grimp
@@ -166,3 +168,16 @@ def test_the_step_handler_and_the_kubernetes_backend_are_at_most_260_lines() -> 
         if lines[module] > MAX_HANDLER_AND_BACKEND_LINES
     }
     assert over == {}
+
+
+def test_a_kubernetes_run_worker_does_not_load_what_only_the_pods_use() -> None:
+    """The backend names the pod-side modules (`steppod`, `gangpods`) by importing them; what
+    they run with (psutil, through `proctree`) loads in the pod, not in a resumed run worker
+    whose takeover time counts it."""
+    code = (
+        "import sys, k8s_ai_orchestrator.executor.loop, "
+        "k8s_ai_orchestrator.backends.kubernetes.backend; "
+        "print(sorted(m for m in ('psutil', 'k8s_ai_orchestrator.proctree') if m in sys.modules))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
