@@ -11,8 +11,8 @@ from dagster._core.execution.retries import RetryMode
 
 from k8s_ai_orchestrator.backends.base import Capabilities, JobHandle, StepStatus
 from k8s_ai_orchestrator.errors import ConfigError
-from k8s_ai_orchestrator.executor.definition import AIExecutor
 from k8s_ai_orchestrator.executor.pace import Pace
+from k8s_ai_orchestrator.executor.runner import AIExecutor
 from k8s_ai_orchestrator.executor.step_handler import AIStepHandler
 from k8s_ai_orchestrator.launch.lifecycle import LOG_MAX_S, RUNNING_SWEEP_S, Attempt
 from k8s_ai_orchestrator.launch.settings import ExecutorSettings

@@ -181,3 +181,17 @@ def test_a_kubernetes_run_worker_does_not_load_what_only_the_pods_use() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+def test_loading_a_code_location_does_not_load_the_run_workers_modules() -> None:
+    """A code location that names `ai_executor` and `compute` is loaded by the webserver, the
+    daemon and every step process: none of them imports the settings, the step handler, the
+    loop or a backend; a run worker does, when it builds the executor."""
+    code = (
+        "import sys; from k8s_ai_orchestrator import ai_executor, compute; "
+        "print(sorted(m for m in sys.modules if m.startswith(('k8s_ai_orchestrator.launch', "
+        "'k8s_ai_orchestrator.backends', 'k8s_ai_orchestrator.executor.runner', "
+        "'k8s_ai_orchestrator.executor.step_handler', 'k8s_ai_orchestrator.executor.loop'))))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"

@@ -7,7 +7,8 @@ Only this package imports `dagster._core`. One step's way through it:
                     ▲                                                │
                     └──────────── new attempt: same size, or memory × factor ┘
 
-- `definition.py`: the `ai_executor` definition and the executor class;
+- `definition.py`: the `ai_executor` definition (all a code location loads);
+- `runner.py`: the executor class a run worker builds from it;
 - `schema.py`: its config schema;
 - `step_handler.py`: Dagster's `StepHandler` — launch, check health, terminate;
 - `validation.py`: the run-start check of every step before the first submit;

@@ -48,7 +48,7 @@ if TYPE_CHECKING:
 
 
 class AIExecutor(Protocol):
-    """What the loop needs of `definition.AIExecutor` (named here to keep imports one-way)."""
+    """What the loop needs of `runner.AIExecutor` (named here to keep imports one-way)."""
 
     handler: AIStepHandler
     settings: ExecutorSettings
