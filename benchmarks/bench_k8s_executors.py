@@ -32,6 +32,7 @@ from .k8s_runs import (
     RunFigures,
     control_plane_tenant,
     emulator_tenant,
+    exit_on_sigterm,
     percentile,
     run_worker,
 )
@@ -93,6 +94,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--launch-steps", type=int, default=50)
     parser.add_argument("--targets", default="control-plane,emulator")
     args = parser.parse_args(argv)
+    exit_on_sigterm()
     venv_bin = os.path.dirname(sys.executable)
     os.environ["PATH"] = f"{venv_bin}{os.pathsep}{os.environ.get('PATH', '')}"
     work = Path(tempfile.mkdtemp(prefix="bench-k8s-executors-"))

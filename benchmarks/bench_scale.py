@@ -46,6 +46,7 @@ from .k8s_runs import (
     RunOptions,
     control_plane_tenant,
     emulator_tenant,
+    exit_on_sigterm,
     percentile,
     run_worker,
 )
@@ -353,6 +354,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--plot", type=Path, help="only plot these results (--plot-from) here")
     parser.add_argument("--plot-from", type=Path, nargs="*", default=[])
     args = parser.parse_args(argv)
+    exit_on_sigterm()
     if args.plot:
         plot(args.plot_from, args.plot)
         return

@@ -13,6 +13,7 @@ from __future__ import annotations
 import compileall
 import json
 import os
+import signal
 import statistics
 import sys
 import tempfile
@@ -179,6 +180,16 @@ class RunOptions:
     postgres_url: str = ""  # the instance's storage; "": SQLite files
 
 
+def exit_on_sigterm() -> None:
+    """SIGTERM ends the benchmark as Ctrl-C does: its `with` blocks stop the run worker, the
+    cluster and the PostgreSQL server they started (the default action would leave them)."""
+
+    def stop(signum: int, _frame: object) -> None:
+        raise SystemExit(128 + signum)
+
+    signal.signal(signal.SIGTERM, stop)
+
+
 def run_worker(
     executor: str,
     kubeconfig: str,
@@ -211,7 +222,12 @@ def run_worker(
     argv += ["--config", str(config), "--out", str(out), *options.worker_args]
     argv = [*options.wrapper, *argv]
     pid = os.spawnv(os.P_NOWAIT, argv[0], argv)
-    _, status, usage = os.wait4(pid, 0)
+    try:
+        _, status, usage = os.wait4(pid, 0)
+    except BaseException:  # interrupted: the run worker does not outlive the benchmark
+        os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+        raise
     result = json.loads(out.read_text()) if out.exists() else {"success": False}
     if status != 0 or not result["success"]:
         raise RuntimeError(f"the {executor} run of {steps} x {seconds:g}s steps failed")
