@@ -102,6 +102,8 @@ class JobController:
     def __init__(self, api: ObjectApi) -> None:
         self.api = api
         self.store: Store = api.store
+        self._by_owner: dict[str, list[Obj]] = {}  # owner uid → its pods, in the store's order
+        self._indexed_at = -1  # `store.writes("pods")` when `_by_owner` was built
 
     def tick(self) -> None:
         """Reconcile every Job once."""
@@ -130,12 +132,20 @@ class JobController:
         self._expire(job)
 
     def _owned(self, job: Obj) -> list[Obj]:
-        uid = job["metadata"]["uid"]
-        return [
-            pod
-            for pod in self.store.list("pods", job["metadata"]["namespace"])
-            if any(ref.get("uid") == uid for ref in pod["metadata"].get("ownerReferences") or [])
-        ]
+        """The Job's pods, in the store's order, from an index of the pods by owner that is
+        built again only after a pod was written (a pass over thousands of Jobs reads the pods
+        once, not once per Job)."""
+        if self._indexed_at != self.store.writes("pods"):
+            self._indexed_at = self.store.writes("pods")
+            self._by_owner = {}
+            for pod in self.store.list("pods"):
+                for uid in {
+                    ref.get("uid", "") for ref in pod["metadata"].get("ownerReferences") or []
+                }:
+                    self._by_owner.setdefault(uid, []).append(pod)
+        namespace = job["metadata"]["namespace"]
+        pods = self._by_owner.get(job["metadata"]["uid"], [])
+        return [pod for pod in pods if pod["metadata"].get("namespace") == namespace]
 
     def _untrack(self, pod: Obj) -> None:
         pod = copy.deepcopy(pod)

@@ -15,6 +15,7 @@ Example:
 from __future__ import annotations
 
 import copy
+import functools
 import secrets
 import threading
 import time
@@ -80,6 +81,7 @@ def now_rfc3339(ts: float | None = None) -> str:
     return moment.strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
+@functools.lru_cache(maxsize=65536)  # the controllers read the same stamps every pass
 def parse_rfc3339(value: str) -> float:
     """Seconds since the epoch of a Kubernetes timestamp."""
     return datetime.strptime(value, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC).timestamp()
@@ -151,6 +153,7 @@ class Store:
         self.compacted_rv = 0  # watches from a version below this get 410 Expired
         self.watch_epoch = 0  # bumped by expire_watches: open watches end with 410
         self.event_names: dict[tuple[str, str, str, str], str] = {}  # dedupe key → Event name
+        self._writes: dict[str, int] = {}  # resource → how many puts and removes so far
 
     def get(self, resource: str, namespace: str, name: str) -> Obj | None:
         """The stored object, or None."""
@@ -162,6 +165,11 @@ class Store:
         if namespace is None:
             return list(items.values())
         return [obj for (ns, _), obj in items.items() if ns == namespace]
+
+    def writes(self, resource: str) -> int:
+        """How many times objects of `resource` were put or removed: a cache of them built
+        when this was n is current while it is still n."""
+        return self._writes.get(resource, 0)
 
     def put(self, resource: str, obj: Obj) -> Obj:
         """Store a copy of `obj` with a new resourceVersion and record the change."""
@@ -194,6 +202,7 @@ class Store:
 
     def _record(self, change: Change) -> None:
         with self.cluster.lock:
+            self._writes[change.resource] = self._writes.get(change.resource, 0) + 1
             if len(self._history) == self._history.maxlen:
                 self.compacted_rv = self._history[0].rv
             self._history.append(change)
