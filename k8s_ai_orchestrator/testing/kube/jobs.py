@@ -108,23 +108,20 @@ class JobController:
     def tick(self) -> None:
         """Reconcile every Job once."""
         jobs = {job["metadata"]["uid"]: job for job in self.store.list("jobs")}
-        by_owner: dict[str, list[Obj]] = {}
         for pod in self.store.list("pods"):
             refs = pod["metadata"].get("ownerReferences") or []
-            for ref in refs:
-                by_owner.setdefault(ref.get("uid", ""), []).append(pod)
             tracked = JOB_TRACKING_FINALIZER in (pod["metadata"].get("finalizers") or [])
             if tracked and not any(ref.get("uid") in jobs for ref in refs):
                 self._untrack(pod)
-        for uid, job in jobs.items():
+        for job in jobs.values():
             if _condition(job, "Complete") or _condition(job, "Failed"):
-                self._sync_finished(job, by_owner.get(uid, []))
+                self._sync_finished(job)
             else:
                 self._sync(job)
 
-    def _sync_finished(self, job: Obj, pods: list[Obj]) -> None:
+    def _sync_finished(self, job: Obj) -> None:
         """A finished Job only releases its pods' finalizers and waits for its TTL."""
-        for pod in pods:
+        for pod in self._owned(job):
             if is_terminal(pod) and JOB_TRACKING_FINALIZER in (
                 pod["metadata"].get("finalizers") or []
             ):
@@ -135,9 +132,9 @@ class JobController:
         """The Job's pods, in the store's order, from an index of the pods by owner that is
         built again only after a pod was written (a pass over thousands of Jobs reads the pods
         once, not once per Job)."""
-        if self._indexed_at != self.store.writes("pods"):
-            self._indexed_at = self.store.writes("pods")
-            self._by_owner = {}
+        writes = self.store.writes("pods")
+        if self._indexed_at != writes:
+            self._indexed_at, self._by_owner = writes, {}
             for pod in self.store.list("pods"):
                 for uid in {
                     ref.get("uid", "") for ref in pod["metadata"].get("ownerReferences") or []
