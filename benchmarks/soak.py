@@ -12,11 +12,16 @@ it checks: the run succeeded, every step ran exactly once (its own side effect c
 60 s later no step process, pod or Slurm job of the run is left.
 
 Targets: `local` (the embedded backend), `kubernetes` (ai_executor on the emulator) and, for
-the ratio, `dagster-k8s` (`k8s_job_executor` on the same emulator, resumed the same way);
-`slurm` with `--targets slurm` where the local Slurm daemons can start (root).
+the ratio, `dagster-k8s` (`k8s_job_executor` on the same plane, resumed the same way);
+`slurm` with `--targets slurm` where the local Slurm daemons can start (root). `--plane
+control-plane` puts both Kubernetes targets on the real control plane (kube-apiserver, the
+scheduler and Job controller, the node agent running the pods, one tenant through the syncer;
+built by `make kubeplane`) instead of the emulator.
 
 Example:
     python -m benchmarks.soak --kills 20 --seed 7 --targets local,kubernetes,dagster-k8s
+    python -m benchmarks.soak --kills 20 --seed 7 --targets kubernetes,dagster-k8s \
+        --plane control-plane
 """
 
 from __future__ import annotations
@@ -46,9 +51,11 @@ from dagster_shared.serdes import serialize_value
 from benchmarks.k8s_runs import (
     NAMESPACE,
     byte_compiled,
+    control_plane_tenant,
     dagster_home,
     emulator_tenant,
     executor_config,
+    exit_on_sigterm,
     percentile,
 )
 from benchmarks.soak_jobs import STEPS
@@ -216,12 +223,13 @@ def _takeover(
 
 
 @contextmanager
-def targets(names: list[str], work: Path) -> Iterator[list[Target]]:
+def targets(names: list[str], work: Path, plane: str = "emulator") -> Iterator[list[Target]]:
     with ExitStack() as stack:
         built: list[Target] = []
         kubeconfig = None
         if {"kubernetes", "dagster-k8s"} & set(names):
-            kubeconfig = stack.enter_context(emulator_tenant(work / "emulator"))
+            tenant = control_plane_tenant if plane == "control-plane" else emulator_tenant
+            kubeconfig = stack.enter_context(tenant(work / plane))
             os.environ["DAGSTER_HOME"] = str(dagster_home(work, kubeconfig))
         else:
             home = Path(tempfile.mkdtemp(prefix="home-", dir=work))
@@ -284,14 +292,21 @@ def main() -> None:
     parser.add_argument("--kills", type=int, default=20, help="SIGKILLs per target")
     parser.add_argument("--seed", type=int, default=None)
     parser.add_argument("--targets", default="local,kubernetes,dagster-k8s")
+    parser.add_argument(
+        "--plane",
+        choices=("emulator", "control-plane"),
+        default="emulator",
+        help="where the Kubernetes targets run",
+    )
     args = parser.parse_args()
+    exit_on_sigterm()
     seed = args.seed if args.seed is not None else random.SystemRandom().randrange(10**6)
     byte_compiled()
-    print(f"soak: seed {seed}, {args.kills} kills per target", flush=True)
+    print(f"soak: seed {seed}, {args.kills} kills per target, plane {args.plane}", flush=True)
     results: dict[str, Figures] = {}
     with (
         tempfile.TemporaryDirectory(prefix="k8sai-soak-") as tmp,
-        targets(args.targets.split(","), Path(tmp)) as built,
+        targets(args.targets.split(","), Path(tmp), args.plane) as built,
     ):
         for target in built:
             results[target.name] = soak(target, args.kills, random.Random(seed), Path(tmp))

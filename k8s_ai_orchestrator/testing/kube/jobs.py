@@ -5,10 +5,6 @@ Ignore, Count on exit codes and pod conditions), activeDeadlineSeconds, suspend 
 ttlSecondsAfterFinished. A failing Job gets FailureTarget, then Failed once its pods are gone;
 a succeeding one SuccessCriteriaMet, then Complete. Pods carry the job-tracking finalizer until
 the controller has counted them, so deleted and evicted pods are counted too.
-
-Example:
-    >>> _format_indexes({0, 1, 2, 5})
-    '0-2,5'
 """
 
 from __future__ import annotations
@@ -18,6 +14,7 @@ import time
 from typing import Any
 
 from .api import ObjectApi
+from .jobpolicy import failure_policy_match, format_indexes, parse_indexes
 from .lifecycle import (
     JOB_TRACKING_FINALIZER,
     delete_object,
@@ -35,30 +32,8 @@ INDEX_KEY = "batch.kubernetes.io/job-completion-index"
 _PODS = RESOURCES[("", "pods")]
 
 
-def _format_indexes(indexes: set[int]) -> str:
-    """As the Job controller writes them: runs of 3 or more as "0-2", a pair as "0,1"."""
-    runs: list[list[int]] = []
-    for index in sorted(indexes):
-        if runs and runs[-1][1] == index - 1:
-            runs[-1][1] = index
-        else:
-            runs.append([index, index])
-    parts = [
-        str(first) if first == last else f"{first}{',' if last == first + 1 else '-'}{last}"
-        for first, last in runs
-    ]
-    return ",".join(parts)
-
-
-def _parse_indexes(text: str | None) -> set[int]:
-    found: set[int] = set()
-    for part in (text or "").split(","):
-        if "-" in part:
-            low, high = part.split("-")
-            found.update(range(int(low), int(high) + 1))
-        elif part:
-            found.add(int(part))
-    return found
+def _key(obj: Obj) -> tuple[str, str]:
+    return obj["metadata"].get("namespace", ""), obj["metadata"]["name"]
 
 
 def _condition(job: Obj, type_: str) -> dict[str, Any] | None:
@@ -66,58 +41,89 @@ def _condition(job: Obj, type_: str) -> dict[str, Any] | None:
     return next((c for c in conditions if c["type"] == type_ and c["status"] == "True"), None)
 
 
-def failure_policy_match(job: Obj, pod: Obj) -> tuple[str, str] | None:
-    """(action, message) of the first podFailurePolicy rule matching a failed pod."""
-    rules = ((job["spec"].get("podFailurePolicy") or {}).get("rules")) or []
-    pod_name = f"{pod['metadata']['namespace']}/{pod['metadata']['name']}"
-    statuses = (pod.get("status") or {}).get("containerStatuses") or []
-    for index, rule in enumerate(rules):
-        action = rule["action"]
-        on_codes = rule.get("onExitCodes")
-        if on_codes:
-            for status in statuses:
-                code = ((status.get("state") or {}).get("terminated") or {}).get("exitCode")
-                if not code or on_codes.get("containerName") not in (None, status["name"]):
-                    continue
-                if (code in on_codes["values"]) == (on_codes["operator"] == "In"):
-                    return action, (
-                        f"Container {status['name']} for pod {pod_name} failed with exit code "
-                        f"{code} matching {action} rule at index {index}"
-                    )
-        for pattern in rule.get("onPodConditions") or []:
-            for condition in (pod.get("status") or {}).get("conditions") or []:
-                if condition["type"] == pattern["type"] and condition["status"] == pattern.get(
-                    "status", "True"
-                ):
-                    return action, (
-                        f"Pod {pod_name} has condition {pattern['type']} matching {action} rule "
-                        f"at index {index}"
-                    )
-    return None
-
-
 class JobController:
-    """Reconciles every Job of one API server."""
+    """Reconciles the Jobs of one API server from what changed, as the real controller's work
+    queue does: a pass syncs the Jobs that were written, whose pods were written, or whose
+    timer (activeDeadlineSeconds, ttlSecondsAfterFinished, a pod it failed to create) is due;
+    the first pass, and a pass after the store's history was compacted past the last one it
+    read, syncs every Job."""
 
     def __init__(self, api: ObjectApi) -> None:
         self.api = api
         self.store: Store = api.store
         self._by_owner: dict[str, list[Obj]] = {}  # owner uid → its pods, in the store's order
         self._indexed_at = -1  # `store.writes("pods")` when `_by_owner` was built
+        self._read_to: int | None = None  # the resourceVersion whose changes were taken in
+        self._jobs: dict[str, tuple[str, str]] = {}  # uid → (namespace, name), in store order
+        self._due: dict[str, float] = {}  # uid → when the Job must be synced again
 
     def tick(self) -> None:
-        """Reconcile every Job once."""
-        jobs = {job["metadata"]["uid"]: job for job in self.store.list("jobs")}
-        for pod in self.store.list("pods"):
-            refs = pod["metadata"].get("ownerReferences") or []
+        """Sync every Job that needs it once."""
+        dirty, candidates = self._changed()
+        now = time.time()
+        dirty.update(uid for uid, due in self._due.items() if due <= now)
+        for pod in candidates:  # a tracked pod whose Job is gone is released
             tracked = JOB_TRACKING_FINALIZER in (pod["metadata"].get("finalizers") or [])
-            if tracked and not any(ref.get("uid") in jobs for ref in refs):
+            refs = pod["metadata"].get("ownerReferences") or []
+            if tracked and not any(ref.get("uid") in self._jobs for ref in refs):
                 self._untrack(pod)
-        for job in jobs.values():
+        for uid in [uid for uid in self._jobs if uid in dirty] if dirty else ():
+            namespace, name = self._jobs[uid]
+            job = self.store.get("jobs", namespace, name)
+            if job is None or job["metadata"]["uid"] != uid:
+                continue
+            self._due.pop(uid, None)
             if _condition(job, "Complete") or _condition(job, "Failed"):
                 self._sync_finished(job)
             else:
                 self._sync(job)
+
+    def _changed(self) -> tuple[set[str], list[Obj]]:
+        """The uids of the Jobs written, or whose pods were written, since the last pass, and
+        the pods written (current versions) that may have lost their Job."""
+        read_from, self._read_to = self._read_to, self.store.cluster.current_rv
+        try:
+            changes = None if read_from is None else self.store.changes_since(read_from)
+        except ApiError:  # 410: the history moved on; start again from a full list
+            changes = None
+        if changes is None:
+            jobs = self.store.list("jobs")
+            self._jobs = {j["metadata"]["uid"]: _key(j) for j in jobs}
+            return set(self._jobs), self.store.list("pods")
+        dirty: set[str] = set()
+        pods: dict[tuple[str, str], None] = {}
+        for change in changes:
+            meta = change.obj["metadata"]
+            if change.resource == "jobs":
+                if change.type == "DELETED":
+                    self._jobs.pop(meta["uid"], None)
+                    self._due.pop(meta["uid"], None)
+                    pods.update((_key(pod), None) for pod in self._pods_of(meta["uid"]))
+                else:
+                    self._jobs.setdefault(meta["uid"], _key(change.obj))
+                    dirty.add(meta["uid"])
+            elif change.resource == "pods":
+                for obj in (change.obj, change.old or {}):
+                    refs = (obj.get("metadata") or {}).get("ownerReferences") or []
+                    dirty.update(ref.get("uid", "") for ref in refs)
+                pods[_key(change.obj)] = None
+        current = [self.store.get("pods", *key) for key in pods]
+        return dirty, [pod for pod in current if pod is not None]
+
+    def _schedule(self, job: Obj) -> None:
+        """When `job` must be synced again though nothing of it changes: its TTL after it
+        finished, or its activeDeadlineSeconds while it runs."""
+        uid, spec, status = job["metadata"]["uid"], job["spec"], job.get("status") or {}
+        finished = _condition(job, "Complete") or _condition(job, "Failed")
+        due = None
+        if finished is not None:
+            ttl = spec.get("ttlSecondsAfterFinished")
+            if ttl is not None and not job["metadata"].get("deletionTimestamp"):
+                due = parse_rfc3339(finished["lastTransitionTime"]) + ttl
+        elif status.get("startTime") and spec.get("activeDeadlineSeconds") is not None:
+            due = parse_rfc3339(status["startTime"]) + spec["activeDeadlineSeconds"]
+        if due is not None:
+            self._due[uid] = min(due, self._due.get(uid, due))
 
     def _sync_finished(self, job: Obj) -> None:
         """A finished Job only releases its pods' finalizers and waits for its TTL."""
@@ -127,22 +133,26 @@ class JobController:
             ):
                 self._untrack(pod)
         self._expire(job)
+        self._schedule(job)
 
     def _owned(self, job: Obj) -> list[Obj]:
-        """The Job's pods, in the store's order, from an index of the pods by owner that is
-        built again only after a pod was written (a pass over thousands of Jobs reads the pods
-        once, not once per Job)."""
+        """The Job's pods, in the store's order."""
+        namespace = job["metadata"]["namespace"]
+        pods = self._pods_of(job["metadata"]["uid"])
+        return [pod for pod in pods if pod["metadata"].get("namespace") == namespace]
+
+    def _pods_of(self, uid: str) -> list[Obj]:
+        """The pods that name `uid` as an owner, from an index by owner that is built again
+        only after a pod was written (a pass over many Jobs reads the pods once)."""
         writes = self.store.writes("pods")
         if self._indexed_at != writes:
             self._indexed_at, self._by_owner = writes, {}
             for pod in self.store.list("pods"):
-                for uid in {
+                for owner in {
                     ref.get("uid", "") for ref in pod["metadata"].get("ownerReferences") or []
                 }:
-                    self._by_owner.setdefault(uid, []).append(pod)
-        namespace = job["metadata"]["namespace"]
-        pods = self._by_owner.get(job["metadata"]["uid"], [])
-        return [pod for pod in pods if pod["metadata"].get("namespace") == namespace]
+                    self._by_owner.setdefault(owner, []).append(pod)
+        return self._by_owner.get(uid, [])
 
     def _untrack(self, pod: Obj) -> None:
         pod = copy.deepcopy(pod)
@@ -160,13 +170,14 @@ class JobController:
             self._finish_or_run(new, pods)
         self._refresh_counts(new)
         if new != job:
-            self.store.put("jobs", new)
+            new = self.store.put("jobs", new)
+        self._schedule(new)
 
     def _count_finished(self, job: Obj, pods: list[Obj]) -> str | None:
         """Count newly terminated pods once (dropping their finalizer); a FailJob message."""
         status, verdict = job["status"], None
         indexed = job["spec"].get("completionMode") == "Indexed"
-        done = _parse_indexes(status.get("completedIndexes"))
+        done = parse_indexes(status.get("completedIndexes"))
         for pod in pods:
             if not is_terminal(pod) or JOB_TRACKING_FINALIZER not in (
                 pod["metadata"].get("finalizers") or []
@@ -184,7 +195,7 @@ class JobController:
                     status["failed"] = status.get("failed", 0) + 1
             self._untrack(pod)
         if indexed and done:
-            status["completedIndexes"] = _format_indexes(done)
+            status["completedIndexes"] = format_indexes(done)
         return verdict
 
     def _decide(self, job: Obj, pods: list[Obj], fail_message: str | None) -> None:
@@ -227,7 +238,7 @@ class JobController:
         spec, status = job["spec"], job["status"]
         completions = spec.get("completions")
         if spec.get("completionMode") == "Indexed":
-            return _parse_indexes(status.get("completedIndexes")) >= set(range(completions or 0))
+            return parse_indexes(status.get("completedIndexes")) >= set(range(completions or 0))
         if completions is None:
             active = [p for p in pods if not is_terminal(p)]
             return status.get("succeeded", 0) > 0 and not active
@@ -287,7 +298,7 @@ class JobController:
         completions = spec.get("completions")
         if spec.get("completionMode") == "Indexed":
             busy = {int(p["metadata"].get("annotations", {}).get(INDEX_KEY, -1)) for p in active}
-            done = _parse_indexes(status.get("completedIndexes"))
+            done = parse_indexes(status.get("completedIndexes"))
             todo = [i for i in range(completions or 0) if i not in busy and i not in done]
             return list(todo[:room])
         if completions is None:
@@ -328,6 +339,7 @@ class JobController:
         try:
             pod = self.api.create(_PODS, meta["namespace"], body, {})
         except ApiError as error:
+            self._due[meta["uid"]] = 0.0  # tried again next pass, as the real one retries
             record_event(
                 self.store,
                 job,

@@ -89,6 +89,8 @@ class Kubelet:
         bound = []
         for store in list(self.cluster.stores.values()):
             for pod in store.list("pods"):
+                if pod["metadata"]["uid"] not in self.runs and _finished(pod):
+                    continue  # finished and published: nothing left to do (see `_sync`)
                 node = nodes.get((pod.get("spec") or {}).get("nodeName", ""))
                 if node is not None and _ready(node):
                     bound.append((store, pod, node))
