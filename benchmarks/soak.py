@@ -316,7 +316,8 @@ def main() -> None:
     if "kubernetes" in results and "dagster-k8s" in results:
         mine = statistics.median(results["kubernetes"].takeovers_s or [float("nan")])
         theirs = statistics.median(results["dagster-k8s"].takeovers_s or [float("nan")])
-        print(f"takeover p50, ai_executor / k8s_job_executor on the emulator: {mine / theirs:.2f}x")
+        plane = "the real control plane" if args.plane == "control-plane" else "the emulator"
+        print(f"takeover p50, ai_executor / k8s_job_executor on {plane}: {mine / theirs:.2f}x")
     gated = [n for n in results if n != "dagster-k8s"]  # the baseline's failures are reported
     bad = [
         n
