@@ -25,7 +25,7 @@ from .lifecycle import (
     set_condition,
 )
 from .resources import RESOURCES
-from .store import ApiError, Obj, Store, now_rfc3339, parse_rfc3339
+from .store import ApiError, Change, Obj, Store, now_rfc3339, parse_rfc3339
 
 CONTROLLER = "job-controller"
 INDEX_KEY = "batch.kubernetes.io/job-completion-index"
@@ -34,6 +34,10 @@ _PODS = RESOURCES[("", "pods")]
 
 def _key(obj: Obj) -> tuple[str, str]:
     return obj["metadata"].get("namespace", ""), obj["metadata"]["name"]
+
+
+def _owners(pod: Obj) -> set[str]:
+    return {ref.get("uid", "") for ref in (pod.get("metadata") or {}).get("ownerReferences") or []}
 
 
 def _condition(job: Obj, type_: str) -> dict[str, Any] | None:
@@ -51,8 +55,8 @@ class JobController:
     def __init__(self, api: ObjectApi) -> None:
         self.api = api
         self.store: Store = api.store
-        self._by_owner: dict[str, list[Obj]] = {}  # owner uid → its pods, in the store's order
-        self._indexed_at = -1  # `store.writes("pods")` when `_by_owner` was built
+        self._by_owner: dict[str, dict[tuple[str, str], Obj]] = {}  # owner uid → its pods
+        self._indexed_rv: int | None = None  # the resourceVersion `_by_owner` is current to
         self._read_to: int | None = None  # the resourceVersion whose changes were taken in
         self._jobs: dict[str, tuple[str, str]] = {}  # uid → (namespace, name), in store order
         self._due: dict[str, float] = {}  # uid → when the Job must be synced again
@@ -142,17 +146,36 @@ class JobController:
         return [pod for pod in pods if pod["metadata"].get("namespace") == namespace]
 
     def _pods_of(self, uid: str) -> list[Obj]:
-        """The pods that name `uid` as an owner, from an index by owner that is built again
-        only after a pod was written (a pass over many Jobs reads the pods once)."""
-        writes = self.store.writes("pods")
-        if self._indexed_at != writes:
-            self._indexed_at, self._by_owner = writes, {}
-            for pod in self.store.list("pods"):
-                for owner in {
-                    ref.get("uid", "") for ref in pod["metadata"].get("ownerReferences") or []
-                }:
-                    self._by_owner.setdefault(owner, []).append(pod)
-        return self._by_owner.get(uid, [])
+        """The pods that name `uid` as an owner, in the store's order, from an index by owner
+        kept current from the store's history (built from a full list only at first and after
+        the history was compacted), so a pass over many Jobs never reads every pod."""
+        current = self.store.cluster.current_rv
+        if self._indexed_rv != current:
+            try:
+                changes = (
+                    None if self._indexed_rv is None else self.store.changes_since(self._indexed_rv)
+                )
+            except ApiError:  # 410: the history moved on
+                changes = None
+            if changes is None:
+                self._by_owner = {}
+                for pod in self.store.list("pods"):
+                    for owner in _owners(pod):
+                        self._by_owner.setdefault(owner, {})[_key(pod)] = pod
+            else:
+                for change in changes:
+                    if change.resource == "pods":
+                        self._index(change)
+            self._indexed_rv = current
+        return list(self._by_owner.get(uid, {}).values())
+
+    def _index(self, change: Change) -> None:
+        """Apply one pod write to the index (a modified pod keeps its place, as in the store)."""
+        key, now = _key(change.obj), set() if change.type == "DELETED" else _owners(change.obj)
+        for owner in _owners(change.old or {}) - now:
+            self._by_owner.get(owner, {}).pop(key, None)
+        for owner in now:
+            self._by_owner.setdefault(owner, {})[key] = change.obj
 
     def _untrack(self, pod: Obj) -> None:
         pod = copy.deepcopy(pod)

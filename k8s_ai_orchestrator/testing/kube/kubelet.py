@@ -85,14 +85,14 @@ class Kubelet:
 
     def tick(self) -> None:
         """Start, watch, terminate and report the containers of every bound pod once."""
-        nodes = {n["metadata"]["name"]: n for n in self.host.list("nodes")}
+        ready = {n["metadata"]["name"]: n for n in self.host.list("nodes") if _ready(n)}
         bound = []
         for store in list(self.cluster.stores.values()):
             for pod in store.list("pods"):
                 if pod["metadata"]["uid"] not in self.runs and _finished(pod):
                     continue  # finished and published: nothing left to do (see `_sync`)
-                node = nodes.get((pod.get("spec") or {}).get("nodeName", ""))
-                if node is not None and _ready(node):
+                node = ready.get((pod.get("spec") or {}).get("nodeName", ""))
+                if node is not None:
                     bound.append((store, pod, node))
         # every new pod is admitted before any resize is weighed: a kubelet handles a pod's
         # arrival before a later resize of another pod, so that resize counts it as used

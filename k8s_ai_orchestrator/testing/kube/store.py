@@ -153,7 +153,6 @@ class Store:
         self.compacted_rv = 0  # watches from a version below this get 410 Expired
         self.watch_epoch = 0  # bumped by expire_watches: open watches end with 410
         self.event_names: dict[tuple[str, str, str, str], str] = {}  # dedupe key → Event name
-        self._writes: dict[str, int] = {}  # resource → how many puts and removes so far
 
     def get(self, resource: str, namespace: str, name: str) -> Obj | None:
         """The stored object, or None."""
@@ -165,11 +164,6 @@ class Store:
         if namespace is None:
             return list(items.values())
         return [obj for (ns, _), obj in items.items() if ns == namespace]
-
-    def writes(self, resource: str) -> int:
-        """How many times objects of `resource` were put or removed: a cache of them built
-        when this was n is current while it is still n."""
-        return self._writes.get(resource, 0)
 
     def put(self, resource: str, obj: Obj) -> Obj:
         """Store a copy of `obj` with a new resourceVersion and record the change."""
@@ -202,7 +196,6 @@ class Store:
 
     def _record(self, change: Change) -> None:
         with self.cluster.lock:
-            self._writes[change.resource] = self._writes.get(change.resource, 0) + 1
             if len(self._history) == self._history.maxlen:
                 self.compacted_rv = self._history[0].rv
             self._history.append(change)
