@@ -86,14 +86,15 @@ class Kubelet:
     def tick(self) -> None:
         """Start, watch, terminate and report the containers of every bound pod once."""
         ready = {n["metadata"]["name"]: n for n in self.host.list("nodes") if _ready(n)}
-        bound = []
+        bound, seen = [], set()
         for store in list(self.cluster.stores.values()):
             for pod in store.list("pods"):
-                if pod["metadata"]["uid"] not in self.runs and _finished(pod):
-                    continue  # finished and published: nothing left to do (see `_sync`)
                 node = ready.get((pod.get("spec") or {}).get("nodeName", ""))
-                if node is not None:
-                    bound.append((store, pod, node))
+                if node is None:
+                    continue  # its run (if any) is forgotten below, as on a lost node
+                seen.add(pod["metadata"]["uid"])
+                if not _finished(pod) or _running(self.runs.get(pod["metadata"]["uid"])):
+                    bound.append((store, pod, node))  # else finished and published (`_sync`)
         # every new pod is admitted before any resize is weighed: a kubelet handles a pod's
         # arrival before a later resize of another pod, so that resize counts it as used
         for store, pod, node in bound:
@@ -101,7 +102,6 @@ class Kubelet:
                 self._isolated(self._admit, store, pod, node)
         for store, pod, node in bound:
             self._isolated(self._sync, store, pod, node)
-        seen = {pod["metadata"]["uid"] for _, pod, _ in bound}
         for uid in [uid for uid in self.runs if uid not in seen]:
             self._forget(uid)
 
@@ -117,9 +117,8 @@ class Kubelet:
     def _sync(self, store: Store, pod: Obj, node: Obj) -> None:
         uid = pod["metadata"]["uid"]
         run = self.runs.get(uid)
-        if _finished(pod):
-            if run is None or not any(s.process for s in run.containers.values()):
-                return  # finished and published: nothing left to do
+        if _finished(pod) and not _running(run):
+            return  # finished and published: nothing left to do
         if run is None:
             run = self._new_run(store, pod)
             run.node = node["metadata"]["name"]
@@ -374,6 +373,11 @@ def _past_deadline(run: PodRun, pod: Obj) -> bool:
 def _finished(pod: Obj) -> bool:
     """Terminal and not being deleted: nothing left for the kubelet to run or report."""
     return is_terminal(pod) and not pod["metadata"].get("deletionTimestamp")
+
+
+def _running(run: PodRun | None) -> bool:
+    """Whether a pod's run still has a container process to watch."""
+    return run is not None and any(s.process for s in run.containers.values())
 
 
 def _ready(node: Obj) -> bool:
