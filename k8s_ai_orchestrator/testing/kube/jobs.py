@@ -68,8 +68,7 @@ class JobController:
         dirty.update(uid for uid, due in self._due.items() if due <= now)
         for pod in candidates:  # a tracked pod whose Job is gone is released
             tracked = JOB_TRACKING_FINALIZER in (pod["metadata"].get("finalizers") or [])
-            refs = pod["metadata"].get("ownerReferences") or []
-            if tracked and not any(ref.get("uid") in self._jobs for ref in refs):
+            if tracked and not _owners(pod) & self._jobs.keys():
                 self._untrack(pod)
         for uid in [uid for uid in self._jobs if uid in dirty] if dirty else ():
             namespace, name = self._jobs[uid]
@@ -107,9 +106,7 @@ class JobController:
                     self._jobs.setdefault(meta["uid"], _key(change.obj))
                     dirty.add(meta["uid"])
             elif change.resource == "pods":
-                for obj in (change.obj, change.old or {}):
-                    refs = (obj.get("metadata") or {}).get("ownerReferences") or []
-                    dirty.update(ref.get("uid", "") for ref in refs)
+                dirty |= _owners(change.obj) | _owners(change.old or {})
                 pods[_key(change.obj)] = None
         current = [self.store.get("pods", *key) for key in pods]
         return dirty, [pod for pod in current if pod is not None]
