@@ -10,6 +10,7 @@ and the test's directory mounted; placement by `step_k8s_config`).
 from __future__ import annotations
 
 import json
+import re
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -175,18 +176,24 @@ def test_a_step_the_kernel_oom_kills_is_relaunched_with_more_memory(on_node: OnN
 def test_a_step_growing_past_its_limit_is_resized_in_place_by_the_real_kubelet(
     on_node: OnNode,
 ) -> None:
-    """The step's own memory reports (its log) pass 60 % of 1Gi: its pod is resized to 2Gi
-    (and 4Gi past 60 % of that) through `pods/resize`; the kubelet raises the container's
-    cgroup limit, and the step reaches 1.4 GiB in the same container."""
+    """The step's own memory reports (its log) pass 60 % of 1Gi: its pod is resized through
+    `pods/resize` (to what its climb needs, between 1.25× and 2× the limit: less on a slow
+    machine, where it climbs slower; again past 60 % of that); the kubelet raises the
+    container's cgroup limit, and the step reaches 1.4 GiB in the same container."""
 
     _, messages = on_node.run(growing_job, oom_escalation={"grow_at": 0.6})
 
     grew = [m for m in messages if m.startswith("Grew step 'grower' in place")]
-    assert any("memory 1Gi → 2Gi" in m for m in grew), messages
+    sizes = [re.search(r"memory (\S+) → (\S+) ", m) for m in grew]
+    steps = [(parse_memory(s[1]), parse_memory(s[2])) for s in sizes if s]
+    assert steps and len(steps) == len(grew), messages
+    assert steps[0][0] == GiB and 1.25 * GiB <= steps[0][1] <= 2 * GiB, messages
+    grown_from = [old for old, _ in steps[1:]]
+    assert grown_from == [new for _, new in steps[:-1]], messages  # each from the last
     assert not any(m.startswith("Relaunching") for m in messages), messages
     (pod,) = on_node.pods()  # the same pod ran it to the end
     asked = pod.spec.containers[0].resources.limits["memory"]
-    assert parse_memory(asked) >= 2 * GiB
+    assert parse_memory(asked) == steps[-1][1] > 1.4 * GiB
     (container,) = pod.status.container_statuses
     assert container.restart_count == 0
     assert container.resources.limits["memory"] == asked  # what the kubelet applied

@@ -20,6 +20,13 @@ def describe_rank(out_dir: str) -> dict[str, str]:
     return seen
 
 
+def write_started(out: Path) -> None:
+    """The job id, for the test's thread to signal: renamed into place, so that the thread never
+    reads the file between its creation and its write (an empty job id made scancel fail)."""
+    (out / "started.tmp").write_text(os.environ["SLURM_JOB_ID"])
+    os.replace(out / "started.tmp", out / "started")
+
+
 @asset(op_tags=compute(nodes=2, tasks_per_node=1, cpu=1, memory="256Mi"))
 def gang_model(gang: Gang) -> dict[str, str]:
     return gang.run(describe_rank, os.environ["TEST_OUT"])
@@ -32,7 +39,7 @@ def resumable_model() -> str:
     if (out / "checkpoint").exists():
         return "resumed from checkpoint"
     signal.signal(signal.SIGUSR2, lambda *_: (out / "checkpoint").write_text("saved"))
-    (out / "started").write_text(os.environ["SLURM_JOB_ID"])
+    write_started(out)
     time.sleep(120)
     return "never preempted"
 
@@ -43,7 +50,7 @@ def relaunched_model() -> str:
     out = Path(os.environ["TEST_OUT"])
     attempt = os.environ["K8S_AI_ATTEMPT"]
     if attempt == "0":
-        (out / "started").write_text(os.environ["SLURM_JOB_ID"])
+        write_started(out)
         time.sleep(120)
     return f"attempt {attempt} on {os.environ['SLURM_JOB_NODELIST']}"
 
