@@ -10,6 +10,7 @@ from dagster import DagsterInstance
 
 from tests.plane_fixtures import (
     control_plane,
+    deselect_emulator_twins,
     gang_plane,
     host,
     karpenter_bin_dir,
@@ -86,11 +87,14 @@ def test_out(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return out
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Markers must match the components tests use; tests on the real node, the real vCluster
-    syncer, Karpenter or the current Slurm, then on Kueue, run last: `make test` builds them in the
-    background meanwhile."""
+@pytest.hookimpl(trylast=True)  # after `-m` and `-k` have deselected theirs
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Markers must match the components tests use; under CI=true a scenario that runs on the
+    real plane does not run on the emulator too (`deselect_emulator_twins`); tests on the real
+    node, the real vCluster syncer, Karpenter or the current Slurm, then on Kueue, run last:
+    `make test` builds them in the background meanwhile."""
     check_markers(items)
+    deselect_emulator_twins(config, items)
 
     def late(item: pytest.Item) -> int:
         names = set(getattr(item, "fixturenames", ()))

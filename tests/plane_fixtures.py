@@ -56,11 +56,12 @@ KARPENTER_BUILD_SCRIPT = BUILD_SCRIPT.with_name("build-karpenter.sh")
 NODE_BUILD_SCRIPT = BUILD_SCRIPT.with_name("build-node.sh")
 VCLUSTER_BUILD_SCRIPT = BUILD_SCRIPT.with_name("build-vcluster.sh")
 TENANTS = ("team-a", "team-b")
+EMULATOR_PARAM = "emulator"
 TENANT = TENANTS[0]
 # The parameters of the fixtures that run a test on the emulator or on this real plane, each
 # with its marker (tests/requirements.py checks that the real plane's is there).
 KUBE_TARGETS = [
-    pytest.param("emulator", marks=pytest.mark.emulator),
+    pytest.param(EMULATOR_PARAM, marks=pytest.mark.emulator),
     pytest.param(REAL_PLANE_PARAM, marks=pytest.mark.controlplane),
 ]
 # The same, plus the real plane whose tenant team-a the real vCluster syncer serves: for the
@@ -70,6 +71,33 @@ TENANT_TARGETS = [
     pytest.param(VCLUSTER_PARAM, marks=[pytest.mark.controlplane, pytest.mark.vcluster]),
 ]
 STARTED: list[str] = []  # the version each real control plane of this session reported
+
+
+def deselect_emulator_twins(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Leave out the emulator runs of tests whose real-plane run (same test, same other
+    parameters) is also selected, under CI=true only: there the real plane cannot be missing,
+    so `make test` runs such a scenario on the real thing alone. The emulator stays held to the
+    real plane by the contract (tests/contract); `make test-fast`, which leaves the real plane
+    out, and runs outside CI, where the real plane may skip, still run the emulator's."""
+    twins = set(map(id, _emulator_twins(items))) if in_ci() else set()
+    if twins:
+        config.hook.pytest_deselected(items=[item for item in items if id(item) in twins])
+        items[:] = [item for item in items if id(item) not in twins]
+
+
+def _emulator_twins(items: list[pytest.Item]) -> list[pytest.Item]:
+    real = {key for item in items if (key := _twin_key(item, REAL_PLANE_PARAM))}
+    return [item for item in items if _twin_key(item, EMULATOR_PARAM) in real]
+
+
+def _twin_key(item: pytest.Item, plane: str) -> tuple[str, str] | None:
+    """The test and its parameters other than the plane, when one parameter is `plane`."""
+    params = getattr(getattr(item, "callspec", None), "params", {})
+    names = [name for name, value in params.items() if isinstance(value, str) and value == plane]
+    if len(names) != 1:
+        return None
+    others = sorted((name, repr(value)) for name, value in params.items() if name != names[0])
+    return item.nodeid.partition("[")[0], f"{names[0]}: {others}"
 
 
 def _built(env: str, build: Callable[..., Path], script: Path, what: str) -> Path:

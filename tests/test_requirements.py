@@ -181,3 +181,56 @@ def test_marked_component_tests_are_left_out_by_their_marker(suite: pytest.Pytes
     suite.makepyfile(test_marked=MARKED)
     run(suite, "-m", "not controlplane").assert_outcomes(passed=0, deselected=3)
     run(suite).assert_outcomes(passed=3)
+
+
+TWINS_CONFTEST = """
+import pytest
+
+from tests.plane_fixtures import KUBE_TARGETS, deselect_emulator_twins
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_collection_modifyitems(config, items):
+    deselect_emulator_twins(config, items)
+
+
+@pytest.fixture(params=KUBE_TARGETS)
+def cluster(request):
+    return request.param
+"""
+TWINS = """
+import pytest
+
+@pytest.mark.parametrize("size", [1, 2])
+def test_on_either_plane(cluster, size):
+    pass
+
+@pytest.mark.emulator
+def test_on_the_emulator_only():
+    pass
+"""
+
+
+@pytest.mark.parametrize(
+    ("ci", "selection", "ran"),
+    [
+        ("true", [], "3 passed, 2 deselected"),  # the real plane's two, the emulator-only test
+        ("true", ["-m", "not controlplane"], "3 passed, 2 deselected"),  # the emulator's run
+        ("", [], "5 passed"),  # outside CI the real plane may skip: both run
+    ],
+)
+def test_a_scenario_on_both_planes_runs_on_the_emulator_only_where_the_real_plane_does_not(
+    pytester: pytest.Pytester,
+    monkeypatch: pytest.MonkeyPatch,
+    ci: str,
+    selection: list[str],
+    ran: str,
+) -> None:
+    pytester.makeconftest(TWINS_CONFTEST)
+    pytester.makeini(INI + "    emulator: the emulator\n")
+    pytester.makepyfile(test_twins=TWINS)
+    monkeypatch.setenv("CI", ci)
+    result = run(pytester, "-v", *selection)
+    result.stdout.fnmatch_lines([f"*{ran}*"])
+    emulator_runs = [line for line in result.outlines if "[emulator" in line and "PASSED" in line]
+    assert len(emulator_runs) == (0 if ci and not selection else 2), result.outlines
