@@ -95,6 +95,10 @@ class JobController:
             return set(self._jobs), self.store.list("pods")
         dirty: set[str] = set()
         pods: dict[tuple[str, str], None] = {}
+        # the index by owner takes in the same changes (one read of the history a pass)
+        indexed = (
+            self._indexed_rv is not None and read_from is not None and self._indexed_rv >= read_from
+        )
         for change in changes:
             meta = change.obj["metadata"]
             if change.resource == "jobs":
@@ -108,6 +112,11 @@ class JobController:
             elif change.resource == "pods":
                 dirty |= _owners(change.obj) | _owners(change.old or {})
                 pods[_key(change.obj)] = None
+                if indexed and change.rv > (self._indexed_rv or 0):
+                    self._index(change)
+                    self._indexed_rv = change.rv
+        if indexed:
+            self._indexed_rv = max(self._indexed_rv or 0, self._read_to)
         current = [self.store.get("pods", *key) for key in pods]
         return dirty, [pod for pod in current if pod is not None]
 
