@@ -112,11 +112,10 @@ class JobController:
             elif change.resource == "pods":
                 dirty |= _owners(change.obj) | _owners(change.old or {})
                 pods[_key(change.obj)] = None
-                if indexed and change.rv > (self._indexed_rv or 0):
+                if indexed:
                     self._index(change)
-                    self._indexed_rv = change.rv
-        if indexed:
-            self._indexed_rv = max(self._indexed_rv or 0, self._read_to)
+        if indexed:  # every change up to the pass's read is in (any after it stay in)
+            self._indexed_rv = max(self._read_to, self._indexed_rv or 0)
         current = [self.store.get("pods", *key) for key in pods]
         return dirty, [pod for pod in current if pod is not None]
 
@@ -172,11 +171,15 @@ class JobController:
                 for change in changes:
                     if change.resource == "pods":
                         self._index(change)
-            self._indexed_rv = current
+            self._indexed_rv = max(current, self._indexed_rv or 0)
         return list(self._by_owner.get(uid, {}).values())
 
     def _index(self, change: Change) -> None:
-        """Apply one pod write to the index (a modified pod keeps its place, as in the store)."""
+        """Apply one pod write to the index once, in the history's order (a modified pod keeps
+        its place, as in the store); a write the index already took in is passed over."""
+        if self._indexed_rv is not None and change.rv <= self._indexed_rv:
+            return
+        self._indexed_rv = change.rv
         key, now = _key(change.obj), set() if change.type == "DELETED" else _owners(change.obj)
         for owner in _owners(change.old or {}) - now:
             self._by_owner.get(owner, {}).pop(key, None)
