@@ -1,7 +1,7 @@
 """What the run worker costs per step as the fan-out grows: `ai_executor` vs `k8s_job_executor`.
 
 Run: `python -m benchmarks.bench_scale [--targets control-plane,emulator] [--steps 100,1000]
-[--concurrency 200] [--step-seconds 0] [--profile py-spy|cprofile] [--out DIR]`;
+[--concurrency 200] [--step-seconds 0] [--profile py-spy|cprofile|tracemalloc] [--out DIR]`;
 plot saved results: `python -m benchmarks.bench_scale --plot IMAGE.png --plot-from A.json B.json`.
 
 One Dagster job (`benchmarks.k8s_run_worker`: N ops fanned out, + 1 gather) runs under each
@@ -18,7 +18,8 @@ measured. Printed per target, and written to `OUT/bench_scale-<target>.json`:
   <= 1x and within +-20 % from the smallest to the largest N; launch p99 <= 1x at 1,000 steps.
 `--profile` wraps each run worker in py-spy (stacks of whichever thread holds the GIL, with
 the share of named functions printed) or cProfile (the main thread's CPU clock, with call
-counts and CPU per call printed) and writes the profile beside the JSON; the CPU figures of a
+counts and CPU per call printed) or tracemalloc (the live heap at its largest, by call site:
+what a run worker keeps as N grows) and writes the profile beside the JSON; the figures of a
 profiled run include the profiler's cost. On 2 cores a 1,000-step point takes 8-9 minutes per
 executor on the real control plane; `--executors ai` or `dagster-k8s` runs one side.
 """
@@ -100,6 +101,8 @@ def _profiler(kind: str, out: Path) -> tuple[tuple[str, ...], tuple[str, ...]]:
         return (spy, "record", "--gil", "--format", "raw", "-r", "25", "-o", f"{out}.txt", "--"), ()
     if kind == "cprofile":
         return (), ("--cprofile", f"{out}.pstats")
+    if kind == "tracemalloc":
+        return (), ("--tracemalloc", f"{out}.heap.txt")
     return (), ()
 
 
@@ -287,6 +290,9 @@ def bench_target(name: str, kubeconfig: str, work: Path, args: argparse.Namespac
                 results[executor][-1]["profile_calls"] = calls
                 for label, c in calls.items():
                     print(f"    {label:<26} {c['calls']:>7} calls {c['ms_per_call']:>8.2f} ms")
+            heap = args.out / f"profile-{tag}.heap.txt"
+            if args.profile == "tracemalloc" and heap.exists():
+                print(f"    live heap at its largest: {heap}")
             print(f"  ({tag}: {time.time() - began:.0f} s)", flush=True)
     report(name, results)
     return {
@@ -342,7 +348,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--concurrency", type=int, default=200, help="max_concurrent of both")
     parser.add_argument("--step-seconds", type=float, default=0.0, help="the stand-in's pause")
     parser.add_argument("--executors", type=lambda s: s.split(","), default=list(EXECUTORS))
-    parser.add_argument("--profile", choices=("py-spy", "cprofile"), default=None)
+    parser.add_argument("--profile", choices=("py-spy", "cprofile", "tracemalloc"), default=None)
     parser.add_argument(
         "--storage",
         choices=("sqlite", "postgres"),

@@ -9,7 +9,9 @@ Jobs and events), pre-flight checks (any other GET: secrets, quotas, nodes; acce
 and other;
 it records when each step's Job was created; the ops record when they started and ended. All
 of it goes to OUT as JSON. `--cprofile STATS` profiles the run (the main thread: the
-executor's loop) with cProfile, timed by the thread's CPU clock.
+executor's loop) with cProfile, timed by the thread's CPU clock. `--tracemalloc TEXT` traces
+the run's allocations and writes, near the moment the traced heap was largest (`HeapPeak`),
+the biggest live allocations by call site and by the package frame that made them.
 """
 
 import argparse
@@ -146,12 +148,69 @@ class RequestCounter:
                 self.created[str(step)] = time.time()
 
 
+class HeapPeak:
+    """Trace allocations; keep a snapshot of the largest traced heap seen (looked at every 30 s,
+    taken again only when the heap grew by a quarter: a snapshot holds the GIL for seconds) and
+    write its top allocations, by line and by the innermost frame of the package or Dagster."""
+
+    FRAMES = 8
+
+    def __init__(self, out: Path, interval_s: float = 30.0) -> None:
+        import tracemalloc
+
+        self._out, self._interval_s = out, interval_s
+        self._tm = tracemalloc
+        tracemalloc.start(self.FRAMES)
+        self._best: Any = None
+        self._best_size = 0
+        self._done = threading.Event()
+        self._thread = threading.Thread(target=self._sample, daemon=True)
+        self._thread.start()
+
+    def _sample(self) -> None:
+        while not self._done.wait(self._interval_s):
+            self._take()
+
+    def _take(self) -> None:
+        size, _ = self._tm.get_traced_memory()
+        if size > 1.25 * self._best_size:
+            self._best, self._best_size = self._tm.take_snapshot(), size
+
+    def stop(self) -> None:
+        self._done.set()
+        self._thread.join()
+        self._take()
+        self._tm.stop()
+        snapshot = self._best
+        lines = [f"largest traced heap: {self._best_size / 2**20:.1f} MiB", "", "by line:"]
+        for stat in snapshot.statistics("lineno")[:30]:
+            lines.append(f"  {stat.size / 2**20:8.2f} MiB {stat.count:>8}  {stat.traceback[0]}")
+        owners: Counter[str] = Counter()
+        counts: Counter[str] = Counter()
+        for trace in snapshot.traces:
+            frame = next(
+                (
+                    f
+                    for f in trace.traceback
+                    if "k8s_ai_orchestrator" in f.filename or "/dagster" in f.filename
+                ),
+                trace.traceback[0],
+            )
+            owners[f"{frame.filename}:{frame.lineno}"] += trace.size
+            counts[f"{frame.filename}:{frame.lineno}"] += 1
+        lines += ["", "by the innermost package or Dagster frame:"]
+        for where, size in owners.most_common(40):
+            lines.append(f"  {size / 2**20:8.2f} MiB {counts[where]:>8}  {where}")
+        self._out.write_text("\n".join(lines) + "\n")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--executor", choices=("ai", "dagster-k8s"), required=True)
     parser.add_argument("--config", type=Path, required=True, help="executor config (JSON)")
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--cprofile", type=Path, help="write the run's cProfile stats here")
+    parser.add_argument("--tracemalloc", type=Path, help="write the live heap at its peak here")
     args = parser.parse_args()
     counter = RequestCounter()
     counter.install()
@@ -162,6 +221,7 @@ def main() -> None:
     config = json.loads(args.config.read_text())
     # The main thread's CPU time, not wall time: what each call cost the run worker.
     profile = cProfile.Profile(time.thread_time) if args.cprofile else None
+    heap = HeapPeak(args.tracemalloc) if args.tracemalloc else None
     started = time.time()
     with DagsterInstance.get() as instance:
         if profile:
@@ -174,6 +234,8 @@ def main() -> None:
         if profile:
             profile.disable()
             profile.dump_stats(args.cprofile)
+    if heap:
+        heap.stop()
     marks = {p.stem: json.loads(p.read_text()) for p in Path(MARKS).glob("*.json")}
     args.out.write_text(
         json.dumps(

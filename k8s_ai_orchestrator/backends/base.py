@@ -328,6 +328,17 @@ class CancelsRuns(Protocol):
 
 
 @runtime_checkable
+class Releases(Protocol):
+    """A backend that keeps per-attempt state (Kubernetes: its pods' last states, a log
+    stream and its buffer, growths) and lets it go when the executor is done with a step, so
+    that what a run worker holds follows the steps in flight, not every step the run had."""
+
+    def release(self, handle: JobHandle) -> None:
+        """Forget the step's attempts up to `handle`'s (after its last read); the attempts
+        themselves are left as they are, and `cancel` still reaches them."""
+
+
+@runtime_checkable
 class PacesStatus(Protocol):
     """A backend whose `status()` costs a call to a remote service (Slurm): the executor asks
     it no more often than every `status_interval_s` seconds per attempt."""
@@ -354,6 +365,7 @@ class Capabilities:
     preemptors: NamesPreemptors | None = None
     changes: ReportsChanges | None = None
     adopts: Adopts | None = None
+    releases: Releases | None = None
     status_interval_s: float = 0.0  # 0: status() is answered from a cache, ask it every pass
 
     @classmethod
@@ -366,6 +378,7 @@ class Capabilities:
             preemptors=backend if isinstance(backend, NamesPreemptors) else None,
             changes=backend if isinstance(backend, ReportsChanges) else None,
             adopts=backend if isinstance(backend, Adopts) else None,
+            releases=backend if isinstance(backend, Releases) else None,
             status_interval_s=(
                 float(backend.status_interval_s) if isinstance(backend, PacesStatus) else 0.0
             ),

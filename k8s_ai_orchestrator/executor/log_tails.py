@@ -7,7 +7,9 @@ stdout through a `tail -F` that can lag behind (Dagster's own notes on it: a 1 s
 after the run worker read the event. The step handler forwards what the log holds when the
 event arrives; if the attempt still runs, it hands the attempt to `LogTails`, which reads its
 log on in the loop's passes until the backend says it ended (then once more, waiting for the
-stream's last bytes) or until `TAIL_S` passed, and once more at the end of the run.
+stream's last bytes) or until `TAIL_S` passed, and once more at the end of the run. A step's
+last attempt is released to its backend (`Releases`: what it kept of it is let go) once its
+log has been read to the end: at once, or when its tail ends.
 
 Example:
     >>> LogTails(clock=lambda: 0.0).finish()  # nothing tailed: the run ends at once
@@ -21,7 +23,7 @@ from dataclasses import dataclass
 
 from dagster._core.execution.context.system import IStepContext
 
-from ..backends.base import Backend, Capabilities, StepStatus, StreamsLogs
+from ..backends.base import Backend, Capabilities, Releases, StepStatus, StreamsLogs
 from ..errors import BackendError
 from ..launch.attempts import StepAttempts
 from ..launch.lifecycle import Attempt, read_status
@@ -46,6 +48,7 @@ class Tail:
     context: IStepContext
     until: float
     interval_s: float = 0.0  # the backend's status pace (`Capabilities.status_interval_s`)
+    releases: Releases | None = None  # the step's last attempt: released when the tail ends
 
 
 class LogTails:
@@ -75,6 +78,17 @@ class LogTails:
             tail = Tail(key, attempt, instance, logs, name, context, until, interval_s)
             self._tails[attempt.handle.job_id] = tail
 
+    def release(self, attempt: Attempt, caps: Capabilities) -> None:
+        """The executor is done with the step whose last attempt this is: release it to its
+        backend now, or when its tail ends."""
+        if caps.releases is None or attempt.vanished:
+            return
+        tail = self._tails.get(attempt.handle.job_id)
+        if tail is not None:
+            tail.releases = caps.releases
+        else:
+            caps.releases.release(attempt.handle)
+
     def forward(self) -> None:
         """One pass: forward what the tailed attempts printed; drop those that ended."""
         now = self._clock()
@@ -83,6 +97,8 @@ class LogTails:
             _forward(tail, now, final=ended)
             if ended:
                 del self._tails[job_id]
+                if tail.releases is not None:
+                    tail.releases.release(tail.attempt.handle)
 
     def finish(self, sleep: Callable[[float], None] = time.sleep) -> None:
         """At the end of the run: wait for the tailed attempts to end (each at most until its

@@ -74,17 +74,15 @@ class AIStepHandler:
     def _backend(self, name: str) -> tuple[Backend, Capabilities]:
         if name not in self._backends:
             built = make_backend(name, self._settings)
-            caps = self._backends[name] = (built, Capabilities.of(built))
-            if caps[1].changes is not None:
-                caps[1].changes.on_change(self.attention.on_change)
+            if (caps := Capabilities.of(built)).changes is not None:
+                caps.changes.on_change(self.attention.on_change)
+            self._backends[name] = (built, caps)
         return self._backends[name]
 
     def launch_step(self, step_handler_context: StepHandlerContext) -> Iterator[DagsterEvent]:
-        args = step_handler_context.execute_step_args
-        key = single_key(step_handler_context)
-        step_context = step_handler_context.get_step_context(key)
-        known = args.known_state
-        previous = known.previous_retry_attempts.get(key, 0) if known is not None else 0
+        args, key = step_handler_context.execute_step_args, single_key(step_handler_context)
+        step_context, known = step_handler_context.get_step_context(key), args.known_state
+        previous = known.previous_retry_attempts.get(key, 0) if known else 0
         live = self._live.get(key) or self._new_live(key, step_handler_context, previous)
         sizing_note, sizing_meta = size_first_attempt(live, self._settings, self._plan_context)
         spec = live.spec.with_memory(live.next_memory) if live.next_memory else live.spec
@@ -214,6 +212,7 @@ class AIStepHandler:
         live.finished(ResourceUsage() if gone else backend.usage(live.attempt.handle), status)
         self.attention.ended(live.attempt.handle.job_id)
         if final:
+            self.tails.release(live.attempt, caps)
             self.budget.ended(key, self._live.pop(key))
             self._event(step_context, *live.summary(key, self._settings.prices))
 

@@ -23,7 +23,7 @@ from kubernetes.client import CoreV1Api
 from k8s_ai_orchestrator.backends.base import FailureReason, StepState
 from k8s_ai_orchestrator.backends.kubernetes import KubernetesBackend, KubernetesConfig, prepare
 from k8s_ai_orchestrator.backends.kubernetes.status import SETTLE_S
-from k8s_ai_orchestrator.errors import SubmitError, TenantAccessError
+from k8s_ai_orchestrator.errors import BackendError, SubmitError, TenantAccessError
 from k8s_ai_orchestrator.launch.lifecycle import Attempt, Verdict
 from k8s_ai_orchestrator.testing.kube.emulator import wait_until as wait_for
 from tests.support import FakeClock
@@ -439,3 +439,37 @@ def test_validation_builds_one_job_per_step_shape_and_still_refuses_a_bad_one(
         backend.validate(replace(python_step("pass", step="odd"), labels=bad_tag))
     backend.cancel(backend.submit(python_step("pass", step="tile-1")))
     assert built == ["tile-0", "odd", "tile-1"]
+
+
+def test_a_released_step_leaves_nothing_behind_in_the_backend_and_other_steps_are_untouched(
+    emulator: Any, backend: KubernetesBackend
+) -> None:
+    run_id = str(uuid.uuid4())
+    failed = backend.submit(python_step("import sys; sys.exit(3)", run_id=run_id))
+    assert wait_terminal(emulator, backend, failed).state == StepState.FAILED
+    last = backend.submit(python_step("print('tile 9 done')", run_id=run_id, attempt=1))
+    assert wait_terminal(emulator, backend, last).state == StepState.SUCCEEDED
+    assert "tile 9 done" in backend.logs_since(last)[0]
+    other = backend.submit(python_step(SLEEPER, step="other", run_id=run_id, grace_period_s=1))
+    running_pod(emulator, backend, other)
+    watch = backend._attempts.of(last).watch
+
+    backend.release(last)  # the executor is done with step "tiles": both its attempts go
+
+    for handle in (failed, last):
+        with pytest.raises(BackendError, match="not submitted by this backend"):
+            backend.status(handle)
+        assert watch.pods(handle.job_id) == [] and watch.deleted_pods(handle.job_id) == []
+    assert backend.resizes(last) == () and backend._logs.report(last.job_id) is None
+    backend.cancel(failed)  # a released attempt's Job is still reached; its pod's deletion...
+    emulator.wait_for(lambda: not pods_of(emulator, failed.job_id), timeout=60)
+    assert watch.pods(failed.job_id) == [] and watch.deleted(failed.job_id) is None  # ...unseen
+    assert backend.status(other).state == StepState.RUNNING
+    backend.cancel(other)
+    assert wait_terminal(emulator, backend, other).reason == FailureReason.CANCELLED.value
+
+
+def pods_of(emu: Any, job: str) -> list[Any]:
+    return [
+        p for p in emu.pods("team-a", NAMESPACE) if p["metadata"]["labels"].get("k8s-ai/job") == job
+    ]

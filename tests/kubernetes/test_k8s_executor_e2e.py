@@ -16,6 +16,7 @@ from dagster import DagsterEventType, DagsterInstance, execute_job
 from dagster._core.definitions.reconstruct import ReconstructableRepository
 from k8s_support import NAMESPACE, TENANTS
 
+from k8s_ai_orchestrator.backends.kubernetes import KubernetesBackend
 from tests.plane_fixtures import KUBE_TARGETS, TENANT_TARGETS
 from tests.support import engine_messages
 
@@ -88,9 +89,27 @@ def test_example_pipeline_materializes_with_every_step_a_job_in_its_tenant(
     assert len(cluster.jobs("team-a", NAMESPACE)) == len(steps) - 2
 
 
+@pytest.fixture
+def held_at_close(monkeypatch: pytest.MonkeyPatch) -> list[tuple[int, int, int]]:
+    """What each Kubernetes backend of the run still held when the run closed it: attempts,
+    pods in its watches, log streams (the executor releases each step once it is done)."""
+    held: list[tuple[int, int, int]] = []
+    close = KubernetesBackend.close
+
+    def spy(self: KubernetesBackend) -> None:
+        pods = sum(len(w._pods) + len(w._gone) for w in self._watches._watches.values())
+        held.append((len(self._attempts._attempts), pods, len(self._logs._followers)))
+        close(self)
+
+    monkeypatch.setattr(KubernetesBackend, "close", spy)
+    return held
+
+
 @pytest.mark.parametrize("cluster", TENANT_TARGETS, indirect=True)
 @pytest.mark.slow
-def test_oom_killed_step_is_relaunched_with_double_memory(cluster: Any) -> None:
+def test_oom_killed_step_is_relaunched_with_double_memory(
+    cluster: Any, held_at_close: list[tuple[int, int, int]]
+) -> None:
     repo = ReconstructableRepository.for_module(
         "k8s_pipelines", "defs", working_directory=str(HERE)
     )
@@ -111,10 +130,13 @@ def test_oom_killed_step_is_relaunched_with_double_memory(cluster: Any) -> None:
         for j in cluster.jobs("team-a", NAMESPACE)
     )
     assert limits == ["256Mi", "512Mi"]
+    assert held_at_close == [(0, 0, 0)]  # both attempts let go once the step succeeded
 
 
 @pytest.mark.parametrize("cluster", KUBE_TARGETS, indirect=True)
-def test_a_line_the_step_prints_after_its_success_still_reaches_the_run(cluster: Any) -> None:
+def test_a_line_the_step_prints_after_its_success_still_reaches_the_run(
+    cluster: Any, held_at_close: list[tuple[int, int, int]]
+) -> None:
     """The step's process prints at exit, after STEP_SUCCESS is in the run's event log: the
     run worker reads its log on until the pod ended (`executor.log_tails`)."""
     repo = ReconstructableRepository.for_module(
@@ -135,6 +157,7 @@ def test_a_line_the_step_prints_after_its_success_still_reaches_the_run(cluster:
         m.startswith("[kubernetes log] syncs_at_exit:") for m in map(messages.__getitem__, late)
     )
     assert kinds.index("STEP_SUCCESS") < late[0]  # it came after the step's success
+    assert held_at_close == [(0, 0, 0)]  # let go once its tail was read
 
 
 @pytest.mark.parametrize("cluster", KUBE_TARGETS, indirect=True)

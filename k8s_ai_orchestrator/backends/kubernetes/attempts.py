@@ -167,6 +167,25 @@ class AttemptBook:
             )
         return found
 
+    def release(self, handle: JobHandle) -> list[Attempt]:
+        """Take the handle's attempt and the same step's earlier ones out of the book (the
+        executor is done with the step); returns them."""
+        with self._lock:
+            found = self._attempts.get(handle.job_id)
+            if found is None:
+                return []
+            run, step = found.request.run_id, found.request.step_key
+            gone = [
+                a
+                for a in self._attempts.values()
+                if a.request.run_id == run
+                and a.request.step_key == step
+                and a.request.attempt <= found.request.attempt
+            ]
+            for attempt in gone:
+                del self._attempts[attempt.job.name]
+        return gone
+
     def drop_earlier(self, request: LaunchRequest, jobs: JobApi) -> None:
         """Delete the Jobs of the step's earlier attempts that have not succeeded: the executor
         has left them, and Kueue would readmit a Job it evicted (suspended, requeued) and run

@@ -226,27 +226,24 @@ class KubernetesBackend:
         return self._attempts.of(handle).usage(self._clock, peak or None, cpu)
 
     def grow_memory(self, handle: JobHandle, new_limit_bytes: int) -> GrowResult:
-        """Ask for the running pod's memory to be raised to `new_limit_bytes` in place.
-
-        The answer is pending until the kubelet applies it (see `resizes`); it is refused
-        when the attempt has no running pod or the API server says no.
-        """
+        """Ask for the running pod's memory to be raised to `new_limit_bytes` in place:
+        pending until the kubelet applies it (see `resizes`), or refused."""
         attempt = self._attempts.of(handle)
-        pod = attempt.running_pod()
-        memory = self._growth.memory(handle.job_id)
-        if pod is None or memory is None:
-            return GrowResult.refused(f"step '{handle.step_key}' has no running pod to resize")
-        before = len(memory.resizes)
-        core = self._observer.core(attempt)
-        self._growth.ask(core, attempt.tenant, pod, memory, new_limit_bytes, memory.peak_bytes)
-        if len(memory.resizes) > before:
-            return GrowResult.refused(memory.resizes[-1].reason)
-        return GrowResult.pending("the kubelet applies it when the node has room")
+        core, pod = self._observer.core(attempt), attempt.running_pod()
+        return self._growth.grow(core, handle, pod, new_limit_bytes)
 
     def resizes(self, handle: JobHandle) -> tuple[Resize, ...]:
         """Every in-place growth tried for the attempt so far, in order."""
         memory = self._growth.memory(handle.job_id)
         return tuple(memory.resizes) if memory is not None else ()
+
+    def release(self, handle: JobHandle) -> None:
+        """`Releases`: forget the step's attempts up to this one (their pods' states, log
+        streams, growths); their Jobs are left as they are, and `cancel` still reaches them."""
+        for attempt in self._attempts.release(handle):
+            self._logs.drop(attempt.job.name)
+            self._growth.drop(attempt.job.name)
+            attempt.watch.forget(attempt.job.name)
 
     def on_change(self, callback: Callable[[str], None]) -> None:
         """`callback(job name)` on each watch event of one of the attempt's pods

@@ -44,7 +44,7 @@ from ...errors import BackendError
 from ...memorygrowth import MemoryGrowth, MemoryTrend
 from ...spec import ComputeSpec
 from ...usage_report import MemoryReading
-from ..base import GrowOutcome, LaunchRequest, Resize
+from ..base import GrowOutcome, GrowResult, JobHandle, LaunchRequest, Resize
 from .api import ApiRetry, api_message
 from .config import KubernetesConfig
 from .reporting import report_usage, reports_usage
@@ -202,6 +202,10 @@ class PodGrowth:
             self._memory[job] = state
         self.observe(core, tenant, pod, state, report_of() if state.reports else None)
 
+    def drop(self, job: str) -> None:
+        """Forget the Job's memory and growths (the executor is done with its attempt)."""
+        self._memory.pop(job, None)
+
     def memory(self, job: str) -> PodMemory | None:
         """The memory of the Job's attempt, if it was measured."""
         return self._memory.get(job)
@@ -299,6 +303,20 @@ class PodGrowth:
         limit = state.limit_bytes  # nothing asked for: old and new limits are the same
         reason = self._no_stats[tenant]
         state.resizes.append(Resize(limit, limit, 0, GrowOutcome.REFUSED, reason))
+
+    def grow(
+        self, core: CoreV1Api, handle: JobHandle, pod: Mapping[str, Any] | None, target: int
+    ) -> GrowResult:
+        """An asked-for growth of the attempt's running `pod` to `target` bytes: pending until
+        the kubelet applies it, refused when there is no running pod or the API says no."""
+        memory = self._memory.get(handle.job_id)
+        if pod is None or memory is None:
+            return GrowResult.refused(f"step '{handle.step_key}' has no running pod to resize")
+        before = len(memory.resizes)
+        self.ask(core, str(handle.tenant), pod, memory, target, memory.peak_bytes)
+        if len(memory.resizes) > before:
+            return GrowResult.refused(memory.resizes[-1].reason)
+        return GrowResult.pending("the kubelet applies it when the node has room")
 
     def ask(
         self,

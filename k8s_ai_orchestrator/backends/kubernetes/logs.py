@@ -169,6 +169,13 @@ class LogStreams:
         if follower is not None:
             follower.close()
 
+    def drop(self, job: str) -> None:
+        """Stop following the Job's pod and let its buffer go (the executor is done with it)."""
+        with self._lock:
+            follower = self._followers.pop(job, None)
+        if follower is not None:
+            follower.close()
+
     def close_all(self) -> None:
         with self._lock:
             followers = list(self._followers.values())

@@ -5,7 +5,9 @@ resourceVersion (the server sends what exists, then every change); each renewal 
 the last resourceVersion seen. All steps of the run in that namespace share it, so asking a
 step's status costs no API request. A 410 Gone (the resourceVersion is too old) re-lists and
 watches from the list; any other error reconnects after a backoff that doubles up to 30 s.
-Pods that vanish between two lists count as deleted.
+Pods that vanish between two lists count as deleted. A Job the executor is done with is
+`forget`-ten: its pods' states are dropped and its later events passed over, so what the watch
+holds follows the steps in flight, not every step the run has had.
 
 Example:
     >>> watch = PodWatch(core_api, "default", "k8s-ai/run-id=r1")  # doctest: +SKIP
@@ -71,6 +73,7 @@ class PodWatch:
         self._listeners: list[Callable[[str], None]] = []
         self._deleted: dict[str, Pod] = {}
         self._gone: dict[str, dict[str, Pod]] = {}  # job → pod name → its last state
+        self._forgotten: set[str] = set()  # Jobs whose pods are no longer kept (`forget`)
         self._synced = threading.Event()
         self._version = ""  # where the first watch starts ("": the server sends what exists)
         self._response: Any = None
@@ -115,6 +118,16 @@ class PodWatch:
         """The last state of every deleted pod of a Job (a gang has several)."""
         with self._lock:
             return list(self._gone.get(job, {}).values())
+
+    def forget(self, job: str) -> None:
+        """Drop what is kept of the Job's pods and pass over their later events (the
+        executor is done with its attempt; the Job itself is left to its TTL)."""
+        with self._lock:
+            self._forgotten.add(job)
+            for name in self._by_job.pop(job, ()):
+                self._pods.pop(name, None)
+            self._deleted.pop(job, None)
+            self._gone.pop(job, None)
 
     def _run(self) -> None:
         # The first request is a watch without a resourceVersion: the server sends the pods
@@ -167,17 +180,17 @@ class PodWatch:
             self.namespace, label_selector=self._selector, _preload_content=False
         )
         listing = json.loads(response.data)
-        fresh = {
-            p["metadata"]["name"]: p
-            for p in listing.get("items") or ()
-            if p.get("kind", "Pod") == "Pod"
-        }
         with self._lock:
+            fresh = {
+                p["metadata"]["name"]: p
+                for p in listing.get("items") or ()
+                if p.get("kind", "Pod") == "Pod" and _job_of(p) not in self._forgotten
+            }
             fresh = {name: carry_disruption(self._pods.get(name), p) for name, p in fresh.items()}
             for name, pod in self._pods.items():
-                if name not in fresh:
+                if name not in fresh:  # vanished between the two lists: deleted
                     self._deleted[_job_of(pod)] = pod
-                self._gone.setdefault(_job_of(pod), {})[name] = pod
+                    self._gone.setdefault(_job_of(pod), {})[name] = pod
             changed = {_job_of(p) for p in [*self._pods.values(), *fresh.values()]}
             self._pods = fresh
             self._by_job = {}
@@ -222,6 +235,8 @@ class PodWatch:
             return version  # only pods are watched; tolerate a server that streams more
         name, job = pod["metadata"]["name"], _job_of(pod)
         with self._lock:
+            if job in self._forgotten:
+                return version
             pod = carry_disruption(self._pods.get(name), pod)
             if kind == "DELETED":
                 self._pods.pop(name, None)
