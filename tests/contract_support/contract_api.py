@@ -36,6 +36,28 @@ def check_watch_resumes_from_a_list(target: ContractTarget) -> None:
     assert ("ADDED", "contract-watched") in seen
 
 
+def check_paged_list_continues_after_the_last_key(target: ContractTarget) -> None:
+    """A list with `limit` pages by `continue`; every page carries the first page's
+    resourceVersion, deleting an object already listed skips none of the rest, and under a
+    label selector the remaining count is left out."""
+    core, ns = target.core(), target.namespace
+    for index in range(5):
+        meta = client.V1ObjectMeta(name=f"contract-page-{index}", labels={"contract": "paged"})
+        core.create_namespaced_config_map(ns, client.V1ConfigMap(metadata=meta))
+    pages = {"label_selector": "contract=paged", "limit": 2}
+    first = core.list_namespaced_config_map(ns, **pages)
+    assert [c.metadata.name for c in first.items] == ["contract-page-0", "contract-page-1"]
+    assert first.metadata._continue
+    assert first.metadata.remaining_item_count is None  # unknown under a selector
+    core.delete_namespaced_config_map("contract-page-0", ns)
+    second = core.list_namespaced_config_map(ns, **pages, _continue=first.metadata._continue)
+    assert [c.metadata.name for c in second.items] == ["contract-page-2", "contract-page-3"]
+    assert second.metadata.resource_version == first.metadata.resource_version
+    last = core.list_namespaced_config_map(ns, **pages, _continue=second.metadata._continue)
+    assert [c.metadata.name for c in last.items] == ["contract-page-4"]
+    assert not last.metadata._continue
+
+
 def check_watch_from_compacted_history_expires(target: ContractTarget) -> None:
     """A watch from resourceVersion 1, long compacted away, ends with 410 Expired.
 
@@ -286,6 +308,7 @@ HISTORY_CHECKS: tuple[Check, ...] = (check_watch_from_compacted_history_expires,
 
 API_CHECKS: tuple[Check, ...] = (
     check_watch_resumes_from_a_list,
+    check_paged_list_continues_after_the_last_key,
     check_bad_input_answers,
     check_server_side_apply_creates_missing_object,
     check_emptied_metadata_lists_are_dropped,

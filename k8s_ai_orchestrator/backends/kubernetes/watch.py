@@ -32,6 +32,7 @@ from .status import carry_disruption
 
 Pod = Mapping[str, Any]
 _MAX_BACKOFF_S = 30.0
+LIST_PAGE = 500  # pods per list request of a re-list (the page size client-go's reflectors use)
 
 
 class PodWatch:
@@ -176,16 +177,32 @@ class PodWatch:
         return min(backoff * 2, _MAX_BACKOFF_S)
 
     def _relist(self) -> str:
-        response = self._core.list_namespaced_pod(
-            self.namespace, label_selector=self._selector, _preload_content=False
-        )
-        listing = json.loads(response.data)
+        """List the run's pods, `LIST_PAGE` at a time (`limit`/`continue`), passing over those
+        of forgotten Jobs page by page: a re-list late in a run of 10,000 steps holds one page
+        and the pods in flight, not every pod the run made. The version watched from is the
+        first page's (a server's pages are one snapshot at it; a continue token too old to use
+        is a 410, which re-lists)."""
+        listed: dict[str, Pod] = {}
+        version, token = "", None
+        while True:
+            response = self._core.list_namespaced_pod(
+                self.namespace,
+                label_selector=self._selector,
+                limit=LIST_PAGE,
+                _continue=token,
+                _preload_content=False,
+            )
+            page = json.loads(response.data)
+            meta = page.get("metadata") or {}
+            version = version or str(meta["resourceVersion"])
+            with self._lock:
+                for p in page.get("items") or ():
+                    if p.get("kind", "Pod") == "Pod" and _job_of(p) not in self._forgotten:
+                        listed[p["metadata"]["name"]] = p
+            if not (token := meta.get("continue")):
+                break
         with self._lock:
-            fresh = {
-                p["metadata"]["name"]: p
-                for p in listing.get("items") or ()
-                if p.get("kind", "Pod") == "Pod" and _job_of(p) not in self._forgotten
-            }
+            fresh = {n: p for n, p in listed.items() if _job_of(p) not in self._forgotten}
             fresh = {name: carry_disruption(self._pods.get(name), p) for name, p in fresh.items()}
             for name, pod in self._pods.items():
                 if name not in fresh:  # vanished between the two lists: deleted
@@ -199,7 +216,7 @@ class PodWatch:
             self._lock.notify_all()
         self._synced.set()
         self._tell(changed)
-        return str(listing["metadata"]["resourceVersion"])
+        return version
 
     def _watch(self, version: str) -> str:
         self._response = self._core.list_namespaced_pod(

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import base64
 import copy
+import json
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -195,15 +196,30 @@ class ObjectApi:
     def list(self, rt: ResourceType, namespace: str | None, params: Params) -> Obj:
         """GET a collection: a `<Kind>List` with the current resourceVersion."""
         matches = self.select(rt, namespace, params)
-        items = [obj for obj in self.store.list(rt.plural, namespace or None) if matches(obj)]
-        items.sort(key=lambda obj: (obj["metadata"].get("namespace", ""), obj["metadata"]["name"]))
-        start = int(base64.b64decode(params["continue"]).decode()) if params.get("continue") else 0
+        rv, after = self.store.cluster.current_rv, None
+        if params.get("continue"):  # the list's version and the key it stopped at
+            rv, after = json.loads(base64.b64decode(params["continue"]))
+            if rv < self.store.compacted_rv:
+                raise ApiError(
+                    410,
+                    "Expired",
+                    "The provided continue parameter is too old to display a consistent list "
+                    "result. You can start a new list without the continue parameter.",
+                )
+        items = [
+            obj
+            for obj in self.store.list(rt.plural, namespace or None)
+            if matches(obj) and (after is None or _key(obj) > tuple(after))
+        ]
+        items.sort(key=_key)
         limit = int(params.get("limit") or 0)
-        page = items[start : start + limit] if limit else items[start:]
-        meta: Obj = {"resourceVersion": str(self.store.cluster.current_rv)}
-        if limit and start + limit < len(items):
-            meta["continue"] = base64.b64encode(str(start + limit).encode()).decode()
-            meta["remainingItemCount"] = len(items) - start - limit
+        page = items[:limit] if limit else items
+        meta: Obj = {"resourceVersion": str(rv)}
+        if limit and limit < len(items):  # the next page starts after this one's last key
+            token = json.dumps([rv, _key(page[-1])]).encode()
+            meta["continue"] = base64.b64encode(token).decode()
+            if not params.get("labelSelector") and not params.get("fieldSelector"):
+                meta["remainingItemCount"] = len(items) - limit  # unknown under a selector
         bare = [{k: v for k, v in obj.items() if k not in ("kind", "apiVersion")} for obj in page]
         return {
             "kind": f"{rt.kind}List",
@@ -344,3 +360,8 @@ class ObjectApi:
             meta = item["metadata"]
             self.delete(rt, meta.get("namespace", ""), meta["name"], options)
         return listed
+
+
+def _key(obj: Obj) -> tuple[str, str]:
+    """Where an object sorts in a list: namespace, then name (a continue token names one)."""
+    return (obj["metadata"].get("namespace", ""), obj["metadata"]["name"])
