@@ -2,6 +2,8 @@
 
 Run as a child process so its CPU time is its own:
 `python -m benchmarks.k8s_run_worker --executor ai|dagster-k8s --config CONFIG.json --out OUT`.
+It runs the job as a launched run's worker does (`dagster api execute_run`: the run is
+created, then `execute_run_iterator` is consumed without keeping its events).
 
 It counts every Kubernetes API request this process sends (the official client's REST layer),
 by kind: create/delete, log streams, status reads (GET, LIST and each WATCH stream of pods,
@@ -27,15 +29,16 @@ from typing import Any
 
 from dagster import (
     DagsterInstance,
+    DagsterRunStatus,
     Definitions,
     In,
     Nothing,
     OpExecutionContext,
-    execute_job,
     job,
     op,
 )
 from dagster._core.definitions.reconstruct import ReconstructableRepository
+from dagster._core.execution.api import execute_run_iterator
 from dagster_k8s import k8s_job_executor
 from kubernetes.client import rest
 
@@ -163,6 +166,9 @@ class HeapPeak:
         tracemalloc.start(self.FRAMES)
         self._best: Any = None
         self._best_size = 0
+        self._samples = 0
+        self._first: Any = None  # a sample early in the run, and the newest: what grew between
+        self._last: Any = None
         self._done = threading.Event()
         self._thread = threading.Thread(target=self._sample, daemon=True)
         self._thread.start()
@@ -175,6 +181,11 @@ class HeapPeak:
         size, _ = self._tm.get_traced_memory()
         if size > 1.25 * self._best_size:
             self._best, self._best_size = self._tm.take_snapshot(), size
+        self._samples += 1
+        if self._samples in (2, 3) or self._samples % 4 == 0:  # sparing: each holds the GIL
+            now = self._tm.take_snapshot()
+            self._first = self._first or now  # the first after the run got going
+            self._last = now
 
     def stop(self) -> None:
         self._done.set()
@@ -191,7 +202,7 @@ class HeapPeak:
             frame = next(
                 (
                     f
-                    for f in trace.traceback
+                    for f in reversed(trace.traceback)  # oldest first: innermost is last
                     if "k8s_ai_orchestrator" in f.filename or "/dagster" in f.filename
                 ),
                 trace.traceback[0],
@@ -201,6 +212,13 @@ class HeapPeak:
         lines += ["", "by the innermost package or Dagster frame:"]
         for where, size in owners.most_common(40):
             lines.append(f"  {size / 2**20:8.2f} MiB {counts[where]:>8}  {where}")
+        if self._first is not None and self._last is not self._first:
+            lines += ["", "grew between an early sample and the last (what a run keeps):"]
+            for diff in self._last.compare_to(self._first, "traceback")[:25]:
+                inner = list(reversed(diff.traceback))
+                frames = [f for f in inner if "/k8s_ai_orchestrator/" in f.filename]
+                where = " < ".join(str(f) for f in (frames or inner)[:3])
+                lines.append(f"  {diff.size_diff / 2**20:+8.2f} MiB {diff.count_diff:>+8}  {where}")
         self._out.write_text("\n".join(lines) + "\n")
 
 
@@ -224,24 +242,31 @@ def main() -> None:
     heap = HeapPeak(args.tracemalloc) if args.tracemalloc else None
     started = time.time()
     with DagsterInstance.get() as instance:
+        # As `dagster api execute_run` runs a launched run (`core_execute_run`): the events
+        # are consumed as they come, not kept (`execute_job` keeps them all for its result).
+        recon = repo.get_reconstructable_job(name)
+        run = instance.create_run_for_job(
+            recon.get_definition(),
+            run_config={"execution": {"config": config}},
+            job_code_origin=recon.get_python_origin(),
+        )
         if profile:
             profile.enable()
-        result = execute_job(
-            repo.get_reconstructable_job(name),
-            instance=instance,
-            run_config={"execution": {"config": config}},
-        )
+        for _ in execute_run_iterator(recon, run, instance):
+            pass
         if profile:
             profile.disable()
             profile.dump_stats(args.cprofile)
+        finished = instance.get_run_by_id(run.run_id)
+        success = finished is not None and finished.status == DagsterRunStatus.SUCCESS
     if heap:
         heap.stop()
     marks = {p.stem: json.loads(p.read_text()) for p in Path(MARKS).glob("*.json")}
     args.out.write_text(
         json.dumps(
             {
-                "success": result.success,
-                "run_id": result.run_id,
+                "success": success,
+                "run_id": run.run_id,
                 "wall_s": time.time() - started,
                 "requests": dict(counter.kinds),
                 "detail": dict(counter.detail),
