@@ -5,7 +5,7 @@ plane of `k8s_ai_orchestrator.testing.controlplane`) and holds on the emulator t
 
 Example:
     >>> [check.__name__ for check in API_CHECKS][:2]
-    ['check_watch_resumes_from_a_list', 'check_bad_input_answers']
+    ['check_watch_resumes_from_a_list', 'check_paged_list_continues_after_the_last_key']
 """
 
 from __future__ import annotations
