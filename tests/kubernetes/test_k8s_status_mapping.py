@@ -142,6 +142,17 @@ def test_a_running_pod_deleted_behind_the_executors_back_is_lost() -> None:
     assert deleted_pod_status(pod("Succeeded")).state == StepState.SUCCEEDED
 
 
+def test_a_pod_deleted_while_it_stopped_for_a_disruption_reads_as_that_disruption() -> None:
+    """An evicted pod whose end was not seen before it went (its last state: Running, marked
+    `DisruptionTarget`) was evicted, not lost: the gang it belonged to says so."""
+    target = {"type": "DisruptionTarget", "status": "True", "reason": "EvictionByEvictionAPI"}
+    status = deleted_pod_status(pod("Running", conditions=[target]))
+    assert (status.state, status.reason) == (StepState.FAILED, FailureReason.EVICTED)
+    assert status.message.startswith("EvictionByEvictionAPI")
+    preempting = {**target, "reason": "PreemptionByScheduler"}
+    assert deleted_pod_status(pod("Running", conditions=[preempting])).reason == "Preempted"
+
+
 ENDED = "2026-12-02T10:00:00Z"
 AT_END = datetime.fromisoformat(ENDED).timestamp()
 

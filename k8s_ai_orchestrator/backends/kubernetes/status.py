@@ -223,11 +223,16 @@ def pending_status(pod: Mapping[str, Any]) -> StepStatus:
 
 
 def deleted_pod_status(pod: Mapping[str, Any]) -> StepStatus:
-    """A pod deleted before it finished, by someone other than the executor."""
+    """A pod deleted before it finished, by someone other than the executor: as it ended, or
+    as its `DisruptionTarget` says where it was last seen stopping (an eviction's pod can go
+    before its end is seen), else Lost."""
     last = pod_status(pod)
     if last.is_terminal:
         return last
     node = (pod.get("spec") or {}).get("nodeName")
+    disruption = condition_of(pod.get("status") or {}, "DisruptionTarget")
+    if disruption is not None and disruption.get("status") == "True":
+        return _disrupted(disruption, node)
     return StepStatus.failed(
         FailureReason.LOST, f"pod {pod_name(pod)} was deleted before it finished", node=node
     )
