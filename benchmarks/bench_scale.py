@@ -12,7 +12,10 @@ real step process writes (recorded from one real step at the start of each targe
 into the run's event log, for ~20 ms of CPU instead of ~2 s, so the run worker is what is
 measured. Printed per target, and written to `OUT/bench_scale-<target>.json`:
 - per N and executor: run-worker CPU-seconds, peak RSS, API requests by kind (as counted by
-  `k8s_run_worker`), launch -> running p50/p99 (Job created -> stand-in started), wall time;
+  `k8s_run_worker`), launch -> running p50/p99 (Job created -> stand-in started), wall time,
+  and the whole machine's busy CPU-seconds over the run ("machine": the plane, its nodes and
+  the stand-ins as well; meaningful on a quiet machine: where it nears wall x cores, the
+  machine, not the run worker, bounds the wall time);
 - the marginal cost per added step (the slope between consecutive N) of CPU, RSS and requests,
   and ours / dagster-k8s. Targets (issue 23): marginal CPU <= 0.5x, marginal RSS and requests
   <= 1x and within +-20 % from the smallest to the largest N; launch p99 <= 1x at 1,000 steps.
@@ -177,6 +180,12 @@ def summarize_cprofile(path: Path) -> dict[str, dict[str, float]]:
     return out
 
 
+def machine_cpu_s() -> float:
+    """Busy CPU-seconds of the whole machine so far (`/proc/stat`: all but idle and iowait)."""
+    ticks = [int(t) for t in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:9]]
+    return (sum(ticks) - ticks[3] - ticks[4]) / os.sysconf("SC_CLK_TCK")
+
+
 def measure(
     executor: str,
     kubeconfig: str,
@@ -185,9 +194,11 @@ def measure(
     args: argparse.Namespace,
     templates: dict[str, Path],
     profile_to: Path,
-) -> tuple[RunFigures, float | None]:
-    """One run; with `--storage postgres` on a PostgreSQL server of its own, whose CPU
-    seconds over the run come second (None on SQLite, which runs inside the processes)."""
+) -> tuple[RunFigures, dict[str, float]]:
+    """One run, and the CPU-seconds around it: the whole machine's over the run (the plane,
+    its nodes and the stand-ins as well as the run worker; a quiet machine's), and with
+    `--storage postgres` its own PostgreSQL server's (on SQLite the storage runs inside the
+    processes)."""
     wrapper, worker_args = _profiler(args.profile, profile_to)
     options = RunOptions(
         concurrency=args.concurrency,
@@ -197,20 +208,24 @@ def measure(
         worker_args=worker_args,
     )
     if args.storage == "sqlite":
-        return run_worker(executor, kubeconfig, work, steps, args.step_seconds, options), None
+        before = machine_cpu_s()
+        figures = run_worker(executor, kubeconfig, work, steps, args.step_seconds, options)
+        return figures, {"machine_cpu_s": machine_cpu_s() - before}
     with LocalPostgres() as postgres:
         options = replace(options, postgres_url=postgres.url)
-        before = postgres.cpu_s()
+        before, storage_before = machine_cpu_s(), postgres.cpu_s()
         figures = run_worker(executor, kubeconfig, work, steps, args.step_seconds, options)
-        return figures, postgres.cpu_s() - before
+        return figures, {
+            "machine_cpu_s": machine_cpu_s() - before,
+            "storage_cpu_s": postgres.cpu_s() - storage_before,
+        }
 
 
-def point(figures: RunFigures, storage_cpu_s: float | None = None) -> dict[str, Any]:
-    """One (N, executor) measurement as JSON."""
+def point(figures: RunFigures, around: dict[str, float] | None = None) -> dict[str, Any]:
+    """One (N, executor) measurement as JSON (`around`: `measure`'s CPU-seconds around it)."""
     launch = figures.launch_s or [float("nan")]
-    storage = {} if storage_cpu_s is None else {"storage_cpu_s": round(storage_cpu_s, 3)}
     return {
-        **storage,
+        **{key: round(value, 3) for key, value in (around or {}).items()},
         "steps": figures.steps,
         "cpu_s": round(figures.cpu_s, 3),
         "peak_rss_mb": round(figures.peak_rss_mb, 1),
@@ -231,8 +246,9 @@ def slopes(points: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
             "cpu_s": (high["cpu_s"] - low["cpu_s"]) / added,
             "peak_rss_mb": (high["peak_rss_mb"] - low["peak_rss_mb"]) / added,
         }
-        if "storage_cpu_s" in low and "storage_cpu_s" in high:
-            per["storage_cpu_s"] = (high["storage_cpu_s"] - low["storage_cpu_s"]) / added
+        for key in ("storage_cpu_s", "machine_cpu_s"):
+            if key in low and key in high:
+                per[key] = (high[key] - low[key]) / added
         for kind in KINDS:
             a, b = low["requests"].get(kind, 0), high["requests"].get(kind, 0)
             per[kind] = (b - a) / added
@@ -248,7 +264,7 @@ def report(name: str, results: dict[str, list[dict[str, Any]]]) -> None:
     print(f"{name}:")
     print(
         f"  {'N':>6} {'executor':<12} {'CPU s':>8} {'CPU/step':>9} {'RSS MB':>7} "
-        f"{'p50 s':>6} {'p99 s':>6} {'wall s':>7}  requests by kind"
+        f"{'p50 s':>6} {'p99 s':>6} {'wall s':>7} {'machine':>8}  requests by kind"
     )
     for executor, points in results.items():
         for p in points:
@@ -256,12 +272,13 @@ def report(name: str, results: dict[str, list[dict[str, Any]]]) -> None:
             print(
                 f"  {p['steps'] - 1:>6} {executor:<12} {p['cpu_s']:>8.2f} "
                 f"{p['cpu_s'] / p['steps']:>9.4f} {p['peak_rss_mb']:>7.1f} "
-                f"{p['launch_p50_s']:>6.2f} {p['launch_p99_s']:>6.2f} {p['wall_s']:>7.1f}  {kinds}"
+                f"{p['launch_p50_s']:>6.2f} {p['launch_p99_s']:>6.2f} {p['wall_s']:>7.1f} "
+                f"{p.get('machine_cpu_s', float('nan')):>8.1f}  {kinds}"
             )
     ours, theirs = slopes(results.get("ai", [])), slopes(results.get("dagster-k8s", []))
     for a, b in zip(ours, theirs, strict=False):
         print(f"  marginal per added step, N {a['from'] - 1} -> {a['to'] - 1} (ours / dagster-k8s)")
-        for key in ("cpu_s", "storage_cpu_s", "peak_rss_mb", *KINDS):
+        for key in ("cpu_s", "storage_cpu_s", "machine_cpu_s", "peak_rss_mb", *KINDS):
             if key not in a["per_step"] or key not in b["per_step"]:
                 continue
             x, y = a["per_step"][key], b["per_step"][key]
@@ -275,10 +292,10 @@ def bench_target(name: str, kubeconfig: str, work: Path, args: argparse.Namespac
         for executor in args.executors:
             tag = f"{name}-{executor}-{steps}"
             began = time.time()
-            figures, storage_cpu_s = measure(
+            figures, around = measure(
                 executor, kubeconfig, work, steps, args, templates, args.out / f"profile-{tag}"
             )
-            results[executor].append(point(figures, storage_cpu_s))
+            results[executor].append(point(figures, around))
             spy = args.out / f"profile-{tag}.txt"
             if args.profile == "py-spy" and spy.exists():
                 shares = summarize_profile(spy)

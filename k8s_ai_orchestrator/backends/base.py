@@ -261,8 +261,13 @@ class StreamsLogs(Protocol):
     """A backend whose attempts' logs are read a piece at a time while they run (Kubernetes);
     the executor forwards new lines to the run's log and Pipes reads its messages from them."""
 
-    def logs_since(self, handle: JobHandle, offset: int = 0) -> tuple[str, int]:
-        """The log text after `offset` and the offset to ask from next time."""
+    def logs_since(self, handle: JobHandle, offset: int = 0, wait: bool = True) -> tuple[str, int]:
+        """The log text after `offset` and the offset to ask from next time; an ended
+        attempt's read first waits briefly for the last of its log, unless `wait` is False."""
+
+    def log_complete(self, handle: JobHandle) -> bool:
+        """Whether the attempt's log has been read whole: it ended and its last bytes arrived
+        (the executor reads an ended attempt's log on, without waiting, until it has)."""
 
 
 @runtime_checkable

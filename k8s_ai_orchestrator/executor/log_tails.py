@@ -5,9 +5,12 @@ its container ends: Dagster's compute-log capture copies the step's prints to th
 stdout through a `tail -F` that can lag behind (Dagster's own notes on it: a 1 s poll,
 `DAGSTER_COMPUTE_LOG_TAIL_WAIT_AFTER_FINISH`), so a print can reach the container's log only
 after the run worker read the event. The step handler forwards what the log holds when the
-event arrives; if the attempt still runs, it hands the attempt to `LogTails`, which reads its
-log on in the loop's passes until the backend says it ended (then once more, waiting for the
-stream's last bytes) or until `TAIL_S` passed, and once more at the end of the run. A step's
+event arrives; unless the attempt has ended and its log arrived whole, it hands the attempt to
+`LogTails`, which reads its log on in the loop's passes until the backend says it ended and
+its log is complete (`StreamsLogs.log_complete`: the stream's last bytes came) or until
+`TAIL_S` passed, and once more at the end of the run. No read waits for a stream: at a
+thousand steps ending, a pass that waited for each ended pod's last bytes would hold up every
+launch behind it. A step's
 last attempt is released to its backend (`Releases`: what it kept of it is let go) once its
 log has been read to the end: at once, or when its tail ends.
 
@@ -49,6 +52,7 @@ class Tail:
     until: float
     interval_s: float = 0.0  # the backend's status pace (`Capabilities.status_interval_s`)
     releases: Releases | None = None  # the step's last attempt: released when the tail ends
+    stopped: bool = False  # the backend said the attempt ended: its log is read to its end
 
 
 class LogTails:
@@ -72,10 +76,11 @@ class LogTails:
         if attempt is None or logs is None:
             return
         forward_logs(live, logs, context, now, True)
-        if not (attempt.vanished or status.is_terminal):
+        if not (attempt.vanished or (status.is_terminal and logs.log_complete(attempt.handle))):
             key, name = live.history.step_key, live.backend
             until, interval_s = now + TAIL_S, caps.status_interval_s
             tail = Tail(key, attempt, instance, logs, name, context, until, interval_s)
+            tail.stopped = status.is_terminal
             self._tails[attempt.handle.job_id] = tail
 
     def release(self, attempt: Attempt, caps: Capabilities) -> None:
@@ -90,11 +95,14 @@ class LogTails:
             caps.releases.release(attempt.handle)
 
     def forward(self) -> None:
-        """One pass: forward what the tailed attempts printed; drop those that ended."""
+        """One pass: forward what the tailed attempts printed; let go of those that ended whose
+        log is complete, or whose `TAIL_S` passed."""
         now = self._clock()
         for job_id, tail in list(self._tails.items()):
-            ended = now >= tail.until or self._ended(tail, now)
-            _forward(tail, now, final=ended)
+            tail.stopped = tail.stopped or self._ended(tail, now)
+            whole = tail.stopped and tail.logs.log_complete(tail.attempt.handle)  # before the read
+            ended = now >= tail.until or whole
+            _forward(tail, now, final=tail.stopped or ended)
             if ended:
                 del self._tails[job_id]
                 if tail.releases is not None:

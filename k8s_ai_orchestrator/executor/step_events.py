@@ -312,11 +312,12 @@ def new_log_text(
 ) -> str:
     """The attempt's log lines since the last read, when a read is due (`Attempt.due_logs`:
     after 1 s, doubling to 30 s while the log is quiet; always once it ended), less the lines
-    Dagster's console logger printed; "" when nothing new or no read was due."""
+    Dagster's console logger printed; "" when nothing new or no read was due. The read never
+    waits for a stream (`LogTails` reads an ended attempt on until its log is complete)."""
     if logs is None or attempt is None or attempt.vanished or not attempt.due_logs(now, final):
         return ""
     try:
-        text, attempt.log_offset = logs.logs_since(attempt.handle, attempt.log_offset)
+        text, attempt.log_offset = logs.logs_since(attempt.handle, attempt.log_offset, wait=False)
     except BackendError:
         return ""
     attempt.logs_read(bool(text))

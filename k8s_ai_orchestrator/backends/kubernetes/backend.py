@@ -186,16 +186,19 @@ class KubernetesBackend:
             return attempt.log_tail
         return text or attempt.log_tail
 
-    def logs_since(self, handle: JobHandle, offset: int = 0) -> tuple[str, int]:
+    def logs_since(self, handle: JobHandle, offset: int = 0, wait: bool = True) -> tuple[str, int]:
         """New log text after byte `offset` and the next offset; one follow stream per pod
-        (an ended attempt's read waits briefly for its last lines: `LogFollower.drain`)."""
+        (an ended attempt's read waits briefly for its last lines unless `wait` is False)."""
         attempt = self._attempts.of(handle)
         pod = attempt.log_pod()
         if pod is None:
             return "", offset
         core, ended = self._observer.core(attempt), attempt.final is not None
         follower = self._logs.follow(handle.job_id, core, attempt.namespace, pod)
-        return follower.read_since(offset, drain_s=DRAIN_S if ended else 0.0)
+        return follower.read_since(offset, DRAIN_S if ended and wait else 0.0, ended)
+
+    def log_complete(self, handle: JobHandle) -> bool:
+        return self._logs.complete(handle.job_id)  # `LogFollower.complete`
 
     def cancel(self, handle: JobHandle) -> None:
         """Delete the attempt's Job and its pods (propagation Background); idempotent.

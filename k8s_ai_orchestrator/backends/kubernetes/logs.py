@@ -4,10 +4,16 @@
 an executor that shows new lines on every poll costs one API request per pod, not one per
 poll. A stream that ends is re-opened by the next read, skipping the bytes already buffered:
 the API server ends a follow stream when the container exits, but also when its connection to
-the kubelet breaks while the container runs, and the two look alike. Not after the step's
-last report, though: a measured step pod's reporter writes it as the step process returns,
-so a stream that ended after it holds the whole log (one stream per pod instead of a second
-one, which only re-sent the log, for most short steps). A step's own memory reports
+the kubelet breaks while the container runs, and the two look alike. A stream that ended
+after the reader knew the container had ended (`read_since(..., ended=True)`) holds the whole
+log, and so does one that ended after the step's last report (a measured step pod's reporter
+writes it as the step process returns: one stream per pod instead of a second one, which only
+re-sent the log, for most short steps); either makes the log `complete`, and it is not opened
+again. So does a `404` to a stream opened after the end was known (the pod is gone); an
+earlier `404` is a node, or a tenant's syncer, that has not got the pod yet, and is tried
+again. An ended attempt's last read need not wait for that: `complete` says when the stream
+has caught up, so a caller with other work (the executor's loop) looks again later instead of
+blocking on a stream. A step's own memory reports
 (`usage_report`) are taken out of the stream as it arrives: the latest is `last_report`, and
 no reader of the log sees them.
 
@@ -19,6 +25,7 @@ Example:
 from __future__ import annotations
 
 import threading
+import time
 from typing import Any
 
 from kubernetes.client import CoreV1Api
@@ -52,7 +59,8 @@ class LogFollower:
         self._closed = False
         self._reports = ReportFilter()
         self._last_report: MemoryReading | None = None
-        self._complete = False  # a stream ended after the step's last report: nothing follows
+        self._complete = False  # a stream ended after the container did: nothing follows
+        self._end_known_at: float | None = None  # when a reader first said the container ended
 
     @property
     def last_report(self) -> MemoryReading | None:
@@ -60,11 +68,20 @@ class LogFollower:
         self._ensure_streaming()
         return self._last_report
 
-    def read_since(self, offset: int, drain_s: float = 0.0) -> tuple[str, int]:
+    @property
+    def complete(self) -> bool:
+        """Whether the whole log has arrived (a stream ended after the container did, or after
+        the step's last report) or the follower was closed: nothing more will be read."""
+        return self._complete or self._closed
+
+    def read_since(self, offset: int, drain_s: float = 0.0, ended: bool = False) -> tuple[str, int]:
         """Text received after byte `offset`, and the offset to pass next time (never less
         than `offset`: a new follower of a pod whose log an earlier run worker read up to
-        `offset` says nothing until its stream has gone past it). `drain_s`: first wait that
-        long for the stream to end (its container has exited)."""
+        `offset` says nothing until its stream has gone past it). `ended`: the container is
+        known to have exited, so the stream that ends from now on is the whole log (one that
+        already ended is opened again). `drain_s`: first wait that long for it to end."""
+        if ended and self._end_known_at is None:
+            self._end_known_at = time.monotonic()
         self._ensure_streaming()
         if drain_s and self._thread is not None:
             self._thread.join(drain_s)
@@ -96,7 +113,7 @@ class LogFollower:
         self._thread.start()
 
     def _follow(self) -> None:
-        skip = self._received
+        skip, opened_at = self._received, time.monotonic()
         try:
             self._response = self._core.read_namespaced_pod_log(
                 self.pod, self._namespace, follow=True, _preload_content=False
@@ -108,13 +125,20 @@ class LogFollower:
                     used = min(skip, len(chunk))
                     chunk, skip = chunk[used:], skip - used
                 self._append(chunk)
-            last = self._last_report
-            if not self._closed and last is not None and last.last:
+            ended_at, end_known_at, last = time.monotonic(), self._end_known_at, self._last_report
+            after_end = end_known_at is not None and end_known_at <= ended_at
+            if not self._closed and (after_end or (last is not None and last.last)):
                 with self._lock:
                     self._keep(self._reports.flush())
                 self._complete = True
-        except (ApiException, OSError, ValueError):
-            return  # the pod is gone or not started yet; the next read tries again
+        except ApiException as error:
+            end_known_at = self._end_known_at
+            if error.status == 404 and end_known_at is not None and end_known_at <= opened_at:
+                self._complete = True  # the pod ran and is gone now, and its log with it
+            return  # else not there yet (a kubelet, or a tenant's syncer, that has not got
+            # the pod answers 404 too) or not started: the next read tries again
+        except (OSError, ValueError):
+            return  # the next read tries again
         except Exception:
             return  # urllib3 protocol errors on a reset stream; the next read re-opens it
         finally:
@@ -155,6 +179,13 @@ class LogStreams:
             with self._lock:
                 self._followers[job] = follower
         return follower
+
+    def complete(self, job: str) -> bool:
+        """Whether the Job's pod's log has arrived whole (`LogFollower.complete`); True when
+        it is not followed (nothing more will be read of it)."""
+        with self._lock:
+            follower = self._followers.get(job)
+        return follower is None or follower.complete
 
     def report(self, job: str) -> MemoryReading | None:
         """The latest usage report read from the Job's pod so far (no stream is opened)."""

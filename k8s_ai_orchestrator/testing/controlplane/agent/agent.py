@@ -41,7 +41,7 @@ from ..informer import TIMEOUT, Informer
 from ..loops import describe_loop
 from ..patches import STRATEGIC
 from .dra import ClaimPreparer, DraGpus, publish
-from .logserver import LogServer
+from .logserver import LogServer, NotOnNode
 from .nodes import NodeHeartbeat, adopted_status, age_s, node_address, node_object
 from .remote import RemoteStore
 
@@ -282,7 +282,7 @@ class NodeAgent:
     ) -> tuple[Path, Callable[[], bool]] | str:
         pods = [p for p in self.store.list("pods", namespace) if p["metadata"]["name"] == name]
         if not pods:
-            return f'pod "{name}" in namespace "{namespace}" is not on this node'
+            return NotOnNode(f'pod "{name}" does not exist')  # a kubelet's words
         uid = pods[0]["metadata"]["uid"]
         path = self.kubelet.log_file(uid, container, previous)
         if path is not None:

@@ -32,6 +32,13 @@ from ...kube.logs import Stamper, tail_lines
 from ..pki import KeyPair
 
 FOLLOW_POLL_S = 0.1
+
+
+class NotOnNode(str):
+    """A lookup's answer for a pod the node does not have (yet, or any more): a kubelet
+    answers it `404`, where a container it cannot serve a log of is a `400`."""
+
+
 # (namespace, pod, container, previous) → (log file, still running?) or an error text
 LogLookup = Callable[[str, str, str, bool], tuple[Path, Callable[[], bool]] | str]
 StatsSummary = Callable[[], dict[str, Any]]  # the node's /stats/summary document
@@ -109,7 +116,7 @@ class _Handler(BaseHTTPRequestHandler):
         previous = query.get("previous") in ("true", "1")
         found = self.log_server.lookup(*target, previous)
         if isinstance(found, str):
-            self._send(400, found.encode())
+            self._send(404 if isinstance(found, NotOnNode) else 400, found.encode())
             return
         path, running = found
         data = path.read_bytes()
