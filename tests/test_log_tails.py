@@ -28,6 +28,7 @@ class Backend:
     state: StepStatus = field(default_factory=StepStatus.running)
     complete: bool = False
     reads: list[bool] = field(default_factory=list)  # the `wait` of each read
+    complete_after: int | None = None  # the log's last bytes come during this many-th read
     released: list[str] = field(default_factory=list)
 
     def status(self, handle: JobHandle) -> StepStatus:
@@ -35,6 +36,7 @@ class Backend:
 
     def logs_since(self, handle: JobHandle, offset: int = 0, wait: bool = True) -> tuple[str, int]:
         self.reads.append(wait)
+        self.complete = self.complete or len(self.reads) == self.complete_after
         return "", offset  # nothing new: no event is written
 
     def log_complete(self, handle: JobHandle) -> bool:
@@ -104,3 +106,15 @@ def test_a_log_that_never_completes_is_let_go_after_the_tail_time() -> None:
     clock[0] += 1.0
     tails.forward()
     assert backend.released == ["job-a"]
+
+
+def test_a_log_that_completes_during_the_final_read_is_read_once_more() -> None:
+    """The stream's last bytes may land between the final read and the question whether the
+    log is whole: what counts is whether it was whole before the read."""
+    backend, clock = Backend(state=StepStatus.succeeded(), complete_after=1), [100.0]
+    tails = ended_step(backend, clock)
+    assert backend.released == [] and backend.complete
+
+    tails.forward()
+    assert backend.released == ["job-a"]
+    assert backend.reads == [False, False]

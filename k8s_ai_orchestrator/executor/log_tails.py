@@ -75,8 +75,9 @@ class LogTails:
         attempt, logs, now = live.attempt, caps.logs, self._clock()
         if attempt is None or logs is None:
             return
+        whole = status.is_terminal and logs.log_complete(attempt.handle)  # before the read
         forward_logs(live, logs, context, now, True)
-        if not (attempt.vanished or (status.is_terminal and logs.log_complete(attempt.handle))):
+        if not (attempt.vanished or whole):
             key, name = live.history.step_key, live.backend
             until, interval_s = now + TAIL_S, caps.status_interval_s
             tail = Tail(key, attempt, instance, logs, name, context, until, interval_s)
