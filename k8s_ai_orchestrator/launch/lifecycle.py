@@ -45,9 +45,10 @@ from ..spec import ComputeSpec, format_memory
 from .plan import PlannedStep
 
 # A step Pending with no reason yet (the backends report none while a pod is unbound or its
-# containers are being created) is starting as usual: said only once it lasts this long; a
-# reason from the scheduler, a quota or the kubelet is said at once.
-STARTING_QUIET_S = 5.0
+# containers are being created) is starting as usual, if slowly on a busy cluster (a fan-out of
+# hundreds of pods takes 15-25 s to start them): said only once it lasts this long; a reason
+# from the scheduler, a quota or the kubelet is said at once.
+STARTING_QUIET_S = 30.0
 NO_REASON = "no reason reported yet"
 # When to look at an attempt again, for a backend that reports changes (`ReportsChanges`):
 # a Pending one's explanation may change without a watch event (scheduler events, quota), a
