@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from k8s_ai_orchestrator.backends.base import JobHandle
+from k8s_ai_orchestrator.backends.base import JobHandle, StepStatus
 from k8s_ai_orchestrator.backends.kubernetes.pending import PendingExplainer
 from k8s_ai_orchestrator.backends.kubernetes.scaleup import read_scale_event
 
@@ -226,3 +226,28 @@ def test_without_an_autoscaler_the_pending_reason_is_the_schedulers_as_before() 
     handle = JobHandle("kubernetes", "job-0", "train", "team-a", "default")
     status = explainer.explain(handle, "default", UNSCHEDULABLE_POD, core)  # type: ignore[arg-type]
     assert (status.waiting, status.message) == ("Unschedulable", SCHEDULER)
+
+
+def test_a_pod_the_scheduler_has_not_looked_at_yet_costs_no_event_read() -> None:
+    """A large fan-out's pods wait unbound and unmarked for seconds on a busy control plane;
+    the default scheduler writes its condition with its event, so there is nothing to read.
+    Once it has looked (a condition), or for a pod of another scheduler, events are read."""
+    now = [0.0]
+    explainer = PendingExplainer(interval_s=5.0, clock=lambda: now[0])
+    core = _Core()
+    handle = JobHandle("kubernetes", "job-0", "train", "team-a", "default")
+    unseen = {"metadata": {"name": "job-0-abcde"}, "status": {"phase": "Pending"}}
+
+    for now[0] in (0.0, 5.0, 10.0):
+        assert explainer.explain(handle, "default", unseen, core) == StepStatus.pending()  # type: ignore[arg-type]
+    assert core.reads == 0
+
+    core.events = [_event("FailedScheduling", SCHEDULER, "2026-12-03T14:02:10Z", "Warning")]
+    now[0] = 11.0  # first seen at 0: a read is due at once when the scheduler has spoken
+    assert explainer.explain(handle, "default", UNSCHEDULABLE_POD, core).waiting == "Unschedulable"  # type: ignore[arg-type]
+    assert core.reads == 1
+
+    other = {**unseen, "spec": {"schedulerName": "volcano"}}
+    now[0] = 20.0
+    status = explainer.explain(handle, "default", other, core)  # type: ignore[arg-type]
+    assert (status.waiting, core.reads) == ("FailedScheduling", 2)

@@ -8,9 +8,11 @@ the pod's events are read, at most once per `interval_s` per step, and the newes
 event (`scaleup.py`: Karpenter's Nominated or FailedScheduling, the cluster-autoscaler's
 TriggeredScaleUp, NotTriggerScaleUp, FailedScaleUp) leads the reason, the scheduler's message
 after it. A pod whose DRA claims wait (`cannot allocate all claims`) is told that Kubernetes
-does not preempt for devices (`dra_devices.with_device_note`). When there is no condition — or
-no pod at all because quota admission refused to create it — the newest Warning
-(FailedScheduling, FailedCreate "exceeded quota: ...") becomes the reason.
+does not preempt for devices (`dra_devices.with_device_note`). A pod the default scheduler
+has not looked at yet has nothing in its events and they are not read (`unseen_by_scheduler`).
+When there is no condition otherwise (a scheduled pod whose kubelet has not said more, a pod of
+another scheduler) — or no pod at all because quota admission refused to create it — the
+newest Warning (FailedScheduling, FailedCreate "exceeded quota: ...") becomes the reason.
 
 Example:
     >>> explainer = PendingExplainer(interval_s=5.0, clock=time.monotonic)  # doctest: +SKIP
@@ -34,7 +36,7 @@ from ..base import JobHandle, StepStatus
 from .api import is_transient
 from .dra_devices import with_device_note
 from .scaleup import ScaleEvent, read_scale_event
-from .status import UNSCHEDULABLE, pending_status, pod_name
+from .status import UNSCHEDULABLE, condition_of, pending_status, pod_name
 
 _LOG = logging.getLogger(__name__)
 
@@ -70,7 +72,13 @@ class PendingExplainer:
             with self._lock:
                 self._last[job] = status
             return status  # the kubelet's (ContainerCreating, ...): no autoscaler involved
-        events = self._events_due(job, namespace, pod_name(pod) if pod is not None else job, core)
+        if pod is not None and unseen_by_scheduler(pod):
+            events = None  # nothing has been said of it yet: no event to read
+            with self._lock:
+                self._first_seen.setdefault(job, self._clock())
+        else:
+            subject = pod_name(pod) if pod is not None else job
+            events = self._events_due(job, namespace, subject, core)
         with self._lock:
             if events is not None:
                 words = [(e, w) for e in events if (w := read_scale_event(e)) is not None]
@@ -121,6 +129,25 @@ class PendingExplainer:
                 return None
             raise
         return [e for e in items if (e.get("involvedObject") or {}).get("name") == subject]
+
+
+def unseen_by_scheduler(pod: Mapping[str, Any]) -> bool:
+    """Whether the default scheduler has not looked at `pod` yet: no node and no
+    `PodScheduled` condition. It writes that condition with its `FailedScheduling` event, and an
+    autoscaler speaks only of pods it marked unschedulable, so such a pod's events are empty (a
+    large fan-out's pods wait here for seconds on a busy control plane). A pod of another
+    scheduler, which may say why only in events, is not counted.
+
+    Example:
+        >>> unseen_by_scheduler({"metadata": {"name": "p"}, "status": {"phase": "Pending"}})
+        True
+        >>> unseen_by_scheduler({"spec": {"schedulerName": "volcano"}, "status": {}})
+        False
+    """
+    spec, status = pod.get("spec") or {}, pod.get("status") or {}
+    if spec.get("nodeName") or condition_of(status, "PodScheduled") is not None:
+        return False
+    return spec.get("schedulerName") in (None, "default-scheduler")
 
 
 def _newest(events: Iterable[Mapping[str, Any]]) -> Mapping[str, Any] | None:
