@@ -72,13 +72,9 @@ class PendingExplainer:
             with self._lock:
                 self._last[job] = status
             return status  # the kubelet's (ContainerCreating, ...): no autoscaler involved
-        if pod is not None and unseen_by_scheduler(pod):
-            events = None  # nothing has been said of it yet: no event to read
-            with self._lock:
-                self._first_seen.setdefault(job, self._clock())
-        else:
-            subject = pod_name(pod) if pod is not None else job
-            events = self._events_due(job, namespace, subject, core)
+        subject = pod_name(pod) if pod is not None else job
+        unseen = pod is not None and unseen_by_scheduler(pod)  # nothing said of it: not read
+        events = self._events_due(job, namespace, subject, core, readable=not unseen)
         with self._lock:
             if events is not None:
                 words = [(e, w) for e in events if (w := read_scale_event(e)) is not None]
@@ -103,14 +99,15 @@ class PendingExplainer:
                 table.pop(job, None)  # type: ignore[attr-defined]
 
     def _events_due(
-        self, job: str, namespace: str, subject: str, core: CoreV1Api
+        self, job: str, namespace: str, subject: str, core: CoreV1Api, readable: bool = True
     ) -> list[Mapping[str, Any]] | None:
         """The subject's events, when `interval_s` has passed since the last read (or since it
-        was first seen); None when not due or not readable now."""
+        was first seen); None when not due or not readable now (`readable` False: the step is
+        only counted as seen)."""
         now = self._clock()
         with self._lock:
             first = self._first_seen.setdefault(job, now)
-            if now - max(first, self._read_at.get(job, first)) < self._interval_s:
+            if not readable or now - max(first, self._read_at.get(job, first)) < self._interval_s:
                 return None
             self._read_at[job] = now
         try:

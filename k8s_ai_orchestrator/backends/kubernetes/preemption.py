@@ -37,7 +37,7 @@ from kubernetes.client import CoreV1Api
 from kubernetes.client.exceptions import ApiException
 
 from ..base import FailureReason, StepStatus
-from .status import condition_of, pod_name
+from .status import condition_of, disruption_target, pod_name
 
 _PREEMPTED = re.compile(r"Preempted by pod (?P<uid>\S+) on node (?P<node>\S+)")
 RUN_ANNOTATION = "k8s-ai/run-id"
@@ -244,8 +244,8 @@ def preempted_unseen(lost: StepStatus, pod: Mapping[str, Any], said: str) -> Ste
 
 def _marked(victim: Obj, events: Sequence[Obj]) -> bool:
     """Whether the scheduler's preemption of `victim` shows in the tenant yet."""
-    disruption = condition_of(victim.get("status") or {}, "DisruptionTarget") or {}
-    return disruption.get("status") == "True" or any(e.get("reason") == "Preempted" for e in events)
+    marked = disruption_target(victim.get("status") or {}) is not None
+    return marked or any(e.get("reason") == "Preempted" for e in events)
 
 
 def _grace_s(victim: Obj) -> float:

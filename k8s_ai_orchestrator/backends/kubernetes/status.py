@@ -73,11 +73,10 @@ def pod_status(pod: Mapping[str, Any]) -> StepStatus:
     status = pod.get("status") or {}
     node = (pod.get("spec") or {}).get("nodeName")
     phase = status.get("phase") or "Pending"
-    disruption = condition_of(status, "DisruptionTarget")
-    disrupted = disruption is not None and disruption.get("status") == "True"
-    if phase == "Succeeded" and disrupted:
+    disruption = disruption_target(status)
+    if phase == "Succeeded" and disruption is not None:
         # The step process saved its checkpoint and exited cleanly inside its grace period.
-        return _disrupted(disruption, node, exit_code=0)  # type: ignore[arg-type]
+        return _disrupted(disruption, node, exit_code=0)
     if phase == "Succeeded":
         return StepStatus.succeeded(node)
     if phase == "Failed":
@@ -89,12 +88,12 @@ def pod_status(pod: Mapping[str, Any]) -> StepStatus:
         # A disrupted pod still running is inside its grace period, saving its checkpoint:
         # it ends when its containers have exited, so a relaunch never overlaps it. The
         # reason already says what is coming (Evicted, Preempted, Lost).
-        if disrupted:
-            coming = _DISRUPTION_REASONS.get(disruption.get("reason") or "")  # type: ignore[union-attr]
+        if disruption is not None:
+            coming = _DISRUPTION_REASONS.get(disruption.get("reason") or "")
             return StepStatus(StepState.RUNNING, coming or FailureReason.EVICTED, node=node)
         return StepStatus.running(node)
-    if disrupted:
-        return _disrupted(disruption, node)  # type: ignore[arg-type]
+    if disruption is not None:
+        return _disrupted(disruption, node)
     return pending_status(pod)
 
 
@@ -104,8 +103,8 @@ def failed_pod_status(pod: Mapping[str, Any]) -> StepStatus:
     node = (pod.get("spec") or {}).get("nodeName")
     terminated = _terminated(status)
     exit_code = terminated.get("exitCode") if terminated else None
-    disruption = condition_of(status, "DisruptionTarget")
-    if disruption is not None and disruption.get("status") == "True":
+    disruption = disruption_target(status)
+    if disruption is not None:
         return _disrupted(disruption, node, exit_code)
     reason = status.get("reason")
     if reason in _POD_REASONS:
@@ -197,8 +196,8 @@ def force_deleted_status(pod: Mapping[str, Any], now: float) -> StepStatus | Non
     if now - datetime.fromisoformat(deadline).timestamp() < SETTLE_S:
         return None
     node = (pod.get("spec") or {}).get("nodeName")
-    disruption = condition_of(pod.get("status") or {}, "DisruptionTarget")
-    if disruption is not None and disruption.get("status") == "True":
+    disruption = disruption_target(pod.get("status") or {})
+    if disruption is not None:
         return _disrupted(disruption, node)
     message = f"pod {pod_name(pod)} was deleted and not ended by its deletion deadline"
     return StepStatus.failed(FailureReason.LOST, message, node=node)
@@ -230,8 +229,8 @@ def deleted_pod_status(pod: Mapping[str, Any]) -> StepStatus:
     if last.is_terminal:
         return last
     node = (pod.get("spec") or {}).get("nodeName")
-    disruption = condition_of(pod.get("status") or {}, "DisruptionTarget")
-    if disruption is not None and disruption.get("status") == "True":
+    disruption = disruption_target(pod.get("status") or {})
+    if disruption is not None:
         return _disrupted(disruption, node)
     return StepStatus.failed(
         FailureReason.LOST, f"pod {pod_name(pod)} was deleted before it finished", node=node
@@ -274,6 +273,12 @@ def _disrupted(
     return StepStatus.failed(failure, f"{reason}: {message}", exit_code, node)
 
 
+def disruption_target(status: Mapping[str, Any]) -> Mapping[str, Any] | None:
+    """A pod's `DisruptionTarget` condition when it is set (status True), else None."""
+    condition = condition_of(status, "DisruptionTarget")
+    return condition if condition is not None and condition.get("status") == "True" else None
+
+
 def condition_of(status: Mapping[str, Any], kind: str) -> Mapping[str, Any] | None:
     """The condition of type `kind` in an object's `status`, or None."""
     for condition in status.get("conditions") or ():
@@ -307,9 +312,9 @@ def carry_disruption(
         after.get("metadata") or {}
     ).get("uid"):
         return after
-    seen = condition_of(before.get("status") or {}, "DisruptionTarget")
+    seen = disruption_target(before.get("status") or {})
     status = after.get("status") or {}
-    if seen is None or seen.get("status") != "True" or condition_of(status, "DisruptionTarget"):
+    if seen is None or condition_of(status, "DisruptionTarget"):
         return after
     conditions = [*(status.get("conditions") or ()), seen]
     return {**after, "status": {**status, "conditions": conditions}}
